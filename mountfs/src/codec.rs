@@ -1,0 +1,347 @@
+//! Block codecs: the compressors SquashFS names, in both directions.
+//!
+//! Decompression is bounded: callers pass the largest size the block may
+//! expand to (the block size, or 8 KiB for metadata) and anything larger is an
+//! error, so a corrupt image can never make us allocate without limit.
+//! Compression keeps per-thread codec contexts, because creating a zstd or
+//! deflate context per 128 KiB block costs more than compressing it.
+
+use crate::squashfs::format::Compressor;
+use std::cell::RefCell;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("{codec} stream is corrupt: {detail}")]
+    Corrupt { codec: &'static str, detail: String },
+    #[error("{codec} block expands beyond {limit} bytes")]
+    TooLarge { codec: &'static str, limit: usize },
+    #[error("compressor {0} is not supported for writing")]
+    Unsupported(&'static str),
+}
+
+fn corrupt(codec: Compressor, detail: impl std::fmt::Display) -> CodecError {
+    CodecError::Corrupt {
+        codec: codec.name(),
+        detail: detail.to_string(),
+    }
+}
+
+thread_local! {
+    static ZSTD_D: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    static ZSTD_C: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+}
+
+/// Decompresses one block into `out` (cleared first). `limit` is the largest
+/// permitted decompressed size.
+pub fn decompress(
+    codec: Compressor,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(), CodecError> {
+    out.clear();
+    match codec {
+        Compressor::Gzip => {
+            let mut d = flate2::Decompress::new(true);
+            out.reserve(limit + 1);
+            loop {
+                let before_in = d.total_in();
+                let st = d
+                    .decompress_vec(
+                        &input[d.total_in() as usize..],
+                        out,
+                        flate2::FlushDecompress::Finish,
+                    )
+                    .map_err(|e| corrupt(codec, e))?;
+                if out.len() > limit {
+                    return Err(CodecError::TooLarge {
+                        codec: codec.name(),
+                        limit,
+                    });
+                }
+                match st {
+                    flate2::Status::StreamEnd => break,
+                    _ if out.len() == out.capacity() => out.reserve(4096),
+                    _ if d.total_in() == before_in => {
+                        return Err(corrupt(codec, "truncated deflate stream"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Compressor::Xz | Compressor::Lzma => {
+            let mut s = if codec == Compressor::Xz {
+                xz2::stream::Stream::new_stream_decoder(u64::MAX, 0)
+            } else {
+                xz2::stream::Stream::new_lzma_decoder(u64::MAX)
+            }
+            .map_err(|e| corrupt(codec, e))?;
+            out.reserve(limit + 1);
+            loop {
+                let consumed = s.total_in() as usize;
+                let st = s
+                    .process_vec(&input[consumed..], out, xz2::stream::Action::Finish)
+                    .map_err(|e| corrupt(codec, e))?;
+                if out.len() > limit {
+                    return Err(CodecError::TooLarge {
+                        codec: codec.name(),
+                        limit,
+                    });
+                }
+                match st {
+                    xz2::stream::Status::StreamEnd => break,
+                    _ if out.len() == out.capacity() => out.reserve(4096),
+                    _ if s.total_in() as usize == consumed => {
+                        return Err(corrupt(codec, "truncated stream"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Compressor::Lz4 => {
+            out.resize(limit, 0);
+            let n = lz4_flex::block::decompress_into(input, out).map_err(|e| corrupt(codec, e))?;
+            out.truncate(n);
+        }
+        Compressor::Zstd => {
+            out.resize(limit, 0);
+            let n = ZSTD_D.with(|cell| {
+                let mut slot = cell.borrow_mut();
+                if slot.is_none() {
+                    *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| corrupt(codec, e))?);
+                }
+                let d = slot.as_mut().expect("just set");
+                d.decompress_to_buffer(input, &mut out[..])
+                    .map_err(|e| corrupt(codec, e))
+            })?;
+            out.truncate(n);
+        }
+        Compressor::Lzo => {
+            // lzokay-native can panic (arithmetic overflow) on corrupt input;
+            // a bad block must become an error, never take the daemon down.
+            let v = std::panic::catch_unwind(|| lzokay_native::decompress_all(input, Some(limit)))
+                .map_err(|_| corrupt(codec, "decoder rejected the stream"))?
+                .map_err(|e| corrupt(codec, format!("{e:?}")))?;
+            if v.len() > limit {
+                return Err(CodecError::TooLarge {
+                    codec: codec.name(),
+                    limit,
+                });
+            }
+            *out = v;
+        }
+    }
+    Ok(())
+}
+
+/// A compressor with its level, as used by the writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Encoder {
+    pub codec: Compressor,
+    pub level: i32,
+    /// The image block size; bounds the xz dictionary (the kernel refuses
+    /// streams whose dictionary exceeds it).
+    pub block_size: u32,
+}
+
+impl Encoder {
+    pub fn new(codec: Compressor, level: Option<i32>, block_size: u32) -> Result<Self, CodecError> {
+        let level = level.unwrap_or(match codec {
+            Compressor::Gzip => 9,
+            Compressor::Xz | Compressor::Lzma => 6,
+            Compressor::Zstd => 15,
+            Compressor::Lz4 | Compressor::Lzo => 0,
+        });
+        if matches!(codec, Compressor::Lzo | Compressor::Lzma) {
+            return Err(CodecError::Unsupported(codec.name()));
+        }
+        Ok(Encoder {
+            codec,
+            level,
+            block_size,
+        })
+    }
+
+    /// Valid level range for the codec, for CLI validation.
+    pub fn level_range(codec: Compressor) -> (i32, i32) {
+        match codec {
+            Compressor::Gzip => (1, 9),
+            Compressor::Xz | Compressor::Lzma => (0, 9),
+            Compressor::Zstd => (1, 22),
+            Compressor::Lz4 | Compressor::Lzo => (0, 0),
+        }
+    }
+
+    /// Compresses `input` into `out` (cleared first). Returns false when the
+    /// result is not smaller than the input: the caller then stores the block
+    /// raw, as SquashFS requires.
+    pub fn compress(&self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, CodecError> {
+        out.clear();
+        if input.is_empty() {
+            return Ok(false);
+        }
+        match self.codec {
+            Compressor::Gzip => {
+                let mut c =
+                    flate2::Compress::new(flate2::Compression::new(self.level as u32), true);
+                out.reserve(input.len());
+                let st = c
+                    .compress_vec(input, out, flate2::FlushCompress::Finish)
+                    .map_err(|e| corrupt(self.codec, e))?;
+                if st != flate2::Status::StreamEnd {
+                    return Ok(false); // did not fit in input.len(): incompressible
+                }
+            }
+            Compressor::Zstd => {
+                out.reserve(zstd::zstd_safe::compress_bound(input.len()));
+                ZSTD_C.with(|cell| {
+                    let mut slot = cell.borrow_mut();
+                    if slot.as_ref().map(|(l, _)| *l) != Some(self.level) {
+                        let c = zstd::bulk::Compressor::new(self.level)
+                            .map_err(|e| corrupt(self.codec, e))?;
+                        *slot = Some((self.level, c));
+                    }
+                    let (_, c) = slot.as_mut().expect("just set");
+                    c.compress_to_buffer(input, out)
+                        .map_err(|e| corrupt(self.codec, e))?;
+                    Ok::<(), CodecError>(())
+                })?;
+            }
+            Compressor::Lz4 => {
+                out.resize(lz4_flex::block::get_maximum_output_size(input.len()), 0);
+                let n = lz4_flex::block::compress_into(input, out)
+                    .map_err(|e| corrupt(self.codec, e))?;
+                out.truncate(n);
+            }
+            Compressor::Xz => {
+                let mut opts = xz2::stream::LzmaOptions::new_preset(self.level as u32)
+                    .map_err(|e| corrupt(self.codec, e))?;
+                opts.dict_size(self.block_size.max(8192));
+                let mut filters = xz2::stream::Filters::new();
+                filters.lzma2(&opts);
+                let mut s =
+                    xz2::stream::Stream::new_stream_encoder(&filters, xz2::stream::Check::Crc32)
+                        .map_err(|e| corrupt(self.codec, e))?;
+                out.reserve(input.len() + 128);
+                loop {
+                    let st = s
+                        .process_vec(
+                            &input[s.total_in() as usize..],
+                            out,
+                            xz2::stream::Action::Finish,
+                        )
+                        .map_err(|e| corrupt(self.codec, e))?;
+                    if st == xz2::stream::Status::StreamEnd {
+                        break;
+                    }
+                    if out.len() >= input.len() {
+                        return Ok(false);
+                    }
+                    out.reserve(4096);
+                }
+            }
+            Compressor::Lzo | Compressor::Lzma => {
+                return Err(CodecError::Unsupported(self.codec.name()))
+            }
+        }
+        Ok(out.len() < input.len())
+    }
+
+    /// Compressor options metadata payload, when the codec needs one.
+    /// The kernel's LZ4 support requires it (version 1 = legacy frame-less blocks).
+    pub fn options_payload(&self) -> Option<Vec<u8>> {
+        match self.codec {
+            Compressor::Lz4 => {
+                let mut v = 1u32.to_le_bytes().to_vec();
+                v.extend_from_slice(&0u32.to_le_bytes());
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        (0..100_000u32)
+            .flat_map(|i| format!("line {} {}\n", i % 977, i / 13).into_bytes())
+            .take(131072)
+            .collect()
+    }
+
+    #[test]
+    fn every_writable_codec_round_trips() {
+        let data = sample();
+        for codec in [
+            Compressor::Gzip,
+            Compressor::Zstd,
+            Compressor::Lz4,
+            Compressor::Xz,
+        ] {
+            let enc = Encoder::new(codec, None, 131072).unwrap();
+            let mut c = Vec::new();
+            assert!(
+                enc.compress(&data, &mut c).unwrap(),
+                "{codec:?} did not shrink text"
+            );
+            let mut d = Vec::new();
+            decompress(codec, &c, &mut d, 131072).unwrap();
+            assert_eq!(d, data, "{codec:?}");
+            // A limit below the real size is an error, never a silent truncation.
+            assert!(decompress(codec, &c, &mut d, 1000).is_err(), "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn corrupt_input_is_an_error_not_a_panic() {
+        let data = sample();
+        for codec in [
+            Compressor::Gzip,
+            Compressor::Zstd,
+            Compressor::Lz4,
+            Compressor::Xz,
+        ] {
+            let enc = Encoder::new(codec, None, 131072).unwrap();
+            let mut c = Vec::new();
+            enc.compress(&data, &mut c).unwrap();
+            let mut d = Vec::new();
+            for cut in [0, 1, c.len() / 2] {
+                let _ = decompress(codec, &c[..cut], &mut d, 131072);
+            }
+            for i in (0..c.len()).step_by(97) {
+                let mut bad = c.clone();
+                bad[i] ^= 0x5A;
+                if let Ok(()) = decompress(codec, &bad, &mut d, 131072) {
+                    assert!(d.len() <= 131072);
+                }
+            }
+            let _ = decompress(Compressor::Lzo, &c, &mut d, 131072);
+        }
+    }
+
+    #[test]
+    fn random_data_reports_incompressible() {
+        let mut x = 0x1234_5678u64;
+        let data: Vec<u8> = (0..65536)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for codec in [
+            Compressor::Gzip,
+            Compressor::Zstd,
+            Compressor::Lz4,
+            Compressor::Xz,
+        ] {
+            let enc = Encoder::new(codec, None, 131072).unwrap();
+            let mut c = Vec::new();
+            assert!(!enc.compress(&data, &mut c).unwrap(), "{codec:?}");
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The read side's one error type. Every variant maps to an errno at the FUSE
+//! edge (`FsError::errno`); the CLI prints the `Display` form, which names the
+//! image and what is wrong with it.
+
+use crate::codec::CodecError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}: not a SquashFS or ZIP image (unrecognised magic)")]
+    UnknownFormat(String),
+    /// Structural damage: an offset out of range, a table that does not parse.
+    #[error("corrupt image: {0}")]
+    Corrupt(String),
+    #[error("corrupt image: {what}: {source}")]
+    BadBlock {
+        what: String,
+        #[source]
+        source: CodecError,
+    },
+    #[error("unsupported image: {0}")]
+    Unsupported(String),
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("not a symlink")]
+    NotSymlink,
+    #[error("no such attribute")]
+    NoXattr,
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+}
+
+impl FsError {
+    pub fn corrupt(msg: impl Into<String>) -> Self {
+        FsError::Corrupt(msg.into())
+    }
+
+    pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
+        FsError::Io {
+            path: path.to_string(),
+            source,
+        }
+    }
+
+    /// The errno a FUSE reply carries for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            FsError::UnknownFormat(_)
+            | FsError::Corrupt(_)
+            | FsError::BadBlock { .. }
+            | FsError::Unsupported(_) => libc::EIO,
+            FsError::NotFound => libc::ENOENT,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotSymlink => libc::EINVAL,
+            FsError::NoXattr => libc::ENODATA,
+            FsError::Invalid(_) => libc::EINVAL,
+        }
+    }
+}
+
+pub type Result<T, E = FsError> = std::result::Result<T, E>;

@@ -1,0 +1,375 @@
+//! The filesystem core: what a FUSE server needs, answered with plain structs
+//! and [`FsError`]s, testable without a mount.
+//!
+//! [`Image`] is implemented once per image format (SquashFS, ZIP). [`PackFs`]
+//! wraps an image with what is format-independent: open-file handles,
+//! sequential-read detection with prefetch, and counters. The FUSE adapter in
+//! `fuse.rs` only converts between these types and `fuser` replies.
+//!
+//! Node ids are chosen by each image so that they are stable and derivable
+//! without a table (a SquashFS node id is its inode reference); node id 1 is
+//! always the root, as FUSE requires.
+
+use crate::error::{FsError, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+pub type NodeId = u64;
+pub const ROOT: NodeId = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    BlockDevice,
+    CharDevice,
+    Fifo,
+    Socket,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits for this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::BlockDevice => libc::S_IFBLK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+        }
+    }
+}
+
+/// What `stat` shows for a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub node: NodeId,
+    /// `st_ino`: shared by hard links, unique otherwise.
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits (with suid/sgid/sticky), no type bits.
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// Seconds since the epoch (may be negative for ZIP entries).
+    pub mtime: i64,
+    /// Device number for device nodes, in Linux `new_encode_dev` form.
+    pub rdev: u32,
+}
+
+impl Attr {
+    /// 512-byte blocks, as `stat` reports them.
+    pub fn blocks(&self) -> u64 {
+        self.size.div_ceil(512)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub node: NodeId,
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Cookie to pass to `readdir` to continue after this entry.
+    pub cookie: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub files: u64,
+    pub block_size: u32,
+    pub name_max: u32,
+}
+
+/// One image format, read-only. All methods are called concurrently.
+pub trait Image: Send + Sync + 'static {
+    /// A regular file prepared for reading.
+    type Handle: Send + Sync + 'static;
+
+    fn getattr(&self, node: NodeId) -> Result<Attr>;
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr>;
+    /// Lists `dir` starting after `cookie` (0 = from the start; the caller
+    /// adds "." and ".."). `sink` returns false when its buffer is full.
+    fn readdir(
+        &self,
+        dir: NodeId,
+        cookie: u64,
+        sink: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()>;
+    fn open(&self, node: NodeId) -> Result<Self::Handle>;
+    fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>>;
+    /// Warms the cache for `offset..offset+len` (called off the request path).
+    fn prefetch(&self, _h: &Self::Handle, _offset: u64, _len: u64) {}
+    fn readlink(&self, node: NodeId) -> Result<Vec<u8>>;
+    fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    fn statfs(&self) -> StatFs;
+    /// Preferred read unit (the block size), used to size prefetches.
+    fn block_size(&self) -> u32;
+    /// `st_ino` of a directory's parent (for ".." in readdir; the kernel
+    /// resolves ".." itself, so no node id is needed).
+    fn parent_ino(&self, dir: NodeId) -> Result<u64>;
+}
+
+struct OpenHandle<H> {
+    handle: H,
+    /// Offset just past the last read: a read starting here is sequential.
+    next: AtomicU64,
+    /// Everything below this offset has been handed to the prefetcher.
+    prefetched: AtomicU64,
+}
+
+/// Counters for `packfs bench` and the stats line on unmount.
+#[derive(Debug, Default)]
+pub struct FsCounters {
+    pub lookups: AtomicU64,
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+pub struct PackFs<I: Image> {
+    pub image: Arc<I>,
+    handles: RwLock<HashMap<u64, Arc<OpenHandle<I::Handle>>>>,
+    next_fh: AtomicU64,
+    /// How far ahead of a sequential reader to decode, in bytes (0 = off).
+    pub readahead: u64,
+    prefetch_pool: Option<rayon::ThreadPool>,
+    pub counters: FsCounters,
+}
+
+impl<I: Image> PackFs<I> {
+    pub fn new(image: I, readahead: u64, prefetch_threads: usize) -> Self {
+        let prefetch_pool = (readahead > 0 && prefetch_threads > 0)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(prefetch_threads)
+                    .thread_name(|i| format!("packfs-prefetch-{i}"))
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        PackFs {
+            image: Arc::new(image),
+            handles: RwLock::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            readahead,
+            prefetch_pool,
+            counters: FsCounters::default(),
+        }
+    }
+
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            if !matches!(e, FsError::NotFound | FsError::NoXattr) {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                log::error!("{e}");
+            }
+        }
+        r
+    }
+
+    pub fn getattr(&self, node: NodeId) -> Result<Attr> {
+        self.note(self.image.getattr(node))
+    }
+
+    pub fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr> {
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        self.note(self.image.lookup(parent, name))
+    }
+
+    /// Directory listing with "." and ".." first, resuming after `cookie`.
+    /// Cookies 1 and 2 are "." and ".."; the image's cookies are >= 3.
+    pub fn readdir(
+        &self,
+        dir: NodeId,
+        cookie: u64,
+        sink: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let me = self.getattr(dir)?;
+        if me.kind != FileKind::Dir {
+            return Err(FsError::NotDir);
+        }
+        if cookie < 1 {
+            let e = DirEntry {
+                name: b".".to_vec(),
+                node: dir,
+                ino: me.ino,
+                kind: FileKind::Dir,
+                cookie: 1,
+            };
+            if !sink(e) {
+                return Ok(());
+            }
+        }
+        if cookie < 2 {
+            let e = DirEntry {
+                name: b"..".to_vec(),
+                node: dir,
+                ino: self.image.parent_ino(dir)?,
+                kind: FileKind::Dir,
+                cookie: 2,
+            };
+            if !sink(e) {
+                return Ok(());
+            }
+        }
+        let r = self.image.readdir(dir, cookie.max(2), sink);
+        self.note(r)
+    }
+
+    /// Opens a regular file; returns the handle number for `read`/`release`.
+    pub fn open(&self, node: NodeId) -> Result<u64> {
+        let handle = self.note(self.image.open(node))?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let h = Arc::new(OpenHandle {
+            handle,
+            next: AtomicU64::new(0),
+            prefetched: AtomicU64::new(0),
+        });
+        self.handles
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, h);
+        Ok(fh)
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh);
+    }
+
+    fn handle(&self, fh: u64) -> Result<Arc<OpenHandle<I::Handle>>> {
+        self.handles
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::Invalid(format!("unknown file handle {fh}")))
+    }
+
+    /// Reads from an open file. A read that starts where the previous one
+    /// ended is sequential: the blocks after it are decoded in the background
+    /// so the next request finds them in the cache.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let data = self.note(self.image.read(&h.handle, offset, size))?;
+        let end = offset + data.len() as u64;
+        let sequential = offset > 0 && h.next.swap(end, Ordering::Relaxed) == offset;
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .read_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        if sequential {
+            self.schedule_prefetch(&h, end);
+        }
+        Ok(data)
+    }
+
+    fn schedule_prefetch(&self, h: &Arc<OpenHandle<I::Handle>>, from: u64) {
+        let Some(pool) = &self.prefetch_pool else {
+            return;
+        };
+        let target = from + self.readahead;
+        let done = h.prefetched.load(Ordering::Relaxed).max(from);
+        // Only hand out work in whole blocks, and only what is not yet handed out.
+        if target <= done + self.image.block_size() as u64 {
+            return;
+        }
+        if h.prefetched
+            .compare_exchange(
+                h.prefetched.load(Ordering::Relaxed),
+                target,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return; // another thread is scheduling for this handle
+        }
+        let (image, h) = (self.image.clone(), h.clone());
+        pool.spawn(move || image.prefetch(&h.handle, done, target - done));
+    }
+
+    pub fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
+        self.note(self.image.readlink(node))
+    }
+
+    pub fn listxattr(&self, node: NodeId) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for (name, _) in self.note(self.image.xattrs(node))? {
+            out.extend_from_slice(&name);
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub fn getxattr(&self, node: NodeId, name: &[u8]) -> Result<Vec<u8>> {
+        self.note(self.image.xattrs(node))?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or(FsError::NoXattr)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        self.image.statfs()
+    }
+
+    /// Resolves a '/'-separated path from the root without following symlinks.
+    pub fn resolve(&self, path: &[u8]) -> Result<Attr> {
+        let mut at = self.getattr(ROOT)?;
+        for comp in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
+            if at.kind != FileKind::Dir {
+                return Err(FsError::NotDir);
+            }
+            at = self.lookup(at.node, comp)?;
+        }
+        Ok(at)
+    }
+
+    /// Collects a whole directory listing (without "." and "..").
+    pub fn list(&self, dir: NodeId) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        self.image.readdir(dir, 2, &mut |e| {
+            out.push(e);
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Reads a whole regular file through the same path as FUSE reads.
+    pub fn read_all(
+        &self,
+        node: NodeId,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64> {
+        let fh = self.open(node)?;
+        let mut off = 0u64;
+        let r = loop {
+            match self.read(fh, off, 1 << 20) {
+                Ok(d) if d.is_empty() => break Ok(off),
+                Ok(d) => {
+                    off += d.len() as u64;
+                    if let Err(e) = sink(&d) {
+                        break Err(FsError::io("output", e));
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.release(fh);
+        r
+    }
+}

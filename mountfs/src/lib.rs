@@ -1,0 +1,11 @@
+//! packfs read side: image readers, the byte-budgeted block cache and the FUSE adapter.
+pub mod cache;
+pub mod codec;
+pub mod error;
+pub mod fs;
+pub mod fuse;
+pub mod mount;
+pub mod source;
+pub mod squashfs;
+
+pub use error::{FsError, Result};

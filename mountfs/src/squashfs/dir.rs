@@ -1,0 +1,244 @@
+//! Directory listings: iteration from a resumable position, and lookup by
+//! name that uses the directory index to skip to the right metadata block.
+//!
+//! A listing is a sequence of headers `{u32 count-1, u32 inode block, u32
+//! inode number base}` each followed by up to 256 entries `{u16 inode offset,
+//! i16 inode number delta, u16 basic type, u16 name length-1, name}`, sorted
+//! by name. A position in a listing is [`DirPos`]: the byte offset of a header
+//! and the index of an entry under it. Positions are what readdir cookies
+//! encode, so resuming a listing costs one seek, not a rescan from the start.
+
+use super::format::*;
+use super::inode::DirInode;
+use super::meta::MetaCursor;
+use super::reader::SquashFs;
+use crate::error::{FsError, Result};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirPos {
+    /// Byte offset of a header from the listing start.
+    pub header: u32,
+    /// Entry index under that header (0..=255).
+    pub index: u8,
+}
+
+impl DirPos {
+    /// Packs the position into a readdir cookie (>= 3; 1 and 2 are "." and "..").
+    pub fn to_cookie(self) -> u64 {
+        3 + (((self.header as u64) << 8) | self.index as u64)
+    }
+    pub fn from_cookie(c: u64) -> Self {
+        let v = c.saturating_sub(3);
+        DirPos {
+            header: (v >> 8) as u32,
+            index: (v & 0xff) as u8,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawDirEntry {
+    pub name: Vec<u8>,
+    pub inode_ref: u64,
+    pub inode_number: u32,
+    /// Basic inode type (1..=7).
+    pub kind: u16,
+    /// Position of the entry after this one.
+    pub next: DirPos,
+}
+
+/// Streams the entries of one directory listing.
+pub struct DirIter<'a> {
+    c: MetaCursor<'a>,
+    /// Bytes of the listing consumed so far.
+    pos: u32,
+    /// Listing length (inode size minus 3).
+    len: u32,
+    header_pos: u32,
+    remaining: u32,
+    index: u32,
+    start_block: u32,
+    base: u32,
+}
+
+impl SquashFs {
+    fn listing_len(d: &DirInode) -> u32 {
+        d.size.saturating_sub(3)
+    }
+
+    /// Iterates `dir` from `from` (use `DirPos::default()` for the start).
+    pub fn read_dir(&self, d: &DirInode, from: DirPos) -> Result<DirIter<'_>> {
+        let len = Self::listing_len(d);
+        let (block, off, pos) = self.seek_index(d, |idx_pos, _| idx_pos <= from.header)?;
+        let mut c = self.meta_cursor(self.sb.directory_table_start + block, off)?;
+        let target = from.header.min(len);
+        if target < pos {
+            return Err(FsError::corrupt(
+                "directory index points past the position sought",
+            ));
+        }
+        c.skip((target - pos) as usize)?;
+        let mut it = DirIter {
+            c,
+            pos: target,
+            len,
+            header_pos: target,
+            remaining: 0,
+            index: 0,
+            start_block: 0,
+            base: 0,
+        };
+        if from.index > 0 && target < len {
+            it.read_header()?;
+            for _ in 0..from.index {
+                if it.remaining == 0 {
+                    break;
+                }
+                it.read_entry()?;
+            }
+        }
+        Ok(it)
+    }
+
+    /// Finds `name` in `dir`, using the directory index when there is one.
+    pub fn lookup_raw(&self, d: &DirInode, name: &[u8]) -> Result<Option<RawDirEntry>> {
+        let len = Self::listing_len(d);
+        let (block, off, pos) = self.seek_index(d, |_, idx_name| idx_name <= name)?;
+        let c = self.meta_cursor(self.sb.directory_table_start + block, off)?;
+        let mut it = DirIter {
+            c,
+            pos,
+            len,
+            header_pos: pos,
+            remaining: 0,
+            index: 0,
+            start_block: 0,
+            base: 0,
+        };
+        while let Some(e) = it.next_entry()? {
+            if e.name == name {
+                return Ok(Some(e));
+            }
+            // Sorted listing: once past the name, it is not here. Compare only
+            // the first byte, as the kernel does, to tolerate images whose
+            // writer sorted with a different collation beyond that.
+            if e.name.first() > name.first() {
+                break;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Walks the directory index, returning the (relative block, offset,
+    /// listing position) of the last index entry accepted by `take`, or the
+    /// listing start. Index entries are in listing order.
+    fn seek_index(
+        &self,
+        d: &DirInode,
+        mut take: impl FnMut(u32, &[u8]) -> bool,
+    ) -> Result<(u64, usize, u32)> {
+        let mut best = (d.block as u64, d.offset as usize, 0u32);
+        if let Some((ipos, ioff)) = d.index_at {
+            let mut c = self.meta_cursor(ipos, ioff)?;
+            for _ in 0..d.index_count {
+                let index = c.u32()?;
+                let start = c.u32()?;
+                let size = c.u32()? as usize + 1;
+                if size > MAX_NAME_LEN {
+                    return Err(FsError::corrupt("directory index name too long"));
+                }
+                let name = c.bytes(size)?;
+                if !take(index, &name) {
+                    break;
+                }
+                let off = (d.offset as usize + index as usize) % METADATA_SIZE;
+                best = (start as u64, off, index);
+            }
+        }
+        Ok(best)
+    }
+}
+
+impl DirIter<'_> {
+    fn read_header(&mut self) -> Result<()> {
+        if self.len - self.pos < DIR_HEADER_SIZE as u32 {
+            return Err(FsError::corrupt("directory listing ends inside a header"));
+        }
+        self.header_pos = self.pos;
+        let count = self.c.u32()? + 1;
+        self.start_block = self.c.u32()?;
+        self.base = self.c.u32()?;
+        if count as usize > DIR_HEADER_MAX_ENTRIES {
+            return Err(FsError::corrupt(format!(
+                "directory header claims {count} entries (at most 256)"
+            )));
+        }
+        self.remaining = count;
+        self.index = 0;
+        self.pos += DIR_HEADER_SIZE as u32;
+        Ok(())
+    }
+
+    fn read_entry(&mut self) -> Result<RawDirEntry> {
+        if self.len - self.pos < DIR_ENTRY_SIZE as u32 {
+            return Err(FsError::corrupt("directory listing ends inside an entry"));
+        }
+        let offset = self.c.u16()?;
+        let delta = self.c.i16()?;
+        let kind = self.c.u16()?;
+        let name_len = self.c.u16()? as u32 + 1;
+        if name_len as usize > MAX_NAME_LEN
+            || self.len - self.pos - (DIR_ENTRY_SIZE as u32) < name_len
+        {
+            return Err(FsError::corrupt(
+                "directory entry name runs past the listing",
+            ));
+        }
+        let name = self.c.bytes(name_len as usize)?;
+        self.pos += DIR_ENTRY_SIZE as u32 + name_len;
+        self.remaining -= 1;
+        self.index += 1;
+        let next = if self.remaining > 0 {
+            DirPos {
+                header: self.header_pos,
+                index: self.index as u8,
+            }
+        } else {
+            DirPos {
+                header: self.pos,
+                index: 0,
+            }
+        };
+        if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+            return Err(FsError::corrupt(format!(
+                "directory entry with invalid name {:?}",
+                String::from_utf8_lossy(&name)
+            )));
+        }
+        Ok(RawDirEntry {
+            name,
+            inode_ref: make_ref(self.start_block as u64, offset as usize),
+            inode_number: self.base.wrapping_add(delta as i32 as u32),
+            kind,
+            next,
+        })
+    }
+
+    /// The next entry, or `None` at the end of the listing.
+    pub fn next_entry(&mut self) -> Result<Option<RawDirEntry>> {
+        if self.remaining == 0 {
+            if self.pos >= self.len {
+                return Ok(None);
+            }
+            self.read_header()?;
+        }
+        self.read_entry().map(Some)
+    }
+}
+
+impl Iterator for DirIter<'_> {
+    type Item = Result<RawDirEntry>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_entry().transpose()
+    }
+}

@@ -1,0 +1,432 @@
+//! The lazy SquashFS reader.
+//!
+//! Opening an image reads only the superblock and the small lookup tables
+//! (uid/gid values, the block index of the fragment table and of the xattr id
+//! table): a few KiB whatever the number of files, so a million-file image
+//! opens in about the time of one `mmap`. Inodes, directory listings, fragment
+//! entries and data blocks are decoded on demand through the shared
+//! [`BlockCache`], which bounds memory by its byte budget.
+
+use super::format::*;
+use super::inode::{FileInode, Inode, InodeKind};
+use crate::cache::{Block, BlockCache};
+use crate::error::{FsError, Result};
+use crate::source::ImageSource;
+use std::sync::Arc;
+
+pub struct SquashFs {
+    pub(crate) src: Box<dyn ImageSource>,
+    pub sb: Superblock,
+    pub compressor: Compressor,
+    pub(crate) cache: Arc<BlockCache>,
+    ids: Vec<u32>,
+    /// Absolute positions of the fragment table's metadata blocks.
+    frag_index: Vec<u64>,
+    /// Absolute positions of the xattr id table's metadata blocks, and the
+    /// start of the xattr key/value area.
+    xattr_index: Vec<u64>,
+    pub(crate) xattr_kv_start: u64,
+    xattr_count: u32,
+}
+
+/// A regular file ready for reading: its inode plus the absolute position of
+/// each full block (prefix sums of the stored sizes, computed once at open).
+#[derive(Debug)]
+pub struct OpenFile {
+    pub inode: Inode,
+    pub starts: Vec<u64>,
+}
+
+impl OpenFile {
+    pub fn file(&self) -> &FileInode {
+        match &self.inode.kind {
+            InodeKind::File(f) => f,
+            _ => unreachable!("OpenFile holds a regular file by construction"),
+        }
+    }
+}
+
+/// A table whose entries are spread over metadata blocks indexed by a list of
+/// u64 block positions at `start`: reads that list.
+fn read_index(
+    src: &dyn ImageSource,
+    start: u64,
+    entries: u64,
+    entry_size: u64,
+    what: &str,
+) -> Result<Vec<u64>> {
+    let blocks = (entries * entry_size).div_ceil(METADATA_SIZE as u64);
+    let raw = src.slice(start, (blocks * 8) as usize).map_err(|_| {
+        FsError::corrupt(format!(
+            "{what} index at {start} runs past the end of the image"
+        ))
+    })?;
+    Ok(raw
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .collect())
+}
+
+impl SquashFs {
+    /// Opens an image, validating the superblock and the lookup tables.
+    pub fn open(src: Box<dyn ImageSource>, cache: Arc<BlockCache>) -> Result<Self> {
+        let raw: &[u8; SUPERBLOCK_SIZE] = src
+            .slice(0, SUPERBLOCK_SIZE)
+            .map_err(|_| FsError::corrupt("file is shorter than a SquashFS superblock"))?
+            .try_into()
+            .expect("slice has superblock size");
+        let sb = Superblock::parse(raw);
+        if sb.magic != MAGIC {
+            return Err(FsError::corrupt("bad SquashFS magic"));
+        }
+        if (sb.version_major, sb.version_minor) != (4, 0) {
+            return Err(FsError::Unsupported(format!(
+                "SquashFS version {}.{} (only 4.0 is supported)",
+                sb.version_major, sb.version_minor
+            )));
+        }
+        let compressor = Compressor::from_id(sb.compression_id).ok_or_else(|| {
+            FsError::Unsupported(format!("unknown compressor id {}", sb.compression_id))
+        })?;
+        if !(MIN_BLOCK_LOG..=MAX_BLOCK_LOG).contains(&sb.block_log)
+            || sb.block_size != 1 << sb.block_log
+        {
+            return Err(FsError::corrupt(format!(
+                "block size {} does not match block log {}",
+                sb.block_size, sb.block_log
+            )));
+        }
+        let len = src.len();
+        if sb.bytes_used > len {
+            return Err(FsError::corrupt(format!(
+                "superblock says {} bytes are used but the file has {len} (truncated image?)",
+                sb.bytes_used
+            )));
+        }
+        let end = sb.bytes_used;
+        let in_range = |v: u64| v <= end;
+        if !(in_range(sb.inode_table_start)
+            && in_range(sb.directory_table_start)
+            && sb.inode_table_start < sb.directory_table_start
+            && in_range(sb.id_table_start))
+        {
+            return Err(FsError::corrupt(
+                "table positions in the superblock are out of range",
+            ));
+        }
+        if sb.id_count == 0 {
+            return Err(FsError::corrupt("id table is empty"));
+        }
+
+        // uid/gid table: at most 65536 u32, loaded whole.
+        let id_blocks = read_index(&*src, sb.id_table_start, sb.id_count as u64, 4, "id table")?;
+        let mut fs = SquashFs {
+            src,
+            sb,
+            compressor,
+            cache,
+            ids: Vec::new(),
+            frag_index: Vec::new(),
+            xattr_index: Vec::new(),
+            xattr_kv_start: 0,
+            xattr_count: 0,
+        };
+        let mut ids = Vec::with_capacity(fs.sb.id_count as usize);
+        let per_block = METADATA_SIZE / 4;
+        for pos in id_blocks {
+            let n = (fs.sb.id_count as usize - ids.len()).min(per_block);
+            let mut c = fs.meta_cursor(pos, 0)?;
+            for _ in 0..n {
+                ids.push(c.u32()?);
+            }
+        }
+        fs.ids = ids;
+
+        if fs.sb.fragment_count > 0 && fs.sb.fragment_table_start != INVALID_TABLE {
+            fs.frag_index = read_index(
+                &*fs.src,
+                fs.sb.fragment_table_start,
+                fs.sb.fragment_count as u64,
+                FRAGMENT_ENTRY_SIZE as u64,
+                "fragment table",
+            )?;
+        }
+        if fs.sb.xattr_id_table_start != INVALID_TABLE {
+            let h = fs.src.slice(fs.sb.xattr_id_table_start, 16).map_err(|_| {
+                FsError::corrupt("xattr id table header runs past the end of the image")
+            })?;
+            fs.xattr_kv_start = u64::from_le_bytes(h[0..8].try_into().expect("8"));
+            fs.xattr_count = u32::from_le_bytes(h[8..12].try_into().expect("4"));
+            fs.xattr_index = read_index(
+                &*fs.src,
+                fs.sb.xattr_id_table_start + 16,
+                fs.xattr_count as u64,
+                XATTR_ID_ENTRY_SIZE as u64,
+                "xattr id table",
+            )?;
+        }
+        let root = fs.inode(fs.sb.root_inode, false)?;
+        if !root.is_dir() {
+            return Err(FsError::corrupt("root inode is not a directory"));
+        }
+        Ok(fs)
+    }
+
+    pub fn cache(&self) -> &Arc<BlockCache> {
+        &self.cache
+    }
+
+    pub fn root_ref(&self) -> u64 {
+        self.sb.root_inode
+    }
+
+    pub(crate) fn id(&self, idx: u16) -> Result<u32> {
+        self.ids
+            .get(idx as usize)
+            .copied()
+            .ok_or_else(|| FsError::corrupt(format!("uid/gid index {idx} out of range")))
+    }
+
+    pub(crate) fn xattr_entry(&self, idx: u32) -> Result<(u64, u32, u32)> {
+        if idx >= self.xattr_count {
+            return Err(FsError::corrupt(format!("xattr index {idx} out of range")));
+        }
+        let per_block = (METADATA_SIZE / XATTR_ID_ENTRY_SIZE) as u32;
+        let pos = self.xattr_index[(idx / per_block) as usize];
+        let mut c = self.meta_cursor(pos, (idx % per_block) as usize * XATTR_ID_ENTRY_SIZE)?;
+        Ok((c.u64()?, c.u32()?, c.u32()?))
+    }
+
+    /// Fragment table entry `idx`: (absolute block position, size word).
+    fn fragment_entry(&self, idx: u32) -> Result<(u64, u32)> {
+        if idx >= self.sb.fragment_count {
+            return Err(FsError::corrupt(format!(
+                "fragment index {idx} out of range ({} fragments)",
+                self.sb.fragment_count
+            )));
+        }
+        let per_block = (METADATA_SIZE / FRAGMENT_ENTRY_SIZE) as u32;
+        let pos = *self
+            .frag_index
+            .get((idx / per_block) as usize)
+            .ok_or_else(|| FsError::corrupt("fragment table index too short"))?;
+        let mut c = self.meta_cursor(pos, (idx % per_block) as usize * FRAGMENT_ENTRY_SIZE)?;
+        Ok((c.u64()?, c.u32()?))
+    }
+
+    /// Loads a regular file for reading.
+    pub fn open_file(&self, inode_ref: u64) -> Result<OpenFile> {
+        let inode = self.inode(inode_ref, true)?;
+        let InodeKind::File(f) = &inode.kind else {
+            return Err(if inode.is_dir() {
+                FsError::IsDir
+            } else {
+                FsError::Invalid("not a regular file".into())
+            });
+        };
+        let mut starts = Vec::with_capacity(f.block_sizes.len());
+        let mut pos = f.blocks_start;
+        for &w in &f.block_sizes {
+            starts.push(pos);
+            pos = pos.saturating_add((w & DATA_SIZE_MASK) as u64);
+        }
+        if pos > self.sb.bytes_used {
+            return Err(FsError::corrupt(format!(
+                "inode {}: data blocks run past the end of the image",
+                inode.number
+            )));
+        }
+        Ok(OpenFile { inode, starts })
+    }
+
+    /// Decodes (through the cache) a data or fragment block stored at `pos`
+    /// with size word `word`, expected to expand to at most `limit` bytes.
+    fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
+        self.cache.get_or_load(pos, || {
+            let stored = (word & DATA_SIZE_MASK) as usize;
+            let raw = self.src.slice(pos, stored)?;
+            let data = if word & DATA_UNCOMPRESSED != 0 {
+                raw.to_vec()
+            } else {
+                let mut out = Vec::new();
+                crate::codec::decompress(self.compressor, raw, &mut out, limit).map_err(
+                    |source| FsError::BadBlock {
+                        what: format!("data block at offset {pos}"),
+                        source,
+                    },
+                )?;
+                out
+            };
+            Ok(Block {
+                data: data.into_boxed_slice(),
+                next: pos + stored as u64,
+            })
+        })
+    }
+
+    /// Length of full block `i` of a file.
+    fn block_len(&self, f: &FileInode, i: usize) -> usize {
+        let bs = self.sb.block_size as u64;
+        (f.size - i as u64 * bs).min(bs) as usize
+    }
+
+    /// Calls `sink` with consecutive pieces of `file` covering `offset..offset+len`
+    /// (clamped to the file size). Uncompressed blocks are passed straight from
+    /// the image without a copy into the cache.
+    pub fn read_with(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+        mut sink: impl FnMut(&[u8]),
+    ) -> Result<usize> {
+        let f = file.file();
+        if offset >= f.size {
+            return Ok(0);
+        }
+        let end = f.size.min(offset + len as u64);
+        let bs = self.sb.block_size as u64;
+        let mut at = offset;
+        while at < end {
+            let i = (at / bs) as usize;
+            let in_block = (at % bs) as usize;
+            let take = ((end - at) as usize).min(bs as usize - in_block);
+            if i < f.block_sizes.len() {
+                let word = f.block_sizes[i];
+                let blen = self.block_len(f, i);
+                if word & DATA_SIZE_MASK == 0 {
+                    sink(&ZEROS[..take.min(ZEROS.len())]);
+                    let mut left = take - take.min(ZEROS.len());
+                    while left > 0 {
+                        let n = left.min(ZEROS.len());
+                        sink(&ZEROS[..n]);
+                        left -= n;
+                    }
+                } else if word & DATA_UNCOMPRESSED != 0 {
+                    if (word & DATA_SIZE_MASK) as usize != blen {
+                        return Err(FsError::corrupt(format!(
+                            "inode {}: block {i} stored with {} bytes, expected {blen}",
+                            file.inode.number,
+                            word & DATA_SIZE_MASK
+                        )));
+                    }
+                    sink(self.src.slice(file.starts[i] + in_block as u64, take)?);
+                } else {
+                    let b = self.data_block(file.starts[i], word, bs as usize)?;
+                    if b.data.len() != blen {
+                        return Err(FsError::corrupt(format!(
+                            "inode {}: block {i} decodes to {} bytes, expected {blen}",
+                            file.inode.number,
+                            b.data.len()
+                        )));
+                    }
+                    sink(&b.data[in_block..in_block + take]);
+                }
+            } else {
+                // The tail, in a fragment block.
+                if !f.has_fragment() {
+                    return Err(FsError::corrupt(format!(
+                        "inode {}: size {} needs a fragment but has none",
+                        file.inode.number, f.size
+                    )));
+                }
+                let tail_len = (f.size % bs) as usize;
+                let (pos, word) = self.fragment_entry(f.fragment)?;
+                let b = self.data_block(pos, word, bs as usize)?;
+                let start = f.fragment_offset as usize;
+                if start + tail_len > b.data.len() {
+                    return Err(FsError::corrupt(format!(
+                        "inode {}: fragment range {start}+{tail_len} beyond fragment block of {} bytes",
+                        file.inode.number,
+                        b.data.len()
+                    )));
+                }
+                sink(&b.data[start + in_block..start + in_block + take]);
+            }
+            at += take as u64;
+        }
+        Ok((end - offset) as usize)
+    }
+
+    /// Reads into a fresh buffer.
+    pub fn read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(len.min(file.file().size.saturating_sub(offset) as usize));
+        self.read_with(file, offset, len, |b| out.extend_from_slice(b))?;
+        Ok(out)
+    }
+
+    /// Decodes full blocks `first..first+count` of `file` into the cache
+    /// (readahead for sequential readers). Errors are left for the real read.
+    pub fn prefetch(&self, file: &OpenFile, first: usize, count: usize) {
+        let f = file.file();
+        let bs = self.sb.block_size as usize;
+        for i in first..(first + count).min(f.block_sizes.len()) {
+            let w = f.block_sizes[i];
+            if w & DATA_SIZE_MASK != 0 && w & DATA_UNCOMPRESSED == 0 {
+                let _ = self.data_block(file.starts[i], w, bs);
+            } else if w & DATA_UNCOMPRESSED != 0 {
+                self.src
+                    .will_need(file.starts[i], (w & DATA_SIZE_MASK) as usize);
+            }
+        }
+    }
+
+    /// Every compressed data and fragment block in the image, in disk order:
+    /// (position, size word). Found by walking the inode table once.
+    pub fn all_blocks(&self) -> Result<Vec<(u64, u32)>> {
+        let mut out = Vec::new();
+        let mut c = self.meta_cursor(self.sb.inode_table_start, 0)?;
+        while !c.at_area_end(self.sb.directory_table_start) {
+            let r = make_ref(c.pos - self.sb.inode_table_start, c.off);
+            let inode = self.decode_inode(&mut c, r, true)?;
+            if let InodeKind::File(f) = &inode.kind {
+                let mut pos = f.blocks_start;
+                for &w in &f.block_sizes {
+                    if w & DATA_SIZE_MASK != 0 {
+                        out.push((pos, w));
+                    }
+                    pos += (w & DATA_SIZE_MASK) as u64;
+                }
+            }
+        }
+        for i in 0..self.sb.fragment_count {
+            out.push(self.fragment_entry(i)?);
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Decodes every block of the image into the cache, in parallel, until
+    /// the cache budget is nearly used. Returns (blocks, decoded bytes).
+    pub fn preload(&self) -> Result<(u64, u64)> {
+        use rayon::prelude::*;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let blocks = self.all_blocks()?;
+        let budget = self.cache.budget() as u64;
+        let loaded = AtomicU64::new(0);
+        let count = AtomicU64::new(0);
+        let bs = self.sb.block_size as usize;
+        blocks
+            .par_iter()
+            .try_for_each(|&(pos, w)| {
+                if loaded.load(Ordering::Relaxed) + bs as u64 > budget * 9 / 10 {
+                    return Err(());
+                }
+                if w & DATA_UNCOMPRESSED != 0 {
+                    // Stored raw: reads come from the page cache via the map.
+                    self.src.will_need(pos, (w & DATA_SIZE_MASK) as usize);
+                    return Ok(());
+                }
+                if let Ok(b) = self.data_block(pos, w, bs) {
+                    loaded.fetch_add(b.data.len() as u64, Ordering::Relaxed);
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+            .ok();
+        Ok((count.into_inner(), loaded.into_inner()))
+    }
+}
+
+static ZEROS: [u8; 65536] = [0; 65536];

@@ -1,0 +1,134 @@
+//! packfs write side: packs a directory tree into a standard SquashFS 4.0
+//! image (readable by the Linux kernel, unsquashfs and squashfuse).
+//!
+//! Pipeline: [`walk`] scans the tree into a compact description, then
+//! [`squashfs`] writes data (in parallel, deterministically), inodes,
+//! directories and tables into a temporary file that [`output`] renames into
+//! place only on success.
+
+mod error;
+mod metadata;
+mod output;
+mod squashfs;
+mod walk;
+mod xattrs;
+
+pub use error::PackError;
+pub use mountfs::squashfs::format::Compressor;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Progress callbacks; called from the packing thread only.
+pub trait Progress: Send + Sync {
+    /// Called once the tree is scanned.
+    fn start(&self, total_bytes: u64, total_entries: u64);
+    /// Called as file data is written (bytes of source data).
+    fn advance(&self, bytes: u64);
+    fn finish(&self);
+}
+
+pub struct PackOptions {
+    pub compressor: Compressor,
+    /// `None` = the codec's default level (see `mountfs::codec::Encoder::new`).
+    pub level: Option<i32>,
+    /// Power of two, 4096..=1048576.
+    pub block_size: u32,
+    /// 0 = all cores.
+    pub threads: usize,
+    /// Glob patterns matched against the path relative to SRC and the bare name.
+    pub excludes: Vec<String>,
+    /// uid = gid = 0 for every entry.
+    pub all_root: bool,
+    /// Overrides every entry's mtime and the superblock's mod_time.
+    pub mtime: Option<u32>,
+    /// Overwrite an existing output.
+    pub force: bool,
+    pub no_fragments: bool,
+    pub progress: Option<Arc<dyn Progress>>,
+    /// When set (e.g. by a SIGINT handler), packing stops with
+    /// [`PackError::Interrupted`] and leaves no output behind.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions {
+            compressor: Compressor::Zstd,
+            level: None,
+            block_size: 131072,
+            threads: 0,
+            excludes: Vec::new(),
+            all_root: false,
+            mtime: None,
+            force: false,
+            no_fragments: false,
+            progress: None,
+            cancel: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PackSummary {
+    /// Directory entries, the root included.
+    pub entries: u64,
+    /// Distinct inodes (hard links counted once).
+    pub inodes: u64,
+    /// Bytes of regular-file data read.
+    pub bytes_in: u64,
+    /// Image size including padding.
+    pub bytes_out: u64,
+    /// Files whose content duplicated an earlier file's and was stored once.
+    pub dedup_files: u64,
+    pub dedup_bytes: u64,
+    pub fragments: u64,
+    pub elapsed: Duration,
+}
+
+fn validate(opts: &PackOptions) -> Result<(), PackError> {
+    let bs = opts.block_size;
+    if !bs.is_power_of_two() || !(4096..=1 << 20).contains(&bs) {
+        return Err(PackError::InvalidOption(format!(
+            "block size {bs} is not a power of two between 4096 and 1048576"
+        )));
+    }
+    Ok(())
+}
+
+/// Packs the directory `src` into the SquashFS image `out`.
+pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
+    let started = Instant::now();
+    validate(opts)?;
+    let target = output::prepare(src, out, opts.force)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .thread_name(|i| format!("packfs-{i}"))
+        .build()
+        .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
+    let tree = walk::walk(src, opts)?;
+    if walk::cancelled(opts) {
+        return Err(PackError::Interrupted);
+    }
+    let tmp = target.create_temp()?;
+    // On any error `tmp` is dropped here, which deletes the temporary file.
+    let w = squashfs::write_image(&tree, tmp.as_file(), tmp.path(), opts, &pool)?;
+    if walk::cancelled(opts) {
+        return Err(PackError::Interrupted);
+    }
+    target.commit(tmp)?;
+    if let Some(p) = &opts.progress {
+        p.finish();
+    }
+    Ok(PackSummary {
+        entries: tree.nodes.len() as u64,
+        inodes: w.inodes,
+        bytes_in: w.bytes_in,
+        bytes_out: w.bytes_out,
+        dedup_files: w.dedup_files,
+        dedup_bytes: w.dedup_bytes,
+        fragments: w.fragments,
+        elapsed: started.elapsed(),
+    })
+}

@@ -1,0 +1,100 @@
+//! Atomic output: the image is written to a temporary file beside the final
+//! name and renamed into place only once complete and synced, so a failed or
+//! interrupted run never leaves a partial image under the final name.
+
+use crate::PackError;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use tempfile::NamedTempFile;
+
+/// The validated destination of an image.
+#[derive(Debug)]
+pub struct Target {
+    final_path: PathBuf,
+    dir: PathBuf,
+    name: String,
+}
+
+/// Checks SRC and OUT before any work is done: SRC must be a directory, OUT's
+/// directory must exist, OUT must not lie inside SRC (the image would try to
+/// contain itself) and must not exist unless `force`.
+pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError> {
+    let meta = fs::metadata(src).map_err(PackError::io(src))?;
+    if !meta.is_dir() {
+        return Err(PackError::NotADirectory { path: src.into() });
+    }
+    let src_canon = fs::canonicalize(src).map_err(PackError::io(src))?;
+    let name = out.file_name().ok_or_else(|| {
+        PackError::InvalidOption(format!("{}: output has no file name", out.display()))
+    })?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = match fs::canonicalize(parent) {
+        Ok(d) if d.is_dir() => d,
+        Ok(_) => {
+            return Err(PackError::NotADirectory {
+                path: parent.into(),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(PackError::OutputDirMissing {
+                path: parent.into(),
+            })
+        }
+        Err(e) => return Err(PackError::io(parent)(e)),
+    };
+    // Compare canonical parent + name, not the canonical OUT: OUT need not
+    // exist yet, and if it is a symlink we replace the link, not its target.
+    if dir.join(name).starts_with(&src_canon) {
+        return Err(PackError::OutputInsideSource {
+            path: out.into(),
+            src: src.into(),
+        });
+    }
+    match fs::symlink_metadata(out) {
+        Ok(_) if !force => return Err(PackError::OutputExists { path: out.into() }),
+        Ok(m) if m.is_dir() => {
+            return Err(PackError::io(out)(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "output is a directory",
+            )))
+        }
+        _ => {}
+    }
+    Ok(Target {
+        final_path: out.into(),
+        dir,
+        name: name.to_string_lossy().into_owned(),
+    })
+}
+
+impl Target {
+    /// Creates `.<name>.tmp-XXXXXX` in OUT's directory. Dropping the returned
+    /// file without [`Target::commit`] deletes it.
+    pub fn create_temp(&self) -> Result<NamedTempFile, PackError> {
+        tempfile::Builder::new()
+            .prefix(&format!(".{}.tmp-", self.name))
+            .rand_bytes(6)
+            .tempfile_in(&self.dir)
+            .map_err(PackError::io(&self.dir))
+    }
+
+    /// Syncs the temporary file and renames it to the final name.
+    pub fn commit(&self, tmp: NamedTempFile) -> Result<(), PackError> {
+        let path = tmp.path().to_path_buf();
+        // tempfile creates 0600; an image is an ordinary readable file.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+            .map_err(PackError::io(&path))?;
+        tmp.as_file().sync_all().map_err(PackError::io(&path))?;
+        tmp.persist(&self.final_path)
+            .map_err(|e| PackError::io(&self.final_path)(e.error))?;
+        // Make the rename itself durable; failure here is not worth failing the run.
+        if let Ok(d) = fs::File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}

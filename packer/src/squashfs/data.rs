@@ -1,0 +1,639 @@
+//! File data: blocks, sparse blocks, fragments, whole-file dedup.
+//!
+//! Files are cut into *pieces* (a few consecutive blocks of one file) and
+//! pieces are grouped into *batches* bounded by bytes and count. Each batch is
+//! read, hashed and compressed in parallel on the pool, then its results are
+//! written strictly in piece order. Batch boundaries depend only on constants
+//! and the tree, never on the thread count, and fragment blocks are sealed and
+//! written at fixed points (batch ends), so the image is byte-identical for
+//! any number of threads. Memory in flight is bounded by [`BATCH_BYTES`] plus
+//! the compressed copies of that batch.
+
+use super::ImageWriter;
+use crate::walk::{cancelled, Kind, Tree};
+use crate::{PackError, PackOptions};
+use mountfs::codec::{CodecError, Encoder};
+use mountfs::squashfs::format::{Compressor, DATA_UNCOMPRESSED, INVALID_FRAG};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Raw bytes read per batch at most (plus one piece).
+const BATCH_BYTES: u64 = 32 << 20;
+/// Pieces per batch at most (bounds per-piece overhead for tiny files).
+const BATCH_PIECES: usize = 4096;
+/// Bytes per piece at most (at least one block): small enough that one big
+/// file still spreads over all threads.
+const PIECE_BYTES: u64 = 1 << 20;
+
+/// Where a file's data ended up.
+#[derive(Clone, Debug)]
+pub struct FileLoc {
+    pub blocks_start: u64,
+    /// Index of the file's first size word in [`DataOutput::block_sizes`].
+    pub sizes_start: usize,
+    pub block_count: usize,
+    pub fragment: u32,
+    pub frag_offset: u32,
+    /// Bytes stored as sparse (all-zero) blocks.
+    pub sparse: u64,
+}
+
+impl Default for FileLoc {
+    fn default() -> Self {
+        FileLoc {
+            blocks_start: 0,
+            sizes_start: 0,
+            block_count: 0,
+            fragment: INVALID_FRAG,
+            frag_offset: 0,
+            sparse: 0,
+        }
+    }
+}
+
+pub struct DataOutput {
+    /// Indexed by inode; meaningful for regular files only.
+    pub locs: Vec<FileLoc>,
+    /// Size words of all stored files' blocks, back to back.
+    pub block_sizes: Vec<u32>,
+    /// Fragment table entries (16 bytes each).
+    pub fragment_entries: Vec<u8>,
+    pub fragment_count: u32,
+    pub bytes_in: u64,
+    pub dedup_files: u64,
+    pub dedup_bytes: u64,
+}
+
+struct Piece {
+    ino: u32,
+    path: Arc<Path>,
+    size: u64,
+    first_block: u64,
+    nblocks: u64,
+    last: bool,
+    maybe_sparse: bool,
+}
+
+enum Block {
+    Sparse(u32),
+    Stored {
+        bytes: Vec<u8>,
+        compressed: bool,
+    },
+    /// The partial last block, bound for a fragment.
+    Tail(Vec<u8>),
+}
+
+struct Ctx {
+    enc: Encoder,
+    /// Whether the codec is expensive enough to probe blocks first.
+    probe: bool,
+    block_size: u32,
+    fragments: bool,
+    zero_hash: blake3::Hash,
+}
+
+/// A file whose pieces are being consumed.
+struct Current {
+    ino: u32,
+    start_pos: u64,
+    sizes_start: usize,
+    hasher: blake3::Hasher,
+    sparse: u64,
+    tail: Option<Vec<u8>>,
+}
+
+struct Writer<'a, 'f> {
+    img: &'a mut ImageWriter<'f>,
+    ctx: &'a Ctx,
+    out: DataOutput,
+    cur: Option<Current>,
+    /// Dedup key -> inode holding the data. The key is the first 128 bits of
+    /// a BLAKE3 hash over the file size and its per-block BLAKE3 hashes:
+    /// BLAKE3 is a cryptographic hash, so a collision (2^-64 birthday bound
+    /// even at 128 bits) is not a practical concern, and identical keys are
+    /// treated as identical content without a byte comparison.
+    dedup: HashMap<[u8; 16], u32>,
+    frag_buf: Vec<u8>,
+    frag_sealed: Vec<Vec<u8>>,
+}
+
+fn expensive(enc: &Encoder) -> bool {
+    match enc.codec {
+        Compressor::Gzip | Compressor::Xz | Compressor::Lzma => true,
+        Compressor::Zstd => enc.level > 3,
+        Compressor::Lz4 | Compressor::Lzo => false,
+    }
+}
+
+/// Order-0 entropy in bits per byte.
+fn entropy(data: &[u8]) -> f64 {
+    let mut hist = [0u32; 256];
+    for &b in data {
+        hist[b as usize] += 1;
+    }
+    let n = data.len() as f64;
+    hist.iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+thread_local! {
+    /// Per-thread zstd level-1 context for the incompressibility probe (a
+    /// context per block would cost more than the probe itself).
+    static PROBE: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// True only when a block is almost surely incompressible: its byte entropy
+/// is so close to 8 bits that entropy coding can gain < 0.4%, *and* a fast
+/// zstd level-1 pass (whose window spans the whole block, unlike LZ4's 64 KiB,
+/// so it sees the same repeats xz or high zstd would) saves under 2%. Both
+/// are cheap next to gzip/xz/high zstd. Blocks failing either test go to the
+/// real codec, so the image stays as small as mksquashfs makes it.
+fn looks_incompressible(ctx: &Ctx, data: &[u8]) -> Result<bool, CodecError> {
+    if !ctx.probe || data.len() < 4096 || entropy(data) < 7.97 {
+        return Ok(false);
+    }
+    let probe_err = |e: std::io::Error| CodecError::Corrupt {
+        codec: "zstd",
+        detail: e.to_string(),
+    };
+    PROBE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Compressor::new(1).map_err(probe_err)?);
+        }
+        let Some(c) = slot.as_mut() else {
+            return Ok(false);
+        };
+        let mut scratch = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+        c.compress_to_buffer(data, &mut scratch)
+            .map_err(probe_err)?;
+        Ok(scratch.len() * 100 >= data.len() * 98)
+    })
+}
+
+/// Compresses a data or fragment block; returns the stored bytes and whether
+/// they are compressed.
+fn compress_block(ctx: &Ctx, data: Vec<u8>) -> Result<(Vec<u8>, bool), CodecError> {
+    if looks_incompressible(ctx, &data)? {
+        return Ok((data, false));
+    }
+    let mut out = Vec::new();
+    if ctx.enc.compress(&data, &mut out)? {
+        Ok((out, true))
+    } else {
+        Ok((data, false))
+    }
+}
+
+fn size_word(len: usize, compressed: bool) -> u32 {
+    if compressed {
+        len as u32
+    } else {
+        len as u32 | DATA_UNCOMPRESSED
+    }
+}
+
+/// Whether `off..off+len` is entirely a hole, asked of the filesystem with
+/// SEEK_DATA so holes are never read. Any failure means "not known to be a
+/// hole": the block is then read and zero-detected instead.
+fn is_hole(file: &File, off: u64, len: u64) -> bool {
+    // SAFETY: lseek on a valid fd has no memory effects.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), off as libc::off_t, libc::SEEK_DATA) };
+    if r < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    r as u64 >= off + len
+}
+
+fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
+    if p.nblocks == 0 {
+        return Ok(Vec::new());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p.path)
+        .map_err(PackError::io(&*p.path))?;
+    let bs = ctx.block_size as u64;
+    let changed = || PackError::FileChanged {
+        path: p.path.to_path_buf(),
+    };
+    let mut out = Vec::with_capacity(p.nblocks as usize);
+    for b in p.first_block..p.first_block + p.nblocks {
+        let off = b * bs;
+        let len = bs.min(p.size - off);
+        let tail = ctx.fragments && len < bs;
+        if !tail && p.maybe_sparse && is_hole(&file, off, len) {
+            let hash = if len == bs {
+                ctx.zero_hash
+            } else {
+                blake3::hash(&vec![0u8; len as usize])
+            };
+            out.push((Block::Sparse(len as u32), hash));
+            continue;
+        }
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, off).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                changed()
+            } else {
+                PackError::io(&*p.path)(e)
+            }
+        })?;
+        let hash = blake3::hash(&buf);
+        let block = if tail {
+            Block::Tail(buf)
+        } else if buf.iter().all(|&x| x == 0) {
+            Block::Sparse(len as u32)
+        } else {
+            let (bytes, compressed) =
+                compress_block(ctx, buf).map_err(|source| PackError::Codec {
+                    path: p.path.to_path_buf(),
+                    source,
+                })?;
+            Block::Stored { bytes, compressed }
+        };
+        out.push((block, hash));
+    }
+    if p.last {
+        let now = file.metadata().map_err(PackError::io(&*p.path))?.len();
+        if now != p.size {
+            return Err(changed());
+        }
+    }
+    Ok(out)
+}
+
+/// Cuts the files, in data order, into pieces.
+fn pieces<'t>(
+    tree: &'t Tree,
+    order: &'t [u32],
+    block_size: u32,
+) -> impl Iterator<Item = Piece> + 't {
+    let bs = block_size as u64;
+    let per_piece = (PIECE_BYTES / bs).max(1);
+    order.iter().flat_map(move |&ino| {
+        let i = &tree.inodes[ino as usize];
+        let path: Arc<Path> = Arc::from(tree.source_path(i.node).as_path());
+        let blocks = i.size.div_ceil(bs);
+        let n_pieces = blocks.div_ceil(per_piece).max(1);
+        let (size, maybe_sparse) = (i.size, i.maybe_sparse);
+        (0..n_pieces).map(move |k| {
+            let first_block = k * per_piece;
+            Piece {
+                ino,
+                path: path.clone(),
+                size,
+                first_block,
+                nblocks: per_piece.min(blocks - first_block.min(blocks)),
+                last: k + 1 == n_pieces,
+                maybe_sparse,
+            }
+        })
+    })
+}
+
+pub fn write_data(
+    tree: &Tree,
+    img: &mut ImageWriter,
+    enc: Encoder,
+    opts: &PackOptions,
+    pool: &rayon::ThreadPool,
+) -> Result<DataOutput, PackError> {
+    let bs = opts.block_size;
+    let probe = expensive(&enc);
+    let ctx = Ctx {
+        enc,
+        probe,
+        block_size: bs,
+        fragments: !opts.no_fragments,
+        zero_hash: blake3::hash(&vec![0u8; bs as usize]),
+    };
+    let order = tree.files_in_data_order();
+    let total_bytes: u64 = order.iter().map(|&i| tree.inodes[i as usize].size).sum();
+    if let Some(p) = &opts.progress {
+        p.start(total_bytes, tree.nodes.len() as u64);
+    }
+    let mut w = Writer {
+        img,
+        ctx: &ctx,
+        out: DataOutput {
+            locs: vec![FileLoc::default(); tree.inodes.len()],
+            block_sizes: Vec::new(),
+            fragment_entries: Vec::new(),
+            fragment_count: 0,
+            bytes_in: total_bytes,
+            dedup_files: 0,
+            dedup_bytes: 0,
+        },
+        cur: None,
+        dedup: HashMap::new(),
+        frag_buf: Vec::new(),
+        frag_sealed: Vec::new(),
+    };
+    let mut it = pieces(tree, &order, bs).peekable();
+    while it.peek().is_some() {
+        if cancelled(opts) {
+            return Err(PackError::Interrupted);
+        }
+        let mut batch = Vec::new();
+        let mut bytes = 0u64;
+        while bytes < BATCH_BYTES && batch.len() < BATCH_PIECES {
+            let Some(p) = it.next() else { break };
+            bytes += p.nblocks * bs as u64;
+            batch.push(p);
+        }
+        let results: Vec<_> =
+            pool.install(|| batch.par_iter().map(|p| read_piece(&ctx, p)).collect());
+        for (p, r) in batch.iter().zip(results) {
+            w.consume(p, r?, tree)?;
+            if let Some(pr) = &opts.progress {
+                pr.advance(
+                    p.size.min((p.first_block + p.nblocks) * bs as u64) - p.first_block * bs as u64,
+                );
+            }
+        }
+        w.write_sealed_fragments(pool)?;
+    }
+    if !w.frag_buf.is_empty() {
+        let buf = std::mem::take(&mut w.frag_buf);
+        w.frag_sealed.push(buf);
+    }
+    w.write_sealed_fragments(pool)?;
+    Ok(w.out)
+}
+
+impl Writer<'_, '_> {
+    fn consume(
+        &mut self,
+        p: &Piece,
+        blocks: Vec<(Block, blake3::Hash)>,
+        tree: &Tree,
+    ) -> Result<(), PackError> {
+        debug_assert_eq!(tree.inodes[p.ino as usize].kind, Kind::File);
+        if p.first_block == 0 {
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(&p.size.to_le_bytes());
+            self.cur = Some(Current {
+                ino: p.ino,
+                start_pos: self.img.pos(),
+                sizes_start: self.out.block_sizes.len(),
+                hasher,
+                sparse: 0,
+                tail: None,
+            });
+        }
+        let Some(cur) = self.cur.as_mut() else {
+            unreachable!("pieces of a file arrive in order, first piece first")
+        };
+        for (block, hash) in blocks {
+            cur.hasher.update(hash.as_bytes());
+            match block {
+                Block::Sparse(len) => {
+                    self.out.block_sizes.push(0);
+                    cur.sparse += len as u64;
+                }
+                Block::Stored { bytes, compressed } => {
+                    self.img.write(&bytes)?;
+                    self.out
+                        .block_sizes
+                        .push(size_word(bytes.len(), compressed));
+                }
+                Block::Tail(raw) => cur.tail = Some(raw),
+            }
+        }
+        if p.last {
+            self.finish_file(p.size)?;
+        }
+        Ok(())
+    }
+
+    fn finish_file(&mut self, size: u64) -> Result<(), PackError> {
+        let Some(cur) = self.cur.take() else {
+            return Ok(());
+        };
+        if size == 0 {
+            return Ok(()); // default FileLoc: no blocks, no fragment
+        }
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&cur.hasher.finalize().as_bytes()[..16]);
+        if let Some(&prev) = self.dedup.get(&key) {
+            // Same content stored already: drop what this file wrote (its
+            // blocks were the last thing written) and point at the original.
+            self.img.rewind(cur.start_pos)?;
+            self.out.block_sizes.truncate(cur.sizes_start);
+            self.out.locs[cur.ino as usize] = self.out.locs[prev as usize].clone();
+            self.out.dedup_files += 1;
+            self.out.dedup_bytes += size;
+            return Ok(());
+        }
+        let (fragment, frag_offset) = match cur.tail {
+            Some(t) => self.add_fragment(&t),
+            None => (INVALID_FRAG, 0),
+        };
+        self.out.locs[cur.ino as usize] = FileLoc {
+            blocks_start: cur.start_pos,
+            sizes_start: cur.sizes_start,
+            block_count: self.out.block_sizes.len() - cur.sizes_start,
+            fragment,
+            frag_offset,
+            sparse: cur.sparse,
+        };
+        self.dedup.insert(key, cur.ino);
+        Ok(())
+    }
+
+    /// Appends a tail to the open fragment block, sealing it first when the
+    /// tail does not fit. Returns (fragment index, offset in it).
+    fn add_fragment(&mut self, tail: &[u8]) -> (u32, u32) {
+        if self.frag_buf.len() + tail.len() > self.ctx.block_size as usize {
+            let buf = std::mem::take(&mut self.frag_buf);
+            self.frag_sealed.push(buf);
+        }
+        // Sealed blocks not yet written still have their index reserved.
+        let index = self.out.fragment_count + self.frag_sealed.len() as u32;
+        let offset = self.frag_buf.len() as u32;
+        self.frag_buf.extend_from_slice(tail);
+        (index, offset)
+    }
+
+    /// Compresses sealed fragment blocks in parallel and writes them in order.
+    ///
+    /// Never while a file is half written: its blocks must stay contiguous
+    /// (the inode records only the first block's position), and a duplicate
+    /// file is undone by rewinding to its start.
+    fn write_sealed_fragments(&mut self, pool: &rayon::ThreadPool) -> Result<(), PackError> {
+        if self.frag_sealed.is_empty() || self.cur.is_some() {
+            return Ok(());
+        }
+        let sealed = std::mem::take(&mut self.frag_sealed);
+        let ctx = self.ctx;
+        let done: Vec<_> = pool.install(|| {
+            sealed
+                .into_par_iter()
+                .map(|b| compress_block(ctx, b))
+                .collect()
+        });
+        for r in done {
+            let (bytes, compressed) = r.map_err(|source| PackError::Codec {
+                path: self.img.path().to_path_buf(),
+                source,
+            })?;
+            let start = self.img.pos();
+            self.img.write(&bytes)?;
+            let e = &mut self.out.fragment_entries;
+            e.extend_from_slice(&start.to_le_bytes());
+            e.extend_from_slice(&size_word(bytes.len(), compressed).to_le_bytes());
+            e.extend_from_slice(&0u32.to_le_bytes());
+            self.out.fragment_count += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walk;
+    use std::fs;
+
+    fn pack_data(src: &Path, opts: &PackOptions) -> (Tree, DataOutput, u64) {
+        let tree = walk::walk(src, opts).unwrap();
+        let tmp = tempfile::tempfile().unwrap();
+        let mut img = ImageWriter::new(&tmp, Path::new("test.img"));
+        let enc = Encoder::new(opts.compressor, opts.level, opts.block_size).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let out = write_data(&tree, &mut img, enc, opts, &pool).unwrap();
+        let end = img.pos();
+        (tree, out, end)
+    }
+
+    fn loc_of<'a>(tree: &Tree, out: &'a DataOutput, name: &str) -> &'a FileLoc {
+        let node = (0..tree.nodes.len() as u32)
+            .find(|&n| tree.name(n) == name.as_bytes())
+            .unwrap();
+        &out.locs[tree.nodes[node as usize].inode as usize]
+    }
+
+    fn noisy(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn duplicates_share_blocks_and_fragments() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        let big = noisy(3 * 4096 + 100, 1);
+        fs::write(src.join("big1"), &big).unwrap();
+        fs::write(src.join("big2"), &big).unwrap();
+        fs::write(src.join("other"), noisy(3 * 4096 + 100, 2)).unwrap();
+        fs::write(src.join("small1"), b"same small").unwrap();
+        fs::write(src.join("small2"), b"same small").unwrap();
+        fs::write(src.join("small3"), b"different").unwrap();
+        let opts = PackOptions {
+            block_size: 4096,
+            ..Default::default()
+        };
+        let (tree, out, end) = pack_data(src, &opts);
+        assert_eq!(out.dedup_files, 2);
+        assert_eq!(out.dedup_bytes, big.len() as u64 + 10);
+        let (b1, b2, o) = (
+            loc_of(&tree, &out, "big1"),
+            loc_of(&tree, &out, "big2"),
+            loc_of(&tree, &out, "other"),
+        );
+        assert_eq!(
+            (b1.blocks_start, b1.sizes_start, b1.fragment, b1.frag_offset),
+            (b2.blocks_start, b2.sizes_start, b2.fragment, b2.frag_offset)
+        );
+        assert_eq!(b1.block_count, 3);
+        assert_ne!(b1.blocks_start, o.blocks_start);
+        // "other" was written right after big1: big2's blocks were undone.
+        let big1_bytes: u64 = out.block_sizes[b1.sizes_start..b1.sizes_start + 3]
+            .iter()
+            .map(|w| (w & mountfs::squashfs::format::DATA_SIZE_MASK) as u64)
+            .sum();
+        assert_eq!(o.blocks_start, b1.blocks_start + big1_bytes);
+        let (s1, s2, s3) = (
+            loc_of(&tree, &out, "small1"),
+            loc_of(&tree, &out, "small2"),
+            loc_of(&tree, &out, "small3"),
+        );
+        assert_eq!((s1.fragment, s1.frag_offset), (s2.fragment, s2.frag_offset));
+        assert_ne!((s1.fragment, s1.frag_offset), (s3.fragment, s3.frag_offset));
+        // 3 full blocks for big1 and for other, no block for big2; tails in fragments.
+        assert_eq!(out.block_sizes.len(), 6);
+        assert!(end > 0);
+    }
+
+    #[test]
+    fn zero_blocks_are_sparse_and_tails_go_to_fragments_unless_disabled() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        let mut d = vec![0u8; 2 * 4096];
+        d.extend(noisy(4096 + 10, 3));
+        fs::write(src.join("f"), &d).unwrap();
+        let opts = PackOptions {
+            block_size: 4096,
+            ..Default::default()
+        };
+        let (tree, out, _) = pack_data(src, &opts);
+        let l = loc_of(&tree, &out, "f");
+        assert_eq!(&out.block_sizes[l.sizes_start..l.sizes_start + 2], &[0, 0]);
+        assert_eq!(l.block_count, 3);
+        assert_eq!(l.sparse, 8192);
+        assert_ne!(l.fragment, INVALID_FRAG);
+        let opts = PackOptions {
+            block_size: 4096,
+            no_fragments: true,
+            ..Default::default()
+        };
+        let (tree, out, _) = pack_data(src, &opts);
+        let l = loc_of(&tree, &out, "f");
+        assert_eq!(l.block_count, 4);
+        assert_eq!(l.fragment, INVALID_FRAG);
+        assert_eq!(out.fragment_count, 0);
+    }
+
+    #[test]
+    fn incompressible_check_only_fires_on_noise() {
+        let ctx = Ctx {
+            enc: Encoder::new(Compressor::Xz, None, 131072).unwrap(),
+            probe: true,
+            block_size: 131072,
+            fragments: true,
+            zero_hash: blake3::hash(&[]),
+        };
+        assert!(looks_incompressible(&ctx, &noisy(131072, 9)).unwrap());
+        // Noise repeated: byte entropy is still ~8 bits but LZ finds the repeat.
+        let half = noisy(65536, 9);
+        assert!(!looks_incompressible(&ctx, &[half.clone(), half].concat()).unwrap());
+        let text: Vec<u8> = (0..131072u32)
+            .map(|i| b"abcdefgh"[(i % 8) as usize])
+            .collect();
+        assert!(!looks_incompressible(&ctx, &text).unwrap());
+    }
+}

@@ -1,0 +1,137 @@
+//! Command-line definition (clap derive).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "packfs",
+    version,
+    about = "Pack many small files into one SquashFS or ZIP image and mount it without root"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Codec {
+    Zstd,
+    Gzip,
+    Lz4,
+    Xz,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutFormat {
+    Squashfs,
+    Zip,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
+    Pack {
+        src: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Override the format chosen from the output extension.
+        #[arg(long, value_enum)]
+        format: Option<OutFormat>,
+        #[arg(short, long, value_enum, default_value = "zstd")]
+        compression: Codec,
+        /// Compression level (zstd 1-22, gzip 1-9, xz 0-9); default: zstd 3, gzip 9, xz 6.
+        #[arg(short, long)]
+        level: Option<i32>,
+        /// Data block size, a power of two from 4K to 1M.
+        #[arg(short, long, default_value = "128K", value_parser = crate::size::parse_size)]
+        block_size: u64,
+        /// Worker threads (default: all cores). The image is identical whatever the value.
+        #[arg(short = 'j', long, default_value_t = 0)]
+        threads: usize,
+        /// Leave out paths matching this glob (relative to SRC); repeatable.
+        #[arg(short, long)]
+        exclude: Vec<String>,
+        /// Overwrite OUTPUT if it exists.
+        #[arg(short, long)]
+        force: bool,
+        /// Store every entry as owned by root (uid 0, gid 0).
+        #[arg(long)]
+        all_root: bool,
+        /// Set every mtime (and the image time) to this many seconds since the
+        /// epoch; defaults to $SOURCE_DATE_EPOCH when that is set.
+        #[arg(long)]
+        mtime: Option<u32>,
+        /// Store file tails in their own blocks instead of packing them together.
+        #[arg(long)]
+        no_fragments: bool,
+        /// No progress bar and no summary line.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// Show the image's format, compression, sizes and counts.
+    Info { image: PathBuf },
+    /// List a directory of the image (like `ls -l` with -l).
+    Ls {
+        image: PathBuf,
+        #[arg(default_value = "/")]
+        path: String,
+        #[arg(short, long)]
+        long: bool,
+        #[arg(short = 'R', long)]
+        recursive: bool,
+    },
+    /// Write a file of the image to stdout.
+    Cat { image: PathBuf, path: String },
+    /// Extract the image (or a subtree) into a directory.
+    Extract {
+        image: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Subtree to extract.
+        #[arg(long, default_value = "/")]
+        path: String,
+    },
+    /// Mount an image read-only (returns once the mount is ready unless --foreground).
+    Mount {
+        image: PathBuf,
+        mountpoint: PathBuf,
+        /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
+        #[arg(long, value_parser = crate::size::parse_size)]
+        cache_size: Option<u64>,
+        /// FUSE worker threads.
+        #[arg(short = 'j', long, default_value_t = 8)]
+        threads: usize,
+        /// Stay in the foreground (logs on stderr) instead of daemonising.
+        #[arg(short, long)]
+        foreground: bool,
+        /// Decode the whole image into the cache at mount (when it fits).
+        #[arg(long)]
+        preload: bool,
+        /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf).
+        #[arg(long)]
+        allow_other: bool,
+        /// Extra FUSE mount options, comma-separated; repeatable.
+        #[arg(short = 'o')]
+        options: Vec<String>,
+    },
+    /// Unmount a packfs mount.
+    Umount { mountpoint: PathBuf },
+    /// Mount images, run a command, unmount; exits with the command's status.
+    Run {
+        /// IMAGE:MOUNTPOINT pairs.
+        #[arg(required = true)]
+        mounts: Vec<String>,
+        #[arg(long, value_parser = crate::size::parse_size)]
+        cache_size: Option<u64>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Internal: unmounts MOUNTPOINT when the daemon holding FD's pipe dies.
+    #[command(hide = true)]
+    UnmountWatcher {
+        fd: i32,
+        mountpoint: PathBuf,
+        fsname: String,
+    },
+}

@@ -1,0 +1,357 @@
+//! `packfs info`, `ls`, `cat`, `extract`: the image read without mounting,
+//! through the same [`PackFs`] core the FUSE server uses.
+
+use crate::size::human;
+use anyhow::{bail, Context};
+use mountfs::fs::{Attr, FileKind, PackFs};
+use mountfs::mount::AnyImage;
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Cache for one-shot commands: enough to keep metadata and a few blocks hot.
+const CLI_CACHE: usize = 64 << 20;
+
+fn open(image: &Path) -> anyhow::Result<PackFs<AnyImage>> {
+    let img = AnyImage::open(image, CLI_CACHE)?;
+    Ok(PackFs::new(img, 0, 0))
+}
+
+fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &str) -> anyhow::Result<Attr> {
+    fs.resolve(path.as_bytes())
+        .with_context(|| format!("{}: {path}", image.display()))
+}
+
+pub fn info(image: &Path) -> anyhow::Result<i32> {
+    let img = AnyImage::open(image, CLI_CACHE)?;
+    let len = std::fs::metadata(image)?.len();
+    match &img {
+        AnyImage::SquashFs(s) => {
+            use mountfs::squashfs::format::*;
+            let sb = &s.sb;
+            let flag = |f: u16, name: &'static str| sb.has_flag(f).then_some(name);
+            let flags: Vec<&str> = [
+                flag(FLAG_UNCOMPRESSED_INODES, "uncompressed-inodes"),
+                flag(FLAG_UNCOMPRESSED_DATA, "uncompressed-data"),
+                flag(FLAG_UNCOMPRESSED_FRAGMENTS, "uncompressed-fragments"),
+                flag(FLAG_NO_FRAGMENTS, "no-fragments"),
+                flag(FLAG_ALWAYS_FRAGMENTS, "always-fragments"),
+                flag(FLAG_DUPLICATES, "duplicates"),
+                flag(FLAG_EXPORTABLE, "exportable"),
+                flag(FLAG_NO_XATTRS, "no-xattrs"),
+                flag(FLAG_COMPRESSOR_OPTIONS, "compressor-options"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            println!("image:        {}", image.display());
+            println!(
+                "format:       SquashFS {}.{}",
+                sb.version_major, sb.version_minor
+            );
+            println!("compression:  {}", s.compressor.name());
+            println!("block size:   {}", human(sb.block_size as u64));
+            println!(
+                "size:         {} ({} bytes used, file {} bytes)",
+                human(sb.bytes_used),
+                sb.bytes_used,
+                len
+            );
+            println!("inodes:       {}", sb.inode_count);
+            println!("fragments:    {}", sb.fragment_count);
+            println!("ids:          {}", sb.id_count);
+            println!("created:      {} (seconds since the epoch)", sb.mod_time);
+            println!(
+                "xattrs:       {}",
+                if sb.xattr_id_table_start == INVALID_TABLE {
+                    "no"
+                } else {
+                    "yes"
+                }
+            );
+            println!("flags:        {}", flags.join(" "));
+        }
+    }
+    Ok(0)
+}
+
+fn mode_string(a: &Attr) -> String {
+    let t = match a.kind {
+        FileKind::File => '-',
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+        FileKind::BlockDevice => 'b',
+        FileKind::CharDevice => 'c',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+    };
+    let p = a.perm as u32;
+    let mut s = String::from(t);
+    for (shift, special, ch) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (p >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        let x = bits & 1 != 0;
+        s.push(match (p & special != 0, x) {
+            (true, true) => ch,
+            (true, false) => ch.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+pub fn ls(image: &Path, path: &str, long: bool, recursive: bool) -> anyhow::Result<i32> {
+    let fs = open(image)?;
+    let at = resolve(&fs, image, path)?;
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
+    let mut stack = vec![(path.trim_end_matches('/').to_string(), at)];
+    while let Some((dir, a)) = stack.pop() {
+        if a.kind != FileKind::Dir {
+            print_entry(&fs, &mut out, &dir, &a, long)?;
+            continue;
+        }
+        let entries = fs.list(a.node)?;
+        let mut subdirs = Vec::new();
+        for e in entries {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            let full = if recursive {
+                format!("{dir}/{name}")
+            } else {
+                name.clone()
+            };
+            let attr = fs.getattr(e.node)?;
+            print_entry(&fs, &mut out, &full, &attr, long)?;
+            if recursive && attr.kind == FileKind::Dir {
+                subdirs.push((format!("{dir}/{name}"), attr));
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+fn print_entry(
+    fs: &PackFs<AnyImage>,
+    out: &mut impl Write,
+    name: &str,
+    a: &Attr,
+    long: bool,
+) -> anyhow::Result<()> {
+    if !long {
+        writeln!(out, "{name}")?;
+        return Ok(());
+    }
+    let size = match a.kind {
+        FileKind::BlockDevice | FileKind::CharDevice => {
+            let (ma, mi) = mountfs::squashfs::format::decode_dev(a.rdev);
+            format!("{ma}, {mi}")
+        }
+        _ => a.size.to_string(),
+    };
+    let target = if a.kind == FileKind::Symlink {
+        format!(" -> {}", String::from_utf8_lossy(&fs.readlink(a.node)?))
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "{} {:>3} {:>5} {:>5} {:>10} {:>11} {name}{target}",
+        mode_string(a),
+        a.nlink,
+        a.uid,
+        a.gid,
+        size,
+        a.mtime
+    )?;
+    Ok(())
+}
+
+pub fn cat(image: &Path, path: &str) -> anyhow::Result<i32> {
+    let fs = open(image)?;
+    let a = resolve(&fs, image, path)?;
+    if a.kind != FileKind::File {
+        bail!("{}: {path}: not a regular file", image.display());
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    fs.read_all(a.node, |b| out.write_all(b))
+        .with_context(|| format!("{}: {path}", image.display()))?;
+    out.flush()?;
+    Ok(0)
+}
+
+fn cstr(p: &Path) -> anyhow::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .with_context(|| format!("{}: path contains NUL", p.display()))
+}
+
+fn check(rc: libc::c_int, what: &str, p: &Path) -> anyhow::Result<()> {
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("{}: {what}: {e}", p.display());
+    }
+    Ok(())
+}
+
+/// Applies owner (when root), mode and mtime; symlinks get owner and mtime only.
+fn apply_meta(p: &Path, a: &Attr, is_root: bool) -> anyhow::Result<()> {
+    let c = cstr(p)?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of each call.
+    unsafe {
+        if is_root {
+            check(libc::lchown(c.as_ptr(), a.uid, a.gid), "chown", p)?;
+        }
+        if a.kind != FileKind::Symlink {
+            check(libc::chmod(c.as_ptr(), a.perm as libc::mode_t), "chmod", p)?;
+        }
+        let ts = libc::timespec {
+            tv_sec: a.mtime as libc::time_t,
+            tv_nsec: 0,
+        };
+        let times = [ts, ts];
+        check(
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            ),
+            "set mtime",
+            p,
+        )?;
+    }
+    Ok(())
+}
+
+fn apply_xattrs(fs: &PackFs<AnyImage>, p: &Path, a: &Attr) -> anyhow::Result<()> {
+    let list = fs.listxattr(a.node)?;
+    let c = cstr(p)?;
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let value = fs.getxattr(a.node, name)?;
+        let cname = CString::new(name).expect("xattr names have no NUL");
+        // SAFETY: valid pointers and lengths for the duration of the call.
+        let rc = unsafe {
+            libc::lsetxattr(
+                c.as_ptr(),
+                cname.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        if rc != 0 {
+            log::warn!(
+                "{}: cannot set xattr {}: {}",
+                p.display(),
+                String::from_utf8_lossy(name),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn extract(image: &Path, path: &str, output: &Path) -> anyhow::Result<i32> {
+    let fs = open(image)?;
+    let top = resolve(&fs, image, path)?;
+    if top.kind != FileKind::Dir {
+        bail!("{}: {path}: not a directory", image.display());
+    }
+    match std::fs::read_dir(output) {
+        Ok(mut d) => {
+            if d.next().is_some() {
+                bail!(
+                    "{}: output directory exists and is not empty",
+                    output.display()
+                );
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(output)
+            .with_context(|| format!("{}: cannot create", output.display()))?,
+        Err(e) => return Err(e).with_context(|| output.display().to_string()),
+    }
+    // SAFETY: geteuid has no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let mut links: HashMap<u64, PathBuf> = HashMap::new();
+    let mut dirs = vec![(output.to_path_buf(), top.clone())];
+    let mut stack = vec![(output.to_path_buf(), top)];
+    let (mut files, mut bytes) = (0u64, 0u64);
+    while let Some((dir, a)) = stack.pop() {
+        for e in fs.list(a.node)? {
+            let p = dir.join(OsStr::from_bytes(&e.name));
+            let attr = fs.getattr(e.node)?;
+            if attr.kind != FileKind::Dir && attr.nlink > 1 {
+                if let Some(first) = links.get(&attr.node) {
+                    std::fs::hard_link(first, &p)
+                        .with_context(|| format!("{}: hard link", p.display()))?;
+                    continue;
+                }
+                links.insert(attr.node, p.clone());
+            }
+            match attr.kind {
+                FileKind::Dir => {
+                    std::fs::create_dir(&p).with_context(|| p.display().to_string())?;
+                    dirs.push((p.clone(), attr.clone()));
+                    stack.push((p, attr));
+                    continue;
+                }
+                FileKind::File => {
+                    let mut f = std::io::BufWriter::with_capacity(
+                        1 << 20,
+                        std::fs::File::create(&p).with_context(|| p.display().to_string())?,
+                    );
+                    bytes += fs.read_all(attr.node, |b| f.write_all(b))?;
+                    f.flush().with_context(|| p.display().to_string())?;
+                    files += 1;
+                }
+                FileKind::Symlink => {
+                    let t = fs.readlink(attr.node)?;
+                    std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
+                        .with_context(|| p.display().to_string())?;
+                }
+                FileKind::BlockDevice
+                | FileKind::CharDevice
+                | FileKind::Fifo
+                | FileKind::Socket => {
+                    let fmt = attr.kind.mode_bits();
+                    if attr.kind == FileKind::Socket {
+                        // A socket cannot be recreated by mknod meaningfully; skip it.
+                        log::warn!("{}: socket not extracted", p.display());
+                        continue;
+                    }
+                    let (ma, mi) = mountfs::squashfs::format::decode_dev(attr.rdev);
+                    let c = cstr(&p)?;
+                    // SAFETY: valid path; mknod has no memory preconditions.
+                    let rc = unsafe {
+                        libc::mknod(
+                            c.as_ptr(),
+                            fmt | attr.perm as libc::mode_t,
+                            libc::makedev(ma, mi),
+                        )
+                    };
+                    check(rc, "mknod", &p)?;
+                }
+            }
+            apply_xattrs(&fs, &p, &attr)?;
+            apply_meta(&p, &attr, is_root)?;
+        }
+    }
+    // Directories last, deepest first, so writing into them does not reset their mtimes.
+    for (p, a) in dirs.iter().rev() {
+        apply_xattrs(&fs, p, a)?;
+        apply_meta(p, a, is_root)?;
+    }
+    eprintln!(
+        "extracted {} directories, {files} files, {} into {}",
+        dirs.len(),
+        human(bytes),
+        output.display()
+    );
+    Ok(0)
+}

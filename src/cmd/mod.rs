@@ -1,0 +1,56 @@
+//! One module per group of subcommands.
+
+mod inspect;
+mod mount;
+mod pack;
+
+use crate::cli::{Cli, Command};
+
+/// Default cache budget: an eighth of physical memory, between 64 MiB and 1 GiB.
+pub fn default_cache_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let ram = if pages > 0 && page > 0 {
+        pages as u64 * page as u64
+    } else {
+        8 << 30
+    };
+    (ram / 8).clamp(64 << 20, 1 << 30)
+}
+
+/// Runs a command; returns the process exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.cmd {
+        c @ Command::Pack { .. } => pack::run(c),
+        Command::Info { image } => inspect::info(&image),
+        Command::Ls {
+            image,
+            path,
+            long,
+            recursive,
+        } => inspect::ls(&image, &path, long, recursive),
+        Command::Cat { image, path } => inspect::cat(&image, &path),
+        Command::Extract {
+            image,
+            output,
+            path,
+        } => inspect::extract(&image, &path, &output),
+        c @ Command::Mount { .. } => mount::mount(c),
+        Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::UnmountWatcher {
+            fd,
+            mountpoint,
+            fsname,
+        } => mount::unmount_watcher(fd, &mountpoint, &fsname),
+        Command::Run {
+            mounts,
+            cache_size,
+            command,
+        } => mount::run(&mounts, cache_size, &command),
+    }
+}

@@ -1,0 +1,393 @@
+//! `packfs mount`, `umount`, `run`.
+//!
+//! Without `--foreground`, `mount` validates everything it can and opens the
+//! image *before* forking (no threads exist yet, so the fork is safe), then
+//! the child mounts and reports "ready" or the error through a pipe; the
+//! parent exits only after that report, so a script can use the mount as
+//! soon as `packfs mount` returns and sees init errors synchronously.
+
+use crate::cli::Command;
+use anyhow::{bail, Context};
+use mountfs::mount::{AnyImage, ServeOptions};
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+fn check_mountpoint(mp: &Path, options: &[String]) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(mp).with_context(|| format!("mountpoint {}", mp.display()))?;
+    if !meta.is_dir() {
+        bail!("mountpoint {}: not a directory", mp.display());
+    }
+    let nonempty_ok = options
+        .iter()
+        .any(|o| o.split(',').any(|x| x == "nonempty"));
+    if !nonempty_ok && std::fs::read_dir(mp)?.next().is_some() {
+        bail!(
+            "mountpoint {}: directory is not empty (pass -o nonempty to mount over it)",
+            mp.display()
+        );
+    }
+    if std::fs::metadata("/dev/fuse").is_err() {
+        bail!("/dev/fuse is missing: this machine or container has no FUSE support");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0
+        && which("fusermount3").is_none()
+        && which("fusermount").is_none()
+    {
+        bail!("fusermount3 not found in PATH: install the fuse3 package (needed to mount without root)");
+    }
+    Ok(())
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| p.is_file())
+}
+
+fn split_options(options: Vec<String>) -> Vec<String> {
+    options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .filter(|o| !o.is_empty() && *o != "nonempty")
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn mount(c: Command) -> anyhow::Result<i32> {
+    let Command::Mount {
+        image,
+        mountpoint,
+        cache_size,
+        threads,
+        foreground,
+        preload,
+        allow_other,
+        options,
+    } = c
+    else {
+        unreachable!()
+    };
+    check_mountpoint(&mountpoint, &options)?;
+    let cache = cache_size.unwrap_or_else(super::default_cache_size) as usize;
+    let img = AnyImage::open(&image, cache)?;
+    let abs = std::fs::canonicalize(&image).unwrap_or(image.clone());
+    let opts = ServeOptions {
+        threads,
+        allow_other,
+        options: split_options(options),
+        fsname: format!("packfs:{}", abs.display()),
+        readahead: 4 << 20,
+    };
+    if foreground {
+        let _watch = spawn_unmount_watcher(&mountpoint, &opts.fsname)?;
+        return serve(img, &mountpoint, &opts, preload, None);
+    }
+
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: single-threaded here (nothing has spawned a thread yet), so fork is safe.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid > 0 {
+        // Parent: wait for the child's verdict.
+        // SAFETY: fds[1] is ours to close; fds[0] becomes owned by the File.
+        unsafe { libc::close(fds[1]) };
+        let mut r = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+        // "ok" arrives while the daemon keeps running; anything else is an
+        // error message followed by the daemon's exit (EOF).
+        let mut head = [0u8; 2];
+        let mut msg = String::new();
+        if r.read_exact(&mut head).is_ok() {
+            msg.push_str(&String::from_utf8_lossy(&head));
+            if &head != b"ok" {
+                let _ = r.read_to_string(&mut msg);
+            }
+        }
+        return match msg.strip_prefix("ok") {
+            Some(_) => Ok(0),
+            None if msg.is_empty() => bail!("mount daemon exited before the mount was ready"),
+            None => bail!("{}", msg.trim_start_matches("err ").trim()),
+        };
+    }
+    // Child: detach from the terminal and the caller's session.
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        libc::close(fds[0]);
+        libc::setsid();
+    }
+    let w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+    let _watch = match spawn_unmount_watcher(&mountpoint, &opts.fsname) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let mut w = w;
+            let _ = write!(w, "err {e:#}");
+            std::process::exit(1);
+        }
+    };
+    let w = std::sync::Mutex::new(Some(w));
+    let ready: Box<dyn FnOnce() + Send> = Box::new(move || {
+        if let Some(mut w) = w.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = w.write_all(b"ok");
+            // Logs from now on would go to a terminal we no longer own.
+            redirect_stdio();
+        }
+    });
+    // The pipe's write end is also held by the closure; if serve fails before
+    // INIT we report through a dup.
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; CLOEXEC keeps it out of
+    // fusermount3, which would otherwise hold the pipe open.
+    let err_fd = unsafe { libc::fcntl(fds[1], libc::F_DUPFD_CLOEXEC, 0) };
+    match serve(img, &mountpoint, &opts, preload, Some(ready)) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            if err_fd >= 0 {
+                let mut f = unsafe { std::fs::File::from_raw_fd(err_fd) };
+                let _ = write!(f, "err {e:#}");
+            }
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Forks a small process that waits for this one to die (its end of a pipe
+/// reaches EOF) and then lazily unmounts `mountpoint` if our mount is still
+/// there, so a killed daemon never leaves a dead mount behind. Must be
+/// called before any thread is started. Returns the write end, which this
+/// process must keep open for as long as it serves.
+fn spawn_unmount_watcher(mountpoint: &Path, fsname: &str) -> anyhow::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::OwnedFd;
+    let mp = std::fs::canonicalize(mountpoint)?;
+    let mut fds = [0; 2];
+    // SAFETY: valid array; CLOEXEC so no exec'd helper inherits the pipe.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: no threads exist yet in this process.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid > 0 {
+        // SAFETY: closing our copy of the read end; the write end is returned owned.
+        unsafe { libc::close(fds[0]) };
+        return Ok(unsafe { OwnedFd::from_raw_fd(fds[1]) });
+    }
+    // Watcher: re-exec ourselves so that it has its own command line (a
+    // `pkill -f "packfs mount"` aimed at the daemon must not also kill the
+    // process that cleans up after it).
+    // SAFETY: plain syscalls in the freshly forked child; the read end loses
+    // CLOEXEC so it survives the exec.
+    unsafe {
+        libc::close(fds[1]);
+        libc::fcntl(fds[0], libc::F_SETFD, 0);
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(exe)
+        .arg("unmount-watcher")
+        .arg(fds[0].to_string())
+        .arg(&mp)
+        .arg(fsname)
+        .exec();
+    eprintln!("packfs: cannot start the unmount watcher: {e}");
+    std::process::exit(1);
+}
+
+/// Body of the hidden `unmount-watcher` subcommand (see [`spawn_unmount_watcher`]).
+pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> {
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        libc::setsid();
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    redirect_stdio();
+    let mut b = [0u8; 1];
+    // SAFETY: read into a valid 1-byte buffer; returns 0 at EOF.
+    while unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } > 0 {}
+    let still_ours = std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+        m.lines().any(|l| {
+            let mut f = l.split(' ');
+            f.next().map(unescape_mount_path).as_deref() == Some(fsname)
+                && f.next().map(unescape_mount_path) == Some(mp.to_string_lossy().into_owned())
+        })
+    });
+    if still_ours {
+        let _ = umount_lazy(mp);
+    }
+    Ok(0)
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash as octal.
+fn unescape_mount_path(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+fn umount_lazy(mp: &Path) -> anyhow::Result<()> {
+    for bin in ["fusermount3", "fusermount"] {
+        if which(bin).is_some() {
+            let st = std::process::Command::new(bin)
+                .arg("-u")
+                .arg("-z")
+                .arg(mp)
+                .status()?;
+            if st.success() {
+                return Ok(());
+            }
+        }
+    }
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        bail!(
+            "umount {}: {}",
+            mp.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn redirect_stdio() {
+    // SAFETY: opening /dev/null and dup2 onto our standard descriptors.
+    unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if fd >= 0 {
+            libc::dup2(fd, 0);
+            libc::dup2(fd, 1);
+            libc::dup2(fd, 2);
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+fn serve(
+    img: AnyImage,
+    mountpoint: &Path,
+    opts: &ServeOptions,
+    preload: bool,
+    ready: Option<Box<dyn FnOnce() + Send>>,
+) -> anyhow::Result<i32> {
+    if preload {
+        let t = std::time::Instant::now();
+        let (blocks, bytes) = img.preload()?;
+        log::info!(
+            "preloaded {blocks} blocks ({}) in {:.2} s",
+            crate::size::human(bytes),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    mountfs::mount::serve(img, mountpoint, opts, ready)
+        .with_context(|| format!("mounting at {}", mountpoint.display()))?;
+    Ok(0)
+}
+
+pub fn umount(mp: &Path) -> anyhow::Result<i32> {
+    for bin in ["fusermount3", "fusermount"] {
+        if which(bin).is_some() {
+            let st = std::process::Command::new(bin)
+                .arg("-u")
+                .arg(mp)
+                .status()
+                .with_context(|| format!("running {bin}"))?;
+            if st.success() {
+                return Ok(0);
+            }
+            bail!("{bin} -u {} failed ({st})", mp.display());
+        }
+    }
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+        bail!(
+            "umount {}: {}",
+            mp.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(0)
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+pub fn run(mounts: &[String], cache_size: Option<u64>, command: &[String]) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("locating the packfs executable")?;
+    let mut mounted: Vec<PathBuf> = Vec::new();
+    let cleanup = |mounted: &[PathBuf]| {
+        for mp in mounted.iter().rev() {
+            if let Err(e) = umount(mp) {
+                eprintln!("packfs: {e:#}");
+            }
+        }
+    };
+    for spec in mounts {
+        let Some((img, mp)) = spec.rsplit_once(':') else {
+            cleanup(&mounted);
+            bail!("{spec:?}: expected IMAGE:MOUNTPOINT");
+        };
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("mount").arg(img).arg(mp);
+        if let Some(c) = cache_size {
+            cmd.arg("--cache-size").arg(c.to_string());
+        }
+        let st = cmd.status().context("starting packfs mount")?;
+        if !st.success() {
+            cleanup(&mounted);
+            bail!("mounting {img} at {mp} failed");
+        }
+        mounted.push(PathBuf::from(mp));
+    }
+    let child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            cleanup(&mounted);
+            bail!("{}: {e}", command[0]);
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    // SAFETY: the handler only calls kill with an atomic-loaded pid.
+    unsafe {
+        for s in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ] {
+            libc::signal(s, forward as *const () as usize);
+        }
+    }
+    let status = child.wait();
+    cleanup(&mounted);
+    let status = status.context("waiting for the command")?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}

@@ -1,0 +1,148 @@
+//! `packfs pack`.
+
+use crate::cli::{Codec, Command, OutFormat};
+use crate::size::human;
+use anyhow::{bail, Context};
+use packer::{Compressor, PackOptions};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+static CANCEL: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe. The packer notices between
+    // batches, removes its temporary file and returns Interrupted.
+    if let Some(c) = CANCEL.get() {
+        c.store(true, Ordering::SeqCst);
+    }
+}
+
+fn install_cancel_handler() -> Arc<AtomicBool> {
+    let flag = CANCEL
+        .get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone();
+    // SAFETY: the handler only performs an atomic store.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as usize);
+        libc::signal(libc::SIGTERM, on_signal as *const () as usize);
+        libc::signal(libc::SIGHUP, on_signal as *const () as usize);
+    }
+    flag
+}
+
+pub fn format_for(
+    output: &std::path::Path,
+    forced: Option<OutFormat>,
+) -> anyhow::Result<OutFormat> {
+    if let Some(f) = forced {
+        return Ok(f);
+    }
+    let ext = output
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    Ok(match ext.as_str() {
+        "sqfs" | "squashfs" | "sfs" | "img" => OutFormat::Squashfs,
+        "zip" => OutFormat::Zip,
+        _ => bail!(
+            "{}: cannot tell the image format from the extension; use .sqfs, .squashfs or .zip, or pass --format",
+            output.display()
+        ),
+    })
+}
+
+pub fn run(c: Command) -> anyhow::Result<i32> {
+    let Command::Pack {
+        src,
+        output,
+        format,
+        compression,
+        level,
+        block_size,
+        threads,
+        exclude,
+        force,
+        all_root,
+        mtime,
+        no_fragments,
+        quiet,
+    } = c
+    else {
+        unreachable!()
+    };
+    let fmt = format_for(&output, format)?;
+    if !block_size.is_power_of_two() || !(4096..=1 << 20).contains(&block_size) {
+        bail!("--block-size {block_size}: must be a power of two from 4K to 1M");
+    }
+    let compressor = match compression {
+        Codec::Zstd => Compressor::Zstd,
+        Codec::Gzip => Compressor::Gzip,
+        Codec::Lz4 => Compressor::Lz4,
+        Codec::Xz => Compressor::Xz,
+    };
+    let level = level.or(match compression {
+        Codec::Zstd => Some(3),
+        _ => None,
+    });
+    if let Some(l) = level {
+        let (lo, hi) = mountfs::codec::Encoder::level_range(compressor);
+        if !(lo..=hi).contains(&l) {
+            bail!("--level {l}: {} accepts {lo}..={hi}", compressor.name());
+        }
+    }
+    let mtime =
+        match mtime {
+            Some(m) => Some(m),
+            None => match std::env::var("SOURCE_DATE_EPOCH") {
+                Ok(v) if !v.is_empty() => Some(v.trim().parse::<u32>().with_context(|| {
+                    format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
+                })?),
+                _ => None,
+            },
+        };
+    let progress = if quiet {
+        None
+    } else {
+        crate::progress::Bar::new_if_tty()
+    };
+    let opts = PackOptions {
+        compressor,
+        level,
+        block_size: block_size as u32,
+        threads,
+        excludes: exclude,
+        all_root,
+        mtime,
+        force,
+        no_fragments,
+        progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
+        cancel: Some(install_cancel_handler()),
+    };
+    let summary = match fmt {
+        OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts)?,
+        OutFormat::Zip => bail!(
+            "{}: ZIP output is not available in this build",
+            output.display()
+        ),
+    };
+    if !quiet {
+        let ratio = if summary.bytes_in > 0 {
+            summary.bytes_out as f64 / summary.bytes_in as f64
+        } else {
+            0.0
+        };
+        eprintln!(
+            "packed {} entries ({} inodes): {} in, {} out (ratio {:.3}), dedup saved {} in {} files, {:.2} s -> {}",
+            summary.entries,
+            summary.inodes,
+            human(summary.bytes_in),
+            human(summary.bytes_out),
+            ratio,
+            human(summary.dedup_bytes),
+            summary.dedup_files,
+            summary.elapsed.as_secs_f64(),
+            output.display()
+        );
+    }
+    Ok(0)
+}
