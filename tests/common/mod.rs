@@ -1,0 +1,333 @@
+//! Shared test support: fixture trees built in code, a manifest of a tree as
+//! `lstat` and the xattr syscalls see it, and mount guards that always
+//! unmount. Readers nobody here wrote (the kernel, unsquashfs) are compared
+//! through the same manifest.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn packfs_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_packfs"))
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A scratch directory on the real disk (not tmpfs), removed on drop.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("packfs-test-")
+        .tempdir_in("/var/tmp")
+        .expect("scratch dir in /var/tmp")
+}
+
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn write(p: &Path, data: &[u8]) {
+    std::fs::write(p, data).unwrap();
+}
+
+fn lchown(p: &Path, uid: u32, gid: u32) {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid path.
+    unsafe { libc::lchown(c.as_ptr(), uid, gid) };
+}
+
+fn set_mtime(p: &Path, secs: i64) {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let ts = libc::timespec { tv_sec: secs, tv_nsec: 0 };
+    // SAFETY: valid path and array of two timespecs.
+    unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [ts, ts].as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+}
+
+/// Deterministic pseudo-random bytes (xorshift), compressible when `text`.
+pub fn bytes(seed: u64, n: usize, text: bool) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if text {
+                b"abcdefgh ijklmnop\n"[(x % 18) as usize]
+            } else {
+                x as u8
+            }
+        })
+        .collect()
+}
+
+/// A tree with every entry type a user's dataset or venv may hold.
+/// `big_dir` adds a directory of 10,000 entries (forces directory indexes).
+pub fn fixture_tree(root: &Path, big_dir: bool) {
+    std::fs::create_dir_all(root.join("d/e/f")).unwrap();
+    write(&root.join("empty"), b"");
+    write(&root.join("small.txt"), b"hello, packfs\n");
+    for (i, n) in [1usize, 4095, 4096, 4097, 131071, 131072, 131073, 300_000, 1_048_577]
+        .into_iter()
+        .enumerate()
+    {
+        write(&root.join(format!("d/text{n}")), &bytes(i as u64, n, true));
+        write(&root.join(format!("d/rand{n}")), &bytes(100 + i as u64, n, false));
+    }
+    // Duplicates, small and large.
+    write(&root.join("d/e/dup_small_a"), b"same small content");
+    write(&root.join("d/e/dup_small_b"), b"same small content");
+    write(&root.join("d/e/dup_big_a"), &bytes(7, 400_000, true));
+    write(&root.join("d/e/dup_big_b"), &bytes(7, 400_000, true));
+    // Names.
+    write(&root.join("d/e/f/ünïcødé-名前.txt"), b"unicode");
+    write(&root.join(format!("d/e/f/{}", "n".repeat(255))), b"long name");
+    write(&root.join("d/e/f/with space"), b"space");
+    // Links.
+    std::os::unix::fs::symlink("small.txt", root.join("rel_link")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("abs_link")).unwrap();
+    std::os::unix::fs::symlink("does/not/exist", root.join("dangling")).unwrap();
+    write(&root.join("hard1"), b"hard linked twice");
+    std::fs::hard_link(root.join("hard1"), root.join("d/hard2")).unwrap();
+    write(&root.join("tri1"), b"hard linked three times");
+    std::fs::hard_link(root.join("tri1"), root.join("d/e/tri2")).unwrap();
+    std::fs::hard_link(root.join("tri1"), root.join("d/e/f/tri3")).unwrap();
+    // Modes and owners.
+    write(&root.join("suid"), b"#!/bin/sh\n");
+    std::fs::set_permissions(root.join("suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::create_dir(root.join("sticky")).unwrap();
+    std::fs::set_permissions(root.join("sticky"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    write(&root.join("private"), b"secret");
+    std::fs::set_permissions(root.join("private"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    if is_root() {
+        lchown(&root.join("private"), 1234, 5678);
+        lchown(&root.join("rel_link"), 42, 43);
+    }
+    // Special files.
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid paths.
+    unsafe {
+        libc::mkfifo(c(&root.join("fifo")).as_ptr(), 0o644);
+        if is_root() {
+            libc::mknod(c(&root.join("chardev")).as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3));
+            libc::mknod(c(&root.join("blockdev")).as_ptr(), libc::S_IFBLK | 0o660, libc::makedev(259, 70000));
+        }
+    }
+    let _ = std::os::unix::net::UnixListener::bind(root.join("socket"));
+    // Sparse file: holes around two data regions.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::File::create(root.join("sparse")).unwrap();
+        f.set_len(3 << 20).unwrap();
+        f.seek(SeekFrom::Start(1 << 20)).unwrap();
+        f.write_all(&bytes(9, 5000, true)).unwrap();
+    }
+    // Xattrs (user.* and security.*), where the filesystem allows.
+    let _ = xattr::set(root.join("small.txt"), "user.comment", b"a value");
+    let _ = xattr::set(root.join("small.txt"), "user.empty", b"");
+    let _ = xattr::set(root.join("d"), "user.dir", b"on a directory");
+    let _ = xattr::set(root.join("d/text4096"), "security.test", &bytes(3, 300, false));
+    // Deep tree.
+    let mut deep = root.join("deep");
+    for i in 0..40 {
+        deep = deep.join(format!("level{i}"));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    write(&deep.join("bottom"), b"deep");
+    if big_dir {
+        let big = root.join("big");
+        std::fs::create_dir(&big).unwrap();
+        for i in 0..10_000 {
+            write(&big.join(format!("entry-{i:05}")), format!("{i}\n").as_bytes());
+        }
+    }
+    // Times: old, future, and everything else fixed for reproducibility.
+    set_mtime(&root.join("small.txt"), 1);
+    set_mtime(&root.join("d/e/dup_small_a"), 4_000_000_000);
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: &'static str,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub mtime: i64,
+    pub nlink: u64,
+    /// First path (in sorted order) that shares this entry's inode.
+    pub link_group: PathBuf,
+    pub target: Option<PathBuf>,
+    pub rdev: u64,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    pub hash: Option<blake3::Hash>,
+}
+
+pub struct ManifestOptions {
+    pub nlink: bool,
+    pub xattrs: bool,
+    pub dir_size: bool,
+    pub owners: bool,
+}
+
+impl Default for ManifestOptions {
+    fn default() -> Self {
+        ManifestOptions { nlink: true, xattrs: true, dir_size: false, owners: true }
+    }
+}
+
+/// Everything observable about a tree, keyed by relative path.
+pub fn manifest(root: &Path, o: &ManifestOptions) -> BTreeMap<PathBuf, Entry> {
+    let mut out = BTreeMap::new();
+    let mut groups: BTreeMap<(u64, u64), PathBuf> = BTreeMap::new();
+    let mut paths = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.unwrap().path();
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                stack.push(p.clone());
+            }
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    for p in paths {
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let rel = p.strip_prefix(root).unwrap().to_path_buf();
+        let ft = m.file_type();
+        use std::os::unix::fs::FileTypeExt;
+        let kind = if ft.is_dir() {
+            "dir"
+        } else if ft.is_file() {
+            "file"
+        } else if ft.is_symlink() {
+            "symlink"
+        } else if ft.is_fifo() {
+            "fifo"
+        } else if ft.is_socket() {
+            "socket"
+        } else if ft.is_char_device() {
+            "chardev"
+        } else {
+            "blockdev"
+        };
+        let group = groups.entry((m.dev(), m.ino())).or_insert_with(|| rel.clone()).clone();
+        let hash = ft.is_file().then(|| {
+            let mut h = blake3::Hasher::new();
+            let mut f = std::fs::File::open(&p).unwrap();
+            std::io::copy(&mut f, &mut h).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            h.finalize()
+        });
+        let mut xattrs = BTreeMap::new();
+        if o.xattrs && !ft.is_symlink() {
+            if let Ok(names) = xattr::list(&p) {
+                for n in names {
+                    let name = n.to_string_lossy().into_owned();
+                    if name.starts_with("user.") || name.starts_with("security.") || name.starts_with("trusted.") {
+                        xattrs.insert(name, xattr::get(&p, &n).unwrap().unwrap_or_default());
+                    }
+                }
+            }
+        }
+        out.insert(
+            rel,
+            Entry {
+                kind,
+                mode: m.mode(),
+                uid: if o.owners { m.uid() } else { 0 },
+                gid: if o.owners { m.gid() } else { 0 },
+                size: if ft.is_dir() && !o.dir_size { 0 } else { m.size() },
+                mtime: m.mtime(),
+                nlink: if o.nlink || !ft.is_dir() { m.nlink() } else { 0 },
+                link_group: group,
+                target: ft.is_symlink().then(|| std::fs::read_link(&p).unwrap()),
+                rdev: m.rdev(),
+                xattrs,
+                hash,
+            },
+        );
+    }
+    out
+}
+
+/// Panics with a readable list of differences.
+pub fn assert_same(what: &str, a: &BTreeMap<PathBuf, Entry>, b: &BTreeMap<PathBuf, Entry>) {
+    let mut diffs = Vec::new();
+    for (p, ea) in a {
+        match b.get(p) {
+            None => diffs.push(format!("only in first: {}", p.display())),
+            Some(eb) if ea != eb => diffs.push(format!("{}:\n   {ea:?}\n   {eb:?}", p.display())),
+            _ => {}
+        }
+    }
+    for p in b.keys().filter(|p| !a.contains_key(*p)) {
+        diffs.push(format!("only in second: {}", p.display()));
+    }
+    assert!(diffs.is_empty(), "{what}: {} differences:\n{}", diffs.len(), diffs[..diffs.len().min(20)].join("\n"));
+}
+
+/// A kernel loop mount of a SquashFS image, unmounted on drop.
+pub struct KernelMount {
+    pub dir: tempfile::TempDir,
+}
+
+impl KernelMount {
+    /// None when the kernel mount is not possible here (not root, no loop).
+    pub fn new(image: &Path) -> Option<Self> {
+        if !is_root() {
+            return None;
+        }
+        let dir = scratch();
+        let st = Command::new("mount")
+            .args(["-t", "squashfs", "-o", "loop,ro"])
+            .arg(image)
+            .arg(dir.path())
+            .status()
+            .ok()?;
+        st.success().then_some(KernelMount { dir })
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for KernelMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// A `packfs mount` (daemonised), unmounted on drop.
+pub struct PackfsMount {
+    pub dir: tempfile::TempDir,
+}
+
+impl PackfsMount {
+    pub fn new(image: &Path, extra: &[&str]) -> Self {
+        let dir = scratch();
+        run(Command::new(packfs_bin()).arg("mount").arg(image).arg(dir.path()).args(extra));
+        PackfsMount { dir }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for PackfsMount {
+    fn drop(&mut self) {
+        let _ = Command::new(packfs_bin()).arg("umount").arg(self.dir.path()).status();
+    }
+}

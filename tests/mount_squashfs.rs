@@ -1,0 +1,222 @@
+//! The mount, proven against the kernel: images made by mksquashfs with every
+//! compressor and layout option, mounted by packfs and by the kernel's own
+//! SquashFS driver, must show identical trees (type, mode, owner, size, mtime,
+//! nlink, hard-link identity, symlink targets, xattrs, content).
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn mksquashfs(src: &Path, img: &Path, args: &[&str]) {
+    run(Command::new("mksquashfs")
+        .arg(src)
+        .arg(img)
+        .args(["-noappend", "-quiet", "-no-progress"])
+        .args(args));
+}
+
+/// Mounts `img` with packfs and the kernel and compares the two trees;
+/// also compares the packfs tree to `src` for content and link structure.
+fn differential(img: &Path, src: &Path) {
+    let ours = PackfsMount::new(img, &[]);
+    let opts = ManifestOptions { dir_size: true, ..Default::default() };
+    let got = manifest(ours.path(), &opts);
+    match KernelMount::new(img) {
+        Some(k) => assert_same(&format!("packfs vs kernel for {}", img.display()), &got, &manifest(k.path(), &opts)),
+        None => eprintln!("kernel mount unavailable (not root?): compared with the source only"),
+    }
+    let no_dir_size = ManifestOptions::default();
+    assert_same(
+        &format!("packfs mount vs source for {}", img.display()),
+        &manifest(ours.path(), &no_dir_size),
+        &manifest(src, &no_dir_size),
+    );
+}
+
+#[test]
+fn mksquashfs_images_match_the_kernel() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, true);
+    let variants: &[(&str, &[&str])] = &[
+        ("gzip", &["-comp", "gzip"]),
+        ("xz", &["-comp", "xz"]),
+        ("lz4", &["-comp", "lz4"]),
+        ("lz4hc", &["-comp", "lz4", "-Xhc"]),
+        ("lzo", &["-comp", "lzo"]),
+        ("zstd", &["-comp", "zstd"]),
+        ("nofrag", &["-comp", "zstd", "-no-fragments"]),
+        ("alwaysfrag", &["-comp", "zstd", "-always-use-fragments"]),
+        ("uncompressed", &["-noI", "-noD", "-noF", "-noX"]),
+        ("b4k", &["-comp", "gzip", "-b", "4K"]),
+        ("b1m", &["-comp", "zstd", "-b", "1M"]),
+        ("noexport-noxattr", &["-comp", "zstd", "-no-exports", "-no-xattrs"]),
+        ("nodups", &["-comp", "zstd", "-no-duplicates"]),
+    ];
+    for (name, args) in variants {
+        let img = t.path().join(format!("{name}.sqfs"));
+        mksquashfs(&src, &img, args);
+        if args.contains(&"-no-xattrs") {
+            // Compared with the kernel only: the source has xattrs, the image not.
+            let ours = PackfsMount::new(&img, &[]);
+            if let Some(k) = KernelMount::new(&img) {
+                let o = ManifestOptions { dir_size: true, ..Default::default() };
+                assert_same(name, &manifest(ours.path(), &o), &manifest(k.path(), &o));
+            }
+            continue;
+        }
+        differential(&img, &src);
+    }
+}
+
+#[test]
+fn legacy_lzma_images_match_unsquashfs() {
+    // The kernel has no lzma (only xz) support; unsquashfs is the reference.
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("lzma.sqfs");
+    let st = Command::new("mksquashfs")
+        .arg(&src)
+        .arg(&img)
+        .args(["-noappend", "-quiet", "-no-progress", "-comp", "lzma"])
+        .status()
+        .unwrap();
+    if !st.success() {
+        eprintln!("mksquashfs has no lzma support here; skipping");
+        return;
+    }
+    let out = t.path().join("unsq");
+    run(Command::new("unsquashfs").arg("-q").arg("-n").arg("-d").arg(&out).arg(&img));
+    let ours = PackfsMount::new(&img, &[]);
+    let o = ManifestOptions { nlink: false, ..Default::default() };
+    let mut a = manifest(ours.path(), &o);
+    let mut b = manifest(&out, &o);
+    // unsquashfs cannot recreate sockets and keeps no hard-link nlink of dirs.
+    a.retain(|p, _| p != Path::new("socket"));
+    b.retain(|p, _| p != Path::new("socket"));
+    assert_same("packfs vs unsquashfs (lzma)", &a, &b);
+}
+
+#[test]
+fn eight_threads_reading_random_ranges_get_the_right_bytes() {
+    use rand::{Rng, SeedableRng};
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &["-comp", "zstd", "-b", "64K"]);
+    // A small cache forces evictions while threads race on the same blocks.
+    let m = PackfsMount::new(&img, &["--cache-size", "1M", "--threads", "8"]);
+    let files: Vec<_> = manifest(&src, &ManifestOptions::default())
+        .into_iter()
+        .filter(|(_, e)| e.kind == "file")
+        .map(|(p, _)| p)
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    std::thread::scope(|s| {
+        for tid in 0..8u64 {
+            let (files, src, mnt) = (&files, &src, m.path());
+            s.spawn(move || {
+                use std::os::unix::fs::FileExt;
+                let mut rng = rand::rngs::StdRng::seed_from_u64(tid);
+                let mut checked = 0u64;
+                while std::time::Instant::now() < deadline {
+                    let p = &files[rng.gen_range(0..files.len())];
+                    let want = std::fs::read(src.join(p)).unwrap();
+                    let f = std::fs::File::open(mnt.join(p)).unwrap();
+                    let off = rng.gen_range(0..=want.len());
+                    let len = rng.gen_range(0..=(want.len() - off).min(300_000));
+                    let mut buf = vec![0u8; len];
+                    let n = f.read_at(&mut buf, off as u64).unwrap();
+                    assert_eq!(&buf[..n], &want[off..off + n], "{} at {off}+{len}", p.display());
+                    checked += n as u64;
+                }
+                assert!(checked > 0);
+            });
+        }
+    });
+}
+
+#[test]
+fn mount_errors_are_clear_and_synchronous() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let fail = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(packfs_bin()).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Truncated image: refused at mount time, naming the file.
+    let bytes = std::fs::read(&img).unwrap();
+    let trunc = t.path().join("trunc.sqfs");
+    let used = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+    std::fs::write(&trunc, &bytes[..used / 2]).unwrap();
+    let e = fail(&["mount".as_ref(), trunc.as_os_str(), mp.as_os_str()]);
+    assert!(e.contains("trunc.sqfs") && e.contains("truncated"), "{e}");
+    // Not an image.
+    let junk = t.path().join("junk.sqfs");
+    std::fs::write(&junk, b"definitely not an image").unwrap();
+    let e = fail(&["mount".as_ref(), junk.as_os_str(), mp.as_os_str()]);
+    assert!(e.contains("junk.sqfs"), "{e}");
+    // Missing and non-empty mountpoints.
+    let e = fail(&["mount".as_ref(), img.as_os_str(), t.path().join("nope").as_os_str()]);
+    assert!(e.contains("nope"), "{e}");
+    let e = fail(&["mount".as_ref(), img.as_os_str(), src.as_os_str()]);
+    assert!(e.contains("not empty"), "{e}");
+    // Nothing was left mounted.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(mp.to_str().unwrap()), "{mounts}");
+}
+
+#[test]
+fn killed_daemon_leaves_no_dead_mount() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let m = PackfsMount::new(&img, &[]);
+    let mp = std::fs::canonicalize(m.path()).unwrap();
+    assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"x");
+    // Find the daemon serving this mountpoint and kill it hard.
+    let ps = run(Command::new("pgrep").arg("-f").arg(format!("packfs mount {}", img.display())));
+    for pid in ps.split_whitespace() {
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !std::fs::read_to_string("/proc/self/mounts").unwrap().contains(mp.to_str().unwrap())
+    });
+    assert!(gone, "mount survived its daemon");
+}
+
+#[test]
+fn run_mounts_runs_and_returns_the_exit_status() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"payload").unwrap();
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let spec = format!("{}:{}", img.display(), mp.display());
+    let out = Command::new(packfs_bin())
+        .args(["run", &spec, "--", "sh", "-c"])
+        .arg(format!("cat {}/f; exit 7", mp.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(out.stdout, b"payload");
+    // Unmounted afterwards.
+    assert!(std::fs::read_dir(&mp).unwrap().next().is_none());
+}
