@@ -621,6 +621,34 @@ fn bad_input_is_reported_and_leaves_nothing_behind() {
         Err(PackError::InvalidOption(_))
     ));
 
+    // A file that grows after the scan: Progress::start runs between the
+    // walk and the data pass, so append there.
+    struct Grow(PathBuf);
+    impl packer::Progress for Grow {
+        fn start(&self, _: u64, _: u64) {
+            let mut f = fs::OpenOptions::new().append(true).open(&self.0).unwrap();
+            f.write_all(b"more").unwrap();
+        }
+        fn advance(&self, _: u64) {}
+        fn finish(&self) {}
+    }
+    let grow_dir = work.path().join("grow-out");
+    fs::create_dir(&grow_dir).unwrap();
+    let grow = PackOptions {
+        progress: Some(Arc::new(Grow(src.join("a")))),
+        ..Default::default()
+    };
+    let e = pack_squashfs(&src, &grow_dir.join("g.sqfs"), &grow).unwrap_err();
+    assert!(
+        matches!(&e, PackError::FileChanged { path } if path.ends_with("a")),
+        "{e}"
+    );
+    assert_eq!(
+        fs::read_dir(&grow_dir).unwrap().count(),
+        0,
+        "temp file left behind"
+    );
+
     let outdir = work.path().join("outdir");
     fs::create_dir(&outdir).unwrap();
     let cancel = PackOptions {

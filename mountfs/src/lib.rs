@@ -7,5 +7,6 @@ pub mod fuse;
 pub mod mount;
 pub mod source;
 pub mod squashfs;
+pub mod zip;
 
 pub use error::{FsError, Result};

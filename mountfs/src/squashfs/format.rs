@@ -165,7 +165,8 @@ pub struct Superblock {
     pub xattr_id_table_start: u64,
     pub inode_table_start: u64,
     pub directory_table_start: u64,
-    /// [`INVALID_TABLE`] when the image has no fragments.
+    /// Meaningful only when `fragment_count > 0` (mksquashfs then stores the
+    /// end of the directory table here, which unsquashfs uses as its bound).
     pub fragment_table_start: u64,
     /// [`INVALID_TABLE`] when the image is not exportable.
     pub export_table_start: u64,

@@ -103,9 +103,24 @@ struct Current {
     ino: u32,
     start_pos: u64,
     sizes_start: usize,
+    /// Over the BLAKE3 hashes of the file's blocks (the tail excluded).
     hasher: blake3::Hasher,
+    /// Bytes covered by the blocks (the tail excluded).
+    block_bytes: u64,
     sparse: u64,
-    tail: Option<Vec<u8>>,
+    tail: Option<(Vec<u8>, blake3::Hash)>,
+}
+
+/// First 128 bits of a BLAKE3 hash: the dedup key. BLAKE3 is a
+/// cryptographic hash, so even truncated to 128 bits a collision between
+/// different contents (birthday bound ~2^64 entries) is not a practical
+/// concern; equal keys are taken as equal content without comparing bytes.
+type Key = [u8; 16];
+
+fn key(h: &blake3::Hash) -> Key {
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&h.as_bytes()[..16]);
+    k
 }
 
 struct Writer<'a, 'f> {
@@ -113,12 +128,13 @@ struct Writer<'a, 'f> {
     ctx: &'a Ctx,
     out: DataOutput,
     cur: Option<Current>,
-    /// Dedup key -> inode holding the data. The key is the first 128 bits of
-    /// a BLAKE3 hash over the file size and its per-block BLAKE3 hashes:
-    /// BLAKE3 is a cryptographic hash, so a collision (2^-64 birthday bound
-    /// even at 128 bits) is not a practical concern, and identical keys are
-    /// treated as identical content without a byte comparison.
-    dedup: HashMap<[u8; 16], u32>,
+    /// Dedup of a file's run of blocks: key over (block bytes, per-block
+    /// hashes) -> inode whose `FileLoc` holds the run. Kept apart from the
+    /// tail so files that differ only in their last partial block (e.g.
+    /// versions of a log) still share every full block, as in mksquashfs.
+    block_dedup: HashMap<Key, u32>,
+    /// Dedup of tails: key of the tail's bytes -> (fragment, offset).
+    tail_dedup: HashMap<Key, (u32, u32)>,
     frag_buf: Vec<u8>,
     frag_sealed: Vec<Vec<u8>>,
 }
@@ -339,7 +355,8 @@ pub fn write_data(
             dedup_bytes: 0,
         },
         cur: None,
-        dedup: HashMap::new(),
+        block_dedup: HashMap::new(),
+        tail_dedup: HashMap::new(),
         frag_buf: Vec::new(),
         frag_sealed: Vec::new(),
     };
@@ -384,13 +401,12 @@ impl Writer<'_, '_> {
     ) -> Result<(), PackError> {
         debug_assert_eq!(tree.inodes[p.ino as usize].kind, Kind::File);
         if p.first_block == 0 {
-            let mut hasher = blake3::Hasher::new();
-            hasher.update(&p.size.to_le_bytes());
             self.cur = Some(Current {
                 ino: p.ino,
                 start_pos: self.img.pos(),
                 sizes_start: self.out.block_sizes.len(),
-                hasher,
+                hasher: blake3::Hasher::new(),
+                block_bytes: 0,
                 sparse: 0,
                 tail: None,
             });
@@ -398,8 +414,13 @@ impl Writer<'_, '_> {
         let Some(cur) = self.cur.as_mut() else {
             unreachable!("pieces of a file arrive in order, first piece first")
         };
-        for (block, hash) in blocks {
-            cur.hasher.update(hash.as_bytes());
+        let bs = self.ctx.block_size as u64;
+        for (k, (block, hash)) in blocks.into_iter().enumerate() {
+            let len = bs.min(p.size - (p.first_block + k as u64) * bs);
+            if !matches!(block, Block::Tail(_)) {
+                cur.hasher.update(hash.as_bytes());
+                cur.block_bytes += len;
+            }
             match block {
                 Block::Sparse(len) => {
                     self.out.block_sizes.push(0);
@@ -411,7 +432,7 @@ impl Writer<'_, '_> {
                         .block_sizes
                         .push(size_word(bytes.len(), compressed));
                 }
-                Block::Tail(raw) => cur.tail = Some(raw),
+                Block::Tail(raw) => cur.tail = Some((raw, hash)),
             }
         }
         if p.last {
@@ -421,37 +442,59 @@ impl Writer<'_, '_> {
     }
 
     fn finish_file(&mut self, size: u64) -> Result<(), PackError> {
-        let Some(cur) = self.cur.take() else {
+        let Some(mut cur) = self.cur.take() else {
             return Ok(());
         };
         if size == 0 {
             return Ok(()); // default FileLoc: no blocks, no fragment
         }
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&cur.hasher.finalize().as_bytes()[..16]);
-        if let Some(&prev) = self.dedup.get(&key) {
-            // Same content stored already: drop what this file wrote (its
-            // blocks were the last thing written) and point at the original.
-            self.img.rewind(cur.start_pos)?;
-            self.out.block_sizes.truncate(cur.sizes_start);
-            self.out.locs[cur.ino as usize] = self.out.locs[prev as usize].clone();
-            self.out.dedup_files += 1;
-            self.out.dedup_bytes += size;
-            return Ok(());
-        }
-        let (fragment, frag_offset) = match cur.tail {
-            Some(t) => self.add_fragment(&t),
-            None => (INVALID_FRAG, 0),
-        };
-        self.out.locs[cur.ino as usize] = FileLoc {
+        let mut loc = FileLoc {
             blocks_start: cur.start_pos,
             sizes_start: cur.sizes_start,
             block_count: self.out.block_sizes.len() - cur.sizes_start,
-            fragment,
-            frag_offset,
+            fragment: INVALID_FRAG,
+            frag_offset: 0,
             sparse: cur.sparse,
         };
-        self.dedup.insert(key, cur.ino);
+        let mut all_shared = true;
+        let mut saved = 0;
+        if loc.block_count > 0 {
+            cur.hasher.update(&cur.block_bytes.to_le_bytes());
+            let k = key(&cur.hasher.finalize());
+            if let Some(&prev) = self.block_dedup.get(&k) {
+                // Same blocks stored already: undo this file's blocks (the
+                // last thing written) and point at the earlier run.
+                self.img.rewind(cur.start_pos)?;
+                self.out.block_sizes.truncate(cur.sizes_start);
+                let p = &self.out.locs[prev as usize];
+                (
+                    loc.blocks_start,
+                    loc.sizes_start,
+                    loc.block_count,
+                    loc.sparse,
+                ) = (p.blocks_start, p.sizes_start, p.block_count, p.sparse);
+                saved += cur.block_bytes;
+            } else {
+                self.block_dedup.insert(k, cur.ino);
+                all_shared = false;
+            }
+        }
+        if let Some((raw, hash)) = cur.tail.take() {
+            let k = key(&hash);
+            if let Some(&(f, off)) = self.tail_dedup.get(&k) {
+                (loc.fragment, loc.frag_offset) = (f, off);
+                saved += raw.len() as u64;
+            } else {
+                (loc.fragment, loc.frag_offset) = self.add_fragment(&raw);
+                self.tail_dedup.insert(k, (loc.fragment, loc.frag_offset));
+                all_shared = false;
+            }
+        }
+        if all_shared {
+            self.out.dedup_files += 1;
+        }
+        self.out.dedup_bytes += saved;
+        self.out.locs[cur.ino as usize] = loc;
         Ok(())
     }
 
@@ -587,6 +630,29 @@ mod tests {
         // 3 full blocks for big1 and for other, no block for big2; tails in fragments.
         assert_eq!(out.block_sizes.len(), 6);
         assert!(end > 0);
+    }
+
+    #[test]
+    fn files_differing_only_in_the_tail_share_their_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        let body = noisy(2 * 4096, 5);
+        fs::write(src.join("a"), [&body[..], b"tail one"].concat()).unwrap();
+        fs::write(src.join("b"), [&body[..], b"tail two!"].concat()).unwrap();
+        let opts = PackOptions {
+            block_size: 4096,
+            ..Default::default()
+        };
+        let (tree, out, _) = pack_data(src, &opts);
+        let (a, b) = (loc_of(&tree, &out, "a"), loc_of(&tree, &out, "b"));
+        assert_eq!(
+            (a.blocks_start, a.sizes_start, a.block_count),
+            (b.blocks_start, b.sizes_start, 2)
+        );
+        assert_ne!((a.fragment, a.frag_offset), (b.fragment, b.frag_offset));
+        assert_eq!(out.block_sizes.len(), 2);
+        assert_eq!(out.dedup_files, 0); // not whole-file duplicates
+        assert_eq!(out.dedup_bytes, 8192);
     }
 
     #[test]

@@ -1,0 +1,553 @@
+//! The ZIP reader: any real-world `.zip` served through the same filesystem
+//! core ([`crate::fs::PackFs`]) and block cache as SquashFS.
+//!
+//! # Design note
+//!
+//! **Index.** Opening reads the end records (EOCD, searched backwards over at
+//! most 65557 bytes; Zip64 locator and record when present) and walks the
+//! central directory once into a compact index (see [`index`]): one
+//! fixed-size node per entry (~80 bytes), base names in one arena, children
+//! as ranges of one sorted `u32` array. Node id = index + 1 (entries from 2,
+//! root = 1); `st_ino` = node id. Lookup is a binary search in the parent's
+//! children; a readdir cookie is 3 + the position in that range.
+//! Directories without an entry of their own are synthesised (0755, mtime
+//! of their newest child).
+//!
+//! **Data offsets** are resolved lazily from the local header (its name and
+//! extra lengths may differ from the central ones) and cached in the node's
+//! `AtomicU64`. Sizes and CRCs always come from the central directory, so
+//! data descriptors (flag bit 3) need no special handling.
+//!
+//! **Reading.**
+//! * *Stored* members are served straight from the image map, no copy into
+//!   the cache. Their CRC is verified once, at the first open, when they are
+//!   smaller than 1 MiB (bit 63 of the cached data offset remembers it).
+//! * *Compressed members below 1 MiB* (uncompressed) are decoded whole into
+//!   one cache block, keyed `(node << 32) | 0`, and their CRC is checked.
+//! * *Large compressed members* are decoded in chunks of 256 KiB of output,
+//!   keyed `(node << 32) | chunk`. None of the decoders (inflate, bzip2,
+//!   LZMA, zstd, xz) has a serialisable state, so instead of checkpoints
+//!   each open handle keeps its *live* decoder, positioned just after the
+//!   furthest chunk it produced, and every chunk it produces goes into the
+//!   cache. A read of chunk k:
+//!   1. cached → O(chunk) copy;
+//!   2. k at or after the live decoder → decodes forward from there,
+//!      caching the chunks it passes: O(k·C − pos);
+//!   3. k before the decoder and evicted → a fresh decoder from the member
+//!      start: O(k·C). This is the worst case of a random read, paid only
+//!      when the cache budget is smaller than the member.
+//!
+//!   Sequential reads (and the prefetcher, which runs the same decoder ahead)
+//!   therefore decode every byte once; re-reads cost nothing while cached.
+//!   The running CRC-32 is checked when a decoder reaches the member's end:
+//!   a mismatch fails that read with EIO (earlier chunks were already
+//!   served). Chunks are inserted into the cache outside any cache loader,
+//!   so a decoder lock is never held while waiting for a cache slot that
+//!   another thread holds while waiting for the decoder (no deadlock).
+//!
+//! **Metadata** follows what unzip 6.0 extracts: Unix mode from the external
+//! attributes when the host is Unix; mtime from the extended timestamp, the
+//! old Info-ZIP Unix extra, or the DOS time as local time; uid/gid from the
+//! 0x7875 extra, else the mounting user. Symlinks are `S_IFLNK` entries
+//! whose content is the target.
+//!
+//! **Errors.** Encrypted members are listed with their sizes; opening one
+//! fails with EACCES (and a log line): the data exists but cannot be read
+//! without a key, which is a permission problem rather than damage.
+//! Unsupported methods fail the open with EIO. Corrupt input is a
+//! [`FsError::Corrupt`], never a panic or an endless loop.
+
+pub mod data;
+pub mod format;
+pub mod index;
+
+pub use index::ZipInfo;
+
+use crate::cache::{Block, BlockCache};
+use crate::error::{FsError, Result};
+use crate::fs::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::source::ImageSource;
+use data::{Member, Stream};
+use format::*;
+use index::{Index, Node};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Output bytes per cached chunk of a large compressed member.
+pub const CHUNK: u64 = 256 << 10;
+/// Compressed members smaller than this are decoded whole.
+pub const SMALL: u64 = 1 << 20;
+const VERIFIED: u64 = 1 << 63;
+/// Longest symlink target accepted.
+const MAX_LINK: u64 = 4096;
+
+pub struct ZipFs {
+    src: Arc<dyn ImageSource>,
+    cache: Arc<BlockCache>,
+    idx: Index,
+}
+
+/// An open regular file.
+pub struct ZipFile {
+    node: u32,
+    data_off: u64,
+    /// The live decoder of a large compressed member.
+    stream: Mutex<Option<Stream>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn key(node: u32, chunk: u64) -> u64 {
+    ((node as u64) << 32) | chunk
+}
+
+impl ZipFs {
+    /// Reads the central directory and builds the index.
+    pub fn open(src: Box<dyn ImageSource>, cache: Arc<BlockCache>) -> Result<ZipFs> {
+        let src: Arc<dyn ImageSource> = Arc::from(src);
+        // SAFETY: no preconditions.
+        let owner = unsafe { (libc::getuid(), libc::getgid()) };
+        let idx = Index::build(&*src, owner)?;
+        Ok(ZipFs { src, cache, idx })
+    }
+
+    /// Maps `path` and opens it, naming the file in errors.
+    pub fn open_path(path: &Path, cache_bytes: usize) -> Result<ZipFs> {
+        let src = crate::source::MmapSource::open(path)?;
+        ZipFs::open(Box::new(src), Arc::new(BlockCache::new(cache_bytes))).map_err(|e| match e {
+            FsError::Corrupt(m) => FsError::Corrupt(format!("{}: {m}", path.display())),
+            FsError::Unsupported(m) => FsError::Unsupported(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    pub fn info(&self) -> ZipInfo {
+        self.idx.info.clone()
+    }
+
+    pub fn cache(&self) -> &Arc<BlockCache> {
+        &self.cache
+    }
+
+    fn node(&self, id: NodeId) -> Result<(u32, &Node)> {
+        let i = id.checked_sub(1).ok_or(FsError::NotFound)?;
+        let n = self.idx.nodes.get(i as usize).ok_or(FsError::NotFound)?;
+        Ok((i as u32, n))
+    }
+
+    fn kind(n: &Node) -> FileKind {
+        if n.is_dir() {
+            FileKind::Dir
+        } else if n.is_symlink() {
+            FileKind::Symlink
+        } else {
+            FileKind::File
+        }
+    }
+
+    fn attr(&self, i: u32, n: &Node) -> Attr {
+        Attr {
+            node: i as u64 + 1,
+            ino: i as u64 + 1,
+            kind: Self::kind(n),
+            perm: (n.mode & 0o7777) as u16,
+            nlink: if n.is_dir() { 2 + n.subdirs() } else { 1 },
+            uid: n.uid,
+            gid: n.gid,
+            size: n.size,
+            mtime: n.mtime,
+            rdev: 0,
+        }
+    }
+
+    /// The entry's path, for messages.
+    pub fn path_of(&self, mut i: u32) -> String {
+        let mut parts = Vec::new();
+        while i != 0 {
+            let Some(n) = self.idx.nodes.get(i as usize) else { break };
+            parts.push(String::from_utf8_lossy(self.idx.name(n)).into_owned());
+            if parts.len() > 10_000 {
+                break;
+            }
+            i = n.parent;
+        }
+        parts.reverse();
+        parts.join("/")
+    }
+
+    /// The member's data offset, from its local header (cached).
+    fn data_off(&self, i: u32, n: &Node) -> Result<u64> {
+        let cached = n.data_off.load(Ordering::Acquire) & !VERIFIED;
+        if cached != 0 {
+            return Ok(cached);
+        }
+        let off = local_data_offset(&*self.src, n.local_offset).map_err(|e| {
+            FsError::corrupt(format!("{}: {e}", self.path_of(i)))
+        })?;
+        if off.checked_add(n.csize).is_none_or(|e| e > self.src.len()) {
+            return Err(FsError::corrupt(format!(
+                "{}: data ({} bytes at {off}) runs past the end of the file",
+                self.path_of(i),
+                n.csize
+            )));
+        }
+        if n.method == METHOD_STORED && n.csize != n.size {
+            return Err(FsError::corrupt(format!(
+                "{}: stored member with compressed size {} != size {}",
+                self.path_of(i),
+                n.csize,
+                n.size
+            )));
+        }
+        n.data_off.fetch_or(off, Ordering::AcqRel);
+        Ok(off)
+    }
+
+    fn stream(&self, i: u32, n: &Node, data_off: u64) -> Result<Stream> {
+        let name = self.path_of(i);
+        Stream::new(
+            self.src.clone(),
+            &Member {
+                name: &name,
+                method: n.method,
+                flags: n.flags,
+                data_off,
+                csize: n.csize,
+                size: n.size,
+                crc: n.crc,
+            },
+        )
+    }
+
+    /// A small compressed member (or a symlink target), decoded whole.
+    fn whole(&self, i: u32, n: &Node, data_off: u64) -> Result<Arc<Block>> {
+        self.cache.get_or_load(key(i, 0), || {
+            let data = self.stream(i, n, data_off)?.next(n.size as usize)?;
+            Ok(Block {
+                data: data.into_boxed_slice(),
+                next: 0,
+            })
+        })
+    }
+
+    /// Chunk `k` of a large compressed member (see the module doc).
+    fn chunk(&self, h: &ZipFile, n: &Node, k: u64, wait: bool) -> Result<Option<Arc<Block>>> {
+        let want = key(h.node, k);
+        if let Some(b) = self.cache.peek(want) {
+            return Ok(Some(b));
+        }
+        let mut st = if wait {
+            lock(&h.stream)
+        } else {
+            match h.stream.try_lock() {
+                Ok(g) => g,
+                Err(_) => return Ok(None),
+            }
+        };
+        if let Some(b) = self.cache.peek(want) {
+            return Ok(Some(b));
+        }
+        let target = k * CHUNK;
+        if st.as_ref().is_none_or(|s| s.pos > target) {
+            *st = Some(self.stream(h.node, n, h.data_off)?);
+        }
+        let s = st.as_mut().expect("just set");
+        loop {
+            let j = s.pos / CHUNK;
+            let r = s.next(CHUNK as usize);
+            let data = match r {
+                Ok(d) => d,
+                Err(e) => {
+                    *st = None;
+                    return Err(e);
+                }
+            };
+            if data.is_empty() {
+                return Err(FsError::corrupt(format!(
+                    "{}: chunk {k} is past the end",
+                    self.path_of(h.node)
+                )));
+            }
+            let b = self.cache.get_or_load(key(h.node, j), || {
+                Ok::<_, FsError>(Block {
+                    data: data.into_boxed_slice(),
+                    next: 0,
+                })
+            })?;
+            if j == k {
+                return Ok(Some(b));
+            }
+        }
+    }
+
+    /// Decodes into the cache as much of the archive as fits in about 90% of
+    /// the budget (small compressed members only). Returns (blocks, bytes).
+    pub fn preload(&self) -> Result<(u64, u64)> {
+        let budget = self.cache.budget() as u64 * 9 / 10;
+        let (mut blocks, mut bytes) = (0u64, 0u64);
+        for (i, n) in self.idx.nodes.iter().enumerate().skip(1) {
+            if n.is_dir() || n.encrypted() || n.size == 0 {
+                continue;
+            }
+            if bytes + n.size > budget {
+                break;
+            }
+            let off = self.data_off(i as u32, n)?;
+            if n.method == METHOD_STORED {
+                self.src.will_need(off, n.size as usize);
+            } else if n.size < SMALL {
+                self.whole(i as u32, n, off)?;
+                blocks += 1;
+                bytes += n.size;
+            }
+        }
+        Ok((blocks, bytes))
+    }
+
+    fn check_readable(&self, i: u32, n: &Node) -> Result<()> {
+        if n.encrypted() {
+            log::warn!(
+                "zip: {}: encrypted entry, not readable (EACCES)",
+                self.path_of(i)
+            );
+            return Err(FsError::io(
+                format!("{}: encrypted", self.path_of(i)),
+                std::io::Error::from_raw_os_error(libc::EACCES),
+            ));
+        }
+        match n.method {
+            METHOD_STORED | METHOD_DEFLATE | METHOD_DEFLATE64 | METHOD_BZIP2 | METHOD_LZMA
+            | METHOD_ZSTD | 20 | METHOD_XZ => Ok(()),
+            m => {
+                log::error!(
+                    "zip: {}: unsupported compression method {m} ({})",
+                    self.path_of(i),
+                    method_name(m)
+                );
+                Err(FsError::Unsupported(format!(
+                    "{}: unsupported method {} ({m})",
+                    self.path_of(i),
+                    method_name(m)
+                )))
+            }
+        }
+    }
+
+    /// Reads bytes `offset..offset+len` of node `i`'s content (clamped).
+    fn read_content(
+        &self,
+        h: &ZipFile,
+        n: &Node,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        if offset >= n.size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = n.size.min(offset.saturating_add(len));
+        if n.method == METHOD_STORED {
+            return Ok(self
+                .src
+                .slice(h.data_off + offset, (end - offset) as usize)?
+                .to_vec());
+        }
+        if n.size < SMALL {
+            let b = self.whole(h.node, n, h.data_off)?;
+            return b
+                .data
+                .get(offset as usize..end as usize)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| FsError::corrupt("decoded member shorter than its size"));
+        }
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut at = offset;
+        while at < end {
+            let k = at / CHUNK;
+            let b = self.chunk(h, n, k, true)?.expect("waited");
+            let s = (at - k * CHUNK) as usize;
+            let e = ((end - k * CHUNK).min(CHUNK) as usize).min(b.data.len());
+            if s >= e {
+                return Err(FsError::corrupt(format!(
+                    "{}: chunk {k} is short",
+                    self.path_of(h.node)
+                )));
+            }
+            out.extend_from_slice(&b.data[s..e]);
+            at += (e - s) as u64;
+        }
+        Ok(out)
+    }
+
+    fn open_node(&self, i: u32, n: &Node) -> Result<ZipFile> {
+        self.check_readable(i, n)?;
+        let data_off = self.data_off(i, n)?;
+        if n.size / CHUNK > u32::MAX as u64 {
+            return Err(FsError::Unsupported(format!(
+                "{}: member of {} bytes is too large",
+                self.path_of(i),
+                n.size
+            )));
+        }
+        if n.method == METHOD_STORED
+            && n.size < SMALL
+            && n.data_off.load(Ordering::Acquire) & VERIFIED == 0
+        {
+            let crc = crc32fast::hash(self.src.slice(data_off, n.size as usize)?);
+            if crc != n.crc {
+                log::error!(
+                    "zip: {}: CRC-32 mismatch (archive says {:08x}, data has {crc:08x})",
+                    self.path_of(i),
+                    n.crc
+                );
+                return Err(FsError::corrupt(format!(
+                    "{}: CRC-32 mismatch (expected {:08x}, got {crc:08x})",
+                    self.path_of(i),
+                    n.crc
+                )));
+            }
+            n.data_off.fetch_or(VERIFIED, Ordering::AcqRel);
+        }
+        Ok(ZipFile {
+            node: i,
+            data_off,
+            stream: Mutex::new(None),
+        })
+    }
+}
+
+impl Image for ZipFs {
+    type Handle = ZipFile;
+
+    fn getattr(&self, node: NodeId) -> Result<Attr> {
+        let (i, n) = self.node(node)?;
+        Ok(self.attr(i, n))
+    }
+
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr> {
+        let (_, p) = self.node(parent)?;
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let kids = self.idx.children_of(p);
+        let pos = kids
+            .binary_search_by(|&c| self.idx.name(&self.idx.nodes[c as usize]).cmp(name))
+            .map_err(|_| FsError::NotFound)?;
+        let c = kids[pos];
+        Ok(self.attr(c, &self.idx.nodes[c as usize]))
+    }
+
+    fn readdir(
+        &self,
+        dir: NodeId,
+        cookie: u64,
+        sink: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let (_, d) = self.node(dir)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let kids = self.idx.children_of(d);
+        let from = cookie.saturating_sub(2) as usize;
+        for (pos, &c) in kids.iter().enumerate().skip(from) {
+            let n = &self.idx.nodes[c as usize];
+            let e = DirEntry {
+                name: self.idx.name(n).to_vec(),
+                node: c as u64 + 1,
+                ino: c as u64 + 1,
+                kind: Self::kind(n),
+                cookie: pos as u64 + 3,
+            };
+            if !sink(e) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn open(&self, node: NodeId) -> Result<ZipFile> {
+        let (i, n) = self.node(node)?;
+        if n.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if n.is_symlink() {
+            return Err(FsError::Invalid(format!("{}: is a symlink", self.path_of(i))));
+        }
+        self.open_node(i, n)
+    }
+
+    fn read(&self, h: &ZipFile, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let n = &self.idx.nodes[h.node as usize];
+        self.read_content(h, n, offset, size as u64)
+    }
+
+    fn prefetch(&self, h: &ZipFile, offset: u64, len: u64) {
+        let n = &self.idx.nodes[h.node as usize];
+        if offset >= n.size {
+            return;
+        }
+        let end = n.size.min(offset.saturating_add(len));
+        if n.method == METHOD_STORED {
+            self.src
+                .will_need(h.data_off + offset, (end - offset) as usize);
+        } else if n.size < SMALL {
+            let _ = self.whole(h.node, n, h.data_off);
+        } else {
+            for k in offset / CHUNK..end.div_ceil(CHUNK) {
+                // Never wait for a reader that holds the decoder; errors are
+                // left for the real read.
+                match self.chunk(h, n, k, false) {
+                    Ok(Some(_)) => {}
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
+        let (i, n) = self.node(node)?;
+        if !n.is_symlink() {
+            return Err(FsError::NotSymlink);
+        }
+        if n.size > MAX_LINK {
+            return Err(FsError::corrupt(format!(
+                "{}: symlink target of {} bytes",
+                self.path_of(i),
+                n.size
+            )));
+        }
+        let h = self.open_node(i, n)?;
+        self.read_content(&h, n, 0, n.size)
+    }
+
+    fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.node(node)?;
+        Ok(Vec::new())
+    }
+
+    fn statfs(&self) -> StatFs {
+        StatFs {
+            blocks: self.src.len().div_ceil(CHUNK),
+            files: self.idx.nodes.len() as u64,
+            block_size: CHUNK as u32,
+            name_max: 255,
+        }
+    }
+
+    fn block_size(&self) -> u32 {
+        CHUNK as u32
+    }
+
+    fn parent_ino(&self, dir: NodeId) -> Result<u64> {
+        let (_, d) = self.node(dir)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        Ok(if dir == ROOT { ROOT } else { d.parent as u64 + 1 })
+    }
+}
+
+#[cfg(test)]
+mod tests;

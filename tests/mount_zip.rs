@@ -1,0 +1,386 @@
+//! The ZIP reader, proven against unzip: archives made by Info-ZIP zip,
+//! Python's zipfile and bsdtar are read by packfs (through the filesystem
+//! core directly, and through `packfs mount`) and compared entry by entry
+//! with what `unzip -K -X` extracts (type, mode, owner, size, mtime, nlink,
+//! symlink target, content). Where unzip lacks a method (LZMA), Python's
+//! extractall is the content reference.
+
+mod common;
+use common::*;
+use mountfs::cache::BlockCache;
+use mountfs::fs::{FileKind, PackFs, ROOT};
+use mountfs::source::MmapSource;
+use mountfs::zip::ZipFs;
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+/// What a ZIP can keep of a tree: files, directories, symlinks, modes,
+/// mtimes (2-second DOS granularity: all times here are even).
+fn zip_tree(root: &Path) {
+    let w = |p: &str, d: &[u8]| {
+        let p = root.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, d).unwrap();
+    };
+    w("empty", b"");
+    w("small.txt", b"hello, packfs\n");
+    for (i, n) in [1usize, 4097, 131073, 1_048_575, 1_048_577, 3_000_001].into_iter().enumerate() {
+        w(&format!("d/text{n}"), &bytes(i as u64, n, true));
+        w(&format!("d/rand{n}"), &bytes(100 + i as u64, n, false));
+    }
+    w("d/e/f/ünïcødé-名前.txt", b"unicode");
+    w(&format!("d/e/f/{}", "n".repeat(255)), b"long name");
+    w("d/e/f/with space", b"space");
+    std::os::unix::fs::symlink("small.txt", root.join("rel_link")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("abs_link")).unwrap();
+    std::os::unix::fs::symlink("does/not/exist", root.join("d/dangling")).unwrap();
+    w("suid", b"#!/bin/sh\n");
+    w("private", b"secret");
+    w("exec", b"#!/bin/sh\n");
+    std::fs::create_dir(root.join("sticky")).unwrap();
+    std::fs::create_dir(root.join("emptydir")).unwrap();
+    let mut deep = root.join("deep");
+    for i in 0..30 {
+        deep = deep.join(format!("l{i}"));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("bottom"), b"deep").unwrap();
+    let mode = |p: &str, m: u32| {
+        std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode("suid", 0o4755);
+    mode("private", 0o600);
+    mode("exec", 0o750);
+    mode("sticky", 0o1777);
+    // Fixed, even times everywhere (DOS keeps 2 s); an old and a future one.
+    let mut all = vec![root.to_path_buf()];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                stack.push(p.clone());
+            }
+            all.push(p);
+        }
+    }
+    for p in &all {
+        set_mtime(p, 1_600_000_000);
+    }
+    set_mtime(&root.join("small.txt"), 1); // before 1980: zip clamps
+    set_mtime(&root.join("d/text1"), 4_000_000_000); // after 2038
+}
+
+fn set_mtime(p: &Path, secs: i64) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let ts = libc::timespec { tv_sec: secs, tv_nsec: 0 };
+    // SAFETY: valid path and two timespecs.
+    unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [ts, ts].as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+}
+
+fn open_zip(p: &Path) -> PackFs<ZipFs> {
+    let z = ZipFs::open(Box::new(MmapSource::open(p).unwrap()), Arc::new(BlockCache::new(8 << 20)))
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    PackFs::new(z, 0, 0)
+}
+
+/// The tree as the filesystem core shows it, in `manifest` form.
+fn core_manifest(img: &Path) -> BTreeMap<PathBuf, Entry> {
+    let fs = open_zip(img);
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(ROOT, PathBuf::new())];
+    while let Some((dir, path)) = stack.pop() {
+        for e in fs.list(dir).unwrap() {
+            let rel = path.join(std::ffi::OsStr::new(&String::from_utf8(e.name.clone()).unwrap()));
+            let a = fs.getattr(e.node).unwrap();
+            assert_eq!(a.kind, e.kind);
+            let (kind, bits) = match a.kind {
+                FileKind::Dir => ("dir", libc::S_IFDIR),
+                FileKind::File => ("file", libc::S_IFREG),
+                FileKind::Symlink => ("symlink", libc::S_IFLNK),
+                k => panic!("{k:?} in a zip"),
+            };
+            let hash = (a.kind == FileKind::File).then(|| {
+                let mut h = blake3::Hasher::new();
+                let n = fs
+                    .read_all(a.node, |b| {
+                        h.update(b);
+                        Ok(())
+                    })
+                    .unwrap_or_else(|e| panic!("{}: {e}", rel.display()));
+                assert_eq!(n, a.size);
+                h.finalize()
+            });
+            let target = (a.kind == FileKind::Symlink)
+                .then(|| PathBuf::from(String::from_utf8(fs.readlink(a.node).unwrap()).unwrap()));
+            if a.kind == FileKind::Dir {
+                stack.push((a.node, rel.clone()));
+            }
+            out.insert(
+                rel.clone(),
+                Entry {
+                    kind,
+                    mode: bits | a.perm as u32,
+                    uid: a.uid,
+                    gid: a.gid,
+                    size: if a.kind == FileKind::Dir { 0 } else { a.size },
+                    mtime: a.mtime,
+                    nlink: a.nlink as u64,
+                    link_group: rel,
+                    target,
+                    rdev: 0,
+                    xattrs: BTreeMap::new(),
+                    hash,
+                },
+            );
+        }
+    }
+    out
+}
+
+fn opts() -> ManifestOptions {
+    ManifestOptions { nlink: true, xattrs: false, dir_size: false, owners: true }
+}
+
+fn unzip_manifest(img: &Path, t: &Path) -> BTreeMap<PathBuf, Entry> {
+    let out = t.join(format!("x-{}", img.file_name().unwrap().to_string_lossy()));
+    run(Command::new("unzip").args(["-q", "-K", "-X", "-d"]).arg(&out).arg(img));
+    manifest(&out, &opts())
+}
+
+/// Core vs unzip, and (when `packfs mount` handles ZIP) mount vs unzip.
+fn differential(img: &Path, t: &Path) {
+    let want = unzip_manifest(img, t);
+    assert_same(&format!("core vs unzip for {}", img.display()), &core_manifest(img), &want);
+    if std::env::var_os("ZIP_CORE_ONLY").is_some() { return; }
+    let m = PackfsMount::new(img, &[]);
+    assert_same(&format!("packfs mount vs unzip for {}", img.display()), &manifest(m.path(), &opts()), &want);
+}
+
+fn python(script: &str, args: &[&Path]) {
+    run(Command::new("python3").arg("-c").arg(script).args(args));
+}
+
+/// Python zipfile writer: walks the tree, symlinks as S_IFLNK entries.
+const PY_WRITE: &str = r#"
+import os, sys, stat, zipfile
+src, out, method = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with zipfile.ZipFile(out, 'w', compression=method, strict_timestamps=False) as z:
+    for dp, dns, fns in os.walk(src):
+        dns.sort()
+        for n in sorted(dns) + sorted(fns):
+            p = os.path.join(dp, n)
+            arc = os.path.relpath(p, src)
+            if os.path.islink(p):
+                zi = zipfile.ZipInfo(arc, zipfile.ZipInfo.from_file(p, strict_timestamps=False).date_time)
+                zi.external_attr = (stat.S_IFLNK | 0o777) << 16
+                zi.create_system = 3
+                z.writestr(zi, os.readlink(p))
+            else:
+                z.write(p, arc)
+"#;
+
+#[test]
+fn info_zip_archives_match_unzip() {
+    let t = scratch();
+    let src = t.path().join("src");
+    zip_tree(&src);
+    for (name, args) in [("deflate", &["-r", "-X", "-y"][..]), ("stored", &["-r", "-X", "-y", "-0"]), ("extras", &["-r", "-y"])] {
+        let img = t.path().join(format!("{name}.zip"));
+        run(Command::new("zip").args(["-q"]).args(args).arg(&img).arg(".").current_dir(&src));
+        differential(&img, t.path());
+    }
+}
+
+#[test]
+fn bsdtar_archives_match_unzip() {
+    let t = scratch();
+    let src = t.path().join("src");
+    zip_tree(&src);
+    let img = t.path().join("bsdtar.zip");
+    run(Command::new("bsdtar").args(["-a", "-cf"]).arg(&img).arg(".").current_dir(&src));
+    differential(&img, t.path());
+}
+
+#[test]
+fn python_archives_match_unzip() {
+    let t = scratch();
+    let src = t.path().join("src");
+    zip_tree(&src);
+    // 0 stored, 8 deflate, 12 bzip2 (unzip reads these)
+    for method in ["0", "8", "12"] {
+        let img = t.path().join(format!("py{method}.zip"));
+        run(Command::new("python3").arg("-c").arg(PY_WRITE).arg(&src).arg(&img).arg(method));
+        differential(&img, t.path());
+    }
+}
+
+/// Python's extractall as the reference: contents only (it restores no
+/// modes, times or links).
+fn python_extract(img: &Path, t: &Path) -> BTreeMap<PathBuf, Option<blake3::Hash>> {
+    let out = t.join(format!("py-{}", img.file_name().unwrap().to_string_lossy()));
+    python("import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])", &[img, &out]);
+    manifest(&out, &opts()).into_iter().map(|(p, e)| (p, e.hash)).collect()
+}
+
+#[test]
+fn python_lzma_matches_python_extraction() {
+    let t = scratch();
+    let src = t.path().join("src");
+    zip_tree(&src);
+    let img = t.path().join("py14.zip");
+    run(Command::new("python3").arg("-c").arg(PY_WRITE).arg(&src).arg(&img).arg("14"));
+    let want = python_extract(&img, t.path());
+    let got: BTreeMap<_, _> = core_manifest(&img)
+        .into_iter()
+        .filter(|(_, e)| e.kind != "symlink")
+        .map(|(p, e)| (p, e.hash))
+        .collect();
+    let want: BTreeMap<_, _> = want.into_iter().filter(|(p, _)| got.contains_key(p)).collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want);
+    if std::env::var_os("ZIP_CORE_ONLY").is_some() { return; }
+    let m = PackfsMount::new(&img, &[]);
+    for (p, h) in &got {
+        if let Some(h) = h {
+            let data = std::fs::read(m.path().join(p)).unwrap();
+            assert_eq!(blake3::hash(&data), *h, "{}", p.display());
+        }
+    }
+}
+
+#[test]
+fn streamed_zip64_and_many_entries() {
+    let t = scratch();
+    let img = t.path().join("streamed.zip");
+    // A non-seekable output forces data descriptors (flag bit 3); force_zip64
+    // writes Zip64 extras; 70000 entries need the Zip64 end record.
+    python(
+        r#"
+import sys, zipfile, io
+class Pipe(io.RawIOBase):
+    def __init__(s, f): s.f = f
+    def writable(s): return True
+    def seekable(s): return False
+    def write(s, b): return s.f.write(b)
+    def flush(s): s.f.flush()
+with open(sys.argv[1], 'wb') as f:
+    with zipfile.ZipFile(Pipe(f), 'w', compression=zipfile.ZIP_DEFLATED) as z:
+        for i in range(3):
+            with z.open(f'streamed/{i}.txt', 'w') as w:
+                w.write((f'line {i}\n' * (100000 * (i + 1))).encode())
+        with z.open('z64.bin', 'w', force_zip64=True) as w:
+            w.write(bytes(range(256)) * 5000)
+        with z.open('dt/old.txt', 'w') as w:
+            w.write(b'old')
+with zipfile.ZipFile(sys.argv[2], 'w', compression=zipfile.ZIP_STORED) as z:
+    for i in range(70000):
+        z.writestr(f'many/{i // 1000:02d}/{i}', str(i))
+"#,
+        &[&img, &t.path().join("many.zip")],
+    );
+    differential(&img, t.path());
+    let many = open_zip(&t.path().join("many.zip"));
+    let info = many.image.info();
+    assert_eq!((info.entries, info.files), (70000, 70000));
+    assert!(info.zip64);
+    let a = many.resolve(b"many/69/69999").unwrap();
+    let mut got = Vec::new();
+    many.read_all(a.node, |b| {
+        got.extend_from_slice(b);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(got, b"69999");
+    assert_eq!(many.list(many.resolve(b"many/00").unwrap().node).unwrap().len(), 1000);
+}
+
+#[test]
+fn extreme_times_match_unzip() {
+    // DOS time plus extended timestamp (0x5455) extras, including the cases
+    // where unzip ignores the extended time (bit 31 set and the DOS date
+    // before 2038) and where it reads it as unsigned (DOS date after 2038).
+    let t = scratch();
+    let img = t.path().join("times.zip");
+    python(
+        r#"
+import sys, zipfile, struct
+def ut(t): return struct.pack('<HHBI', 0x5455, 5, 1, t & 0xffffffff)
+cases = [
+    ('dos_only_1980', (1980, 1, 1, 0, 0, 0), b''),
+    ('dos_only_2107', (2107, 12, 31, 23, 59, 58), b''),
+    ('dos_2000_summer', (2000, 7, 1, 12, 30, 10), b''),
+    ('ut_1970', (1980, 1, 1, 0, 0, 0), ut(1)),
+    ('ut_1979', (1980, 1, 1, 0, 0, 0), ut(300000000)),
+    ('ut_negative', (1980, 1, 1, 0, 0, 0), ut(-100000000)),
+    ('ut_2096', (2096, 10, 2, 7, 6, 40), ut(4000000000)),
+    ('ut_2096_dos_1980', (1980, 1, 1, 0, 0, 0), ut(4000000000)),
+    ('ut_2038', (2038, 2, 1, 0, 0, 0), ut(2150000000)),
+]
+with zipfile.ZipFile(sys.argv[1], 'w') as z:
+    for name, dt, extra in cases:
+        zi = zipfile.ZipInfo(name, dt)
+        zi.extra = extra
+        zi.create_system = 3
+        zi.external_attr = 0o100644 << 16
+        z.writestr(zi, name)
+"#,
+        &[&img],
+    );
+    differential(&img, t.path());
+}
+
+#[test]
+fn malicious_names_stay_inside() {
+    let t = scratch();
+    let img = t.path().join("evil.zip");
+    python(
+        r#"
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1], 'w') as z:
+    for n in ['../evil', '/abs', 'a/../../b', '../../etc/passwd', './ok/./fine', 'dup', 'dup', 'x/../y']:
+        zi = zipfile.ZipInfo(n, (2020, 1, 1, 0, 0, 0))
+        zi.external_attr = 0o100644 << 16
+        z.writestr(zi, n)
+"#,
+        &[&img],
+    );
+    let fs = open_zip(&img);
+    let mut names: Vec<_> = fs.list(ROOT).unwrap().into_iter().map(|e| String::from_utf8(e.name).unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["abs", "dup", "ok"]);
+    if std::env::var_os("ZIP_CORE_ONLY").is_some() { return; }
+    let m = PackfsMount::new(&img, &[]);
+    let got = manifest(m.path(), &opts());
+    let paths: Vec<_> = got.keys().map(|p| p.display().to_string()).collect();
+    assert_eq!(paths, ["abs", "dup", "ok", "ok/fine"]);
+    assert_eq!(std::fs::read(m.path().join("dup")).unwrap(), b"dup");
+    assert!(!t.path().join("evil").exists());
+}
+
+#[test]
+fn truncated_zip_fails_to_open_with_a_clear_error() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), bytes(1, 100_000, false)).unwrap();
+    let img = t.path().join("full.zip");
+    run(Command::new("zip").args(["-q", "-r"]).arg(&img).arg(".").current_dir(&src));
+    let data = std::fs::read(&img).unwrap();
+    let cut = t.path().join("cut.zip");
+    std::fs::write(&cut, &data[..data.len() / 2]).unwrap();
+    let err = ZipFs::open(Box::new(MmapSource::open(&cut).unwrap()), Arc::new(BlockCache::new(1 << 20)))
+        .err()
+        .expect("truncated zip must not open");
+    assert!(err.to_string().contains("end of central directory"), "{err}");
+    if std::env::var_os("ZIP_CORE_ONLY").is_some() { return; }
+    std::fs::create_dir(t.path().join("mnt")).unwrap();
+    let out = Command::new(packfs_bin()).arg("mount").arg(&cut).arg(t.path().join("mnt")).output().unwrap();
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("cut.zip"), "{msg}");
+}
