@@ -220,3 +220,21 @@ fn run_mounts_runs_and_returns_the_exit_status() {
     // Unmounted afterwards.
     assert!(std::fs::read_dir(&mp).unwrap().next().is_none());
 }
+
+#[test]
+fn packfs_images_match_the_kernel() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, true);
+    for (name, args) in [
+        ("zstd", &["-c", "zstd"][..]),
+        ("gzip-4k", &["-c", "gzip", "-b", "4K"][..]),
+        ("xz-1m-nofrag", &["-c", "xz", "-b", "1M", "--no-fragments"][..]),
+        ("lz4", &["-c", "lz4"][..]),
+    ] {
+        let img = t.path().join(format!("{name}.sqfs"));
+        let out = run(Command::new(packfs_bin()).arg("pack").arg(&src).arg("-o").arg(&img).args(args));
+        assert!(out.is_empty(), "pack printed on stdout: {out}");
+        differential(&img, &src);
+    }
+}
