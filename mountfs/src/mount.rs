@@ -6,6 +6,7 @@ use crate::fs::{Image, PackFs};
 use crate::fuse::FuseAdapter;
 use crate::source::{ImageSource, MmapSource};
 use crate::squashfs::SquashFs;
+use crate::zip::ZipFs;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -93,21 +94,33 @@ pub fn serve<I: Image>(
 /// Any image packfs reads, as one concrete [`Image`] for the CLI and server.
 pub enum AnyImage {
     SquashFs(SquashFs),
+    Zip(ZipFs),
 }
 
 pub enum AnyHandle {
     SquashFs(crate::squashfs::OpenFile),
+    Zip(crate::zip::ZipFile),
 }
 
 impl AnyImage {
     /// Opens `path`, detecting its format, with a block cache of `cache_bytes`.
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
-        Ok(AnyImage::SquashFs(open_squashfs(path, cache_bytes)?))
+        let src = MmapSource::open(path)?;
+        match detect(&src, path) {
+            Ok(Format::SquashFs) => Ok(AnyImage::SquashFs(open_squashfs(path, cache_bytes)?)),
+            Ok(Format::Zip) => Ok(AnyImage::Zip(ZipFs::open_path(path, cache_bytes)?)),
+            // Anything else may still be a zip: self-extracting archives and
+            // zips with data in front start with something other than "PK".
+            Err(unknown) => ZipFs::open_path(path, cache_bytes)
+                .map(AnyImage::Zip)
+                .map_err(|_| unknown),
+        }
     }
 
     pub fn format(&self) -> Format {
         match self {
             AnyImage::SquashFs(_) => Format::SquashFs,
+            AnyImage::Zip(_) => Format::Zip,
         }
     }
 
@@ -115,12 +128,14 @@ impl AnyImage {
     pub fn preload(&self) -> Result<(u64, u64)> {
         match self {
             AnyImage::SquashFs(s) => s.preload(),
+            AnyImage::Zip(z) => z.preload(),
         }
     }
 
     pub fn cache(&self) -> &Arc<BlockCache> {
         match self {
             AnyImage::SquashFs(s) => s.cache(),
+            AnyImage::Zip(z) => z.cache(),
         }
     }
 }
@@ -129,6 +144,7 @@ macro_rules! each {
     ($self:expr, $i:ident => $e:expr) => {
         match $self {
             AnyImage::SquashFs($i) => $e,
+            AnyImage::Zip($i) => $e,
         }
     };
 }
@@ -153,16 +169,21 @@ impl Image for AnyImage {
     fn open(&self, node: crate::fs::NodeId) -> Result<AnyHandle> {
         match self {
             AnyImage::SquashFs(i) => Ok(AnyHandle::SquashFs(Image::open(i, node)?)),
+            AnyImage::Zip(i) => Ok(AnyHandle::Zip(Image::open(i, node)?)),
         }
     }
     fn read(&self, h: &AnyHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
         match (self, h) {
             (AnyImage::SquashFs(i), AnyHandle::SquashFs(h)) => Image::read(i, h, offset, size),
+            (AnyImage::Zip(i), AnyHandle::Zip(h)) => Image::read(i, h, offset, size),
+            _ => Err(FsError::Invalid("handle from another image".into())),
         }
     }
     fn prefetch(&self, h: &AnyHandle, offset: u64, len: u64) {
         match (self, h) {
             (AnyImage::SquashFs(i), AnyHandle::SquashFs(h)) => Image::prefetch(i, h, offset, len),
+            (AnyImage::Zip(i), AnyHandle::Zip(h)) => Image::prefetch(i, h, offset, len),
+            _ => {}
         }
     }
     fn readlink(&self, node: crate::fs::NodeId) -> Result<Vec<u8>> {

@@ -182,9 +182,9 @@ pub fn read_eocd(src: &dyn ImageSource) -> Result<Eocd> {
     }
     // The central directory ends where the end records start; any difference
     // is data prepended to the archive.
-    let cd_end = cd_offset.checked_add(cd_size).ok_or_else(|| {
-        FsError::corrupt("central directory offset + size overflows")
-    })?;
+    let cd_end = cd_offset
+        .checked_add(cd_size)
+        .ok_or_else(|| FsError::corrupt("central directory offset + size overflows"))?;
     if cd_end > end_of_cd {
         return Err(FsError::corrupt(format!(
             "central directory ({cd_size} bytes at {cd_offset}) runs past its end record at {end_of_cd} (truncated archive?)"
@@ -361,7 +361,9 @@ fn apply_extras(e: &mut CentralEntry, mut x: &[u8]) {
 /// extra lengths may differ from the central ones, so they are read here.
 pub fn local_data_offset(src: &dyn ImageSource, local: u64) -> Result<u64> {
     let h = src.slice(local, LOCAL_LEN).map_err(|_| {
-        FsError::corrupt(format!("local header at {local} is past the end of the file"))
+        FsError::corrupt(format!(
+            "local header at {local} is past the end of the file"
+        ))
     })?;
     if le32(h, 0) != SIG_LOCAL {
         return Err(FsError::corrupt(format!(
@@ -371,21 +373,54 @@ pub fn local_data_offset(src: &dyn ImageSource, local: u64) -> Result<u64> {
     Ok(local + LOCAL_LEN as u64 + le16(h, 26) as u64 + le16(h, 28) as u64)
 }
 
-/// A DOS date and time, as local time, in seconds since the epoch (what
-/// unzip sets: it converts with the local timezone and DST rules).
+extern "C" {
+    /// glibc/musl: seconds west of UTC of local standard time, set by tzset.
+    static timezone: libc::c_long;
+    fn tzset();
+}
+
+/// A DOS date and time, as local time, in seconds since the epoch, computed
+/// exactly as unzip 6.0 does (`dos_to_unix_time` in fileio.c), so that the
+/// mount shows what extraction sets: days counted by hand (with its quirk of
+/// counting 2100 as a leap year in the years after it: dates from 2101 on
+/// are one day later than a calendar would say), then shifted by the
+/// standard-time offset and by one hour when that instant is in DST.
+/// Out-of-range months are clamped (unzip would read outside its table).
 pub fn dos_to_unix(date: u16, time: u16) -> i64 {
-    // SAFETY: tm is plain data; mktime only reads/normalises it and reads TZ.
+    let mut t = dos_as_utc(date, time);
+    // SAFETY: tzset initialises `timezone`; localtime_r writes into `tm`.
     unsafe {
+        tzset();
+        #[allow(clippy::unnecessary_cast)] // c_long is i32 on 32-bit targets
+        let west = timezone as i64;
+        t += west;
         let mut tm: libc::tm = std::mem::zeroed();
-        tm.tm_year = 80 + (date >> 9) as i32;
-        tm.tm_mon = ((date >> 5) & 0xF) as i32 - 1;
-        tm.tm_mday = (date & 0x1F) as i32;
-        tm.tm_hour = (time >> 11) as i32;
-        tm.tm_min = ((time >> 5) & 0x3F) as i32;
-        tm.tm_sec = ((time & 0x1F) * 2) as i32;
-        tm.tm_isdst = -1;
-        libc::mktime(&mut tm) as i64
+        let tt = t as libc::time_t;
+        if !libc::localtime_r(&tt, &mut tm).is_null() && tm.tm_isdst > 0 {
+            t -= 3600;
+        }
     }
+    t
+}
+
+/// unzip's day arithmetic, before the timezone shift.
+pub fn dos_as_utc(date: u16, time: u16) -> i64 {
+    const YDAYS: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yr = (date >> 9) as i64 + 10; // years since 1970
+    let mo = (((date >> 5) & 0xF) as i64 - 1).clamp(0, 11);
+    let dy = (date & 0x1F) as i64 - 1;
+    let (hh, mm, ss) = (
+        (time >> 11) as i64,
+        ((time >> 5) & 0x3F) as i64,
+        ((time & 0x1F) * 2) as i64,
+    );
+    let leap = (yr + 1970 - 1) / 4;
+    let mut days = yr * 365 + (leap - 492) + YDAYS[mo as usize];
+    if mo > 1 && (yr + 1970) % 4 == 0 && yr + 1970 != 2100 {
+        days += 1;
+    }
+    days += dy;
+    ((days * 24 + hh) * 60 + mm) * 60 + ss
 }
 
 /// The DOS date/time that unzip treats as "no earlier time representable".
@@ -399,8 +434,7 @@ const DOS_2038_01_18: u16 = ((2038 - 1980) << 9) | (1 << 5) | 18;
 /// read as unsigned (2038..2106) only when the DOS date agrees that it is
 /// after 2038-01-18; otherwise unzip ignores it and uses the DOS time.
 pub fn entry_mtime(e: &CentralEntry) -> i64 {
-    let dos_ok_for_high =
-        |e: &CentralEntry| e.dos_date >= DOS_2038_01_18;
+    let dos_ok_for_high = |e: &CentralEntry| e.dos_date >= DOS_2038_01_18;
     for t in [e.ut_mtime, e.old_unix_mtime].into_iter().flatten() {
         if t & 0x8000_0000 == 0 || dos_ok_for_high(e) {
             return t as i64;
@@ -658,20 +692,23 @@ mod tests {
     }
 
     #[test]
-    fn dos_time_is_local_time() {
-        // TZ is whatever the test runs with: compare against mktime's inverse.
-        let t = dos_to_unix(((2001 - 1980) << 9) | (2 << 5) | 3, (4 << 11) | (5 << 5) | 3);
-        // SAFETY: plain libc call on valid pointers.
-        let tm = unsafe {
-            let mut tm: libc::tm = std::mem::zeroed();
-            let tt = t as libc::time_t;
-            libc::localtime_r(&tt, &mut tm);
-            tm
-        };
+    fn dos_time_matches_unzips_arithmetic() {
+        let d = |y: u16, m: u16, day: u16| ((y - 1980) << 9) | (m << 5) | day;
+        assert_eq!(dos_as_utc(d(1980, 1, 1), 0), 315_532_800);
         assert_eq!(
-            (tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec),
-            (2001, 2, 3, 4, 5, 6)
+            dos_as_utc(d(2000, 2, 29), (12 << 11) | (30 << 5) | 5),
+            951_827_410
         );
+        assert_eq!(
+            dos_as_utc(d(2038, 1, 19), (3 << 11) | (14 << 5) | 4),
+            2_147_483_648
+        );
+        assert_eq!(dos_as_utc(d(2100, 3, 1), 0), 4_107_542_400);
+        // unzip's 2100 leap-day quirk: from 2101 on, one day later.
+        assert_eq!(dos_as_utc(d(2101, 1, 1), 0), 4_133_980_800 + 86_400);
+        // Garbage months do not panic.
+        let _ = dos_as_utc(0xFFFF, 0xFFFF);
+        let _ = dos_as_utc(0, 0);
     }
 
     #[test]

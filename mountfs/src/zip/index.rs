@@ -147,18 +147,22 @@ impl Index {
             return &[];
         }
         let s = n.child_start() as usize;
-        self.children.get(s..s + n.child_len() as usize).unwrap_or(&[])
+        self.children
+            .get(s..s + n.child_len() as usize)
+            .unwrap_or(&[])
     }
 
     /// Reads and indexes the central directory.
     pub fn build(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Index> {
         let eocd = read_eocd(src)?;
-        let cd = src.slice(eocd.cd_offset, eocd.cd_size as usize).map_err(|_| {
-            FsError::corrupt(format!(
-                "central directory ({} bytes at {}) is past the end of the file",
-                eocd.cd_size, eocd.cd_offset
-            ))
-        })?;
+        let cd = src
+            .slice(eocd.cd_offset, eocd.cd_size as usize)
+            .map_err(|_| {
+                FsError::corrupt(format!(
+                    "central directory ({} bytes at {}) is past the end of the file",
+                    eocd.cd_size, eocd.cd_offset
+                ))
+            })?;
         let cap = eocd.entries.min(eocd.cd_size / CENTRAL_LEN as u64) as usize;
         let mut info = ZipInfo {
             zip64: eocd.zip64,
@@ -330,7 +334,12 @@ impl Index {
                     }
                     None => {
                         let idx = nodes.len() as u32;
-                        nodes.push(Node::dir(parent, add_name(comp)?, default_owner.0, default_owner.1));
+                        nodes.push(Node::dir(
+                            parent,
+                            add_name(comp)?,
+                            default_owner.0,
+                            default_owner.1,
+                        ));
                         idx
                     }
                 };
@@ -443,9 +452,8 @@ impl Index {
         }
         nodes.shrink_to_fit();
         names.shrink_to_fit();
-        info.index_bytes = (nodes.len() * std::mem::size_of::<Node>()
-            + children.len() * 4
-            + names.len()) as u64;
+        info.index_bytes =
+            (nodes.len() * std::mem::size_of::<Node>() + children.len() * 4 + names.len()) as u64;
         Ok(Index {
             nodes,
             children,

@@ -167,7 +167,9 @@ impl ZipFs {
     pub fn path_of(&self, mut i: u32) -> String {
         let mut parts = Vec::new();
         while i != 0 {
-            let Some(n) = self.idx.nodes.get(i as usize) else { break };
+            let Some(n) = self.idx.nodes.get(i as usize) else {
+                break;
+            };
             parts.push(String::from_utf8_lossy(self.idx.name(n)).into_owned());
             if parts.len() > 10_000 {
                 break;
@@ -184,9 +186,8 @@ impl ZipFs {
         if cached != 0 {
             return Ok(cached);
         }
-        let off = local_data_offset(&*self.src, n.local_offset).map_err(|e| {
-            FsError::corrupt(format!("{}: {e}", self.path_of(i)))
-        })?;
+        let off = local_data_offset(&*self.src, n.local_offset)
+            .map_err(|e| FsError::corrupt(format!("{}: {e}", self.path_of(i))))?;
         if off.checked_add(n.csize).is_none_or(|e| e > self.src.len()) {
             return Err(FsError::corrupt(format!(
                 "{}: data ({} bytes at {off}) runs past the end of the file",
@@ -337,13 +338,7 @@ impl ZipFs {
     }
 
     /// Reads bytes `offset..offset+len` of node `i`'s content (clamped).
-    fn read_content(
-        &self,
-        h: &ZipFile,
-        n: &Node,
-        offset: u64,
-        len: u64,
-    ) -> Result<Vec<u8>> {
+    fn read_content(&self, h: &ZipFile, n: &Node, offset: u64, len: u64) -> Result<Vec<u8>> {
         if offset >= n.size || len == 0 {
             return Ok(Vec::new());
         }
@@ -473,7 +468,10 @@ impl Image for ZipFs {
             return Err(FsError::IsDir);
         }
         if n.is_symlink() {
-            return Err(FsError::Invalid(format!("{}: is a symlink", self.path_of(i))));
+            return Err(FsError::Invalid(format!(
+                "{}: is a symlink",
+                self.path_of(i)
+            )));
         }
         self.open_node(i, n)
     }
@@ -545,7 +543,11 @@ impl Image for ZipFs {
         if !d.is_dir() {
             return Err(FsError::NotDir);
         }
-        Ok(if dir == ROOT { ROOT } else { d.parent as u64 + 1 })
+        Ok(if dir == ROOT {
+            ROOT
+        } else {
+            d.parent as u64 + 1
+        })
     }
 }
 

@@ -177,14 +177,23 @@ fn tree_lookup_attrs_and_synthesised_dirs() {
         dos,
     ]));
     let root = f.getattr(ROOT).unwrap();
-    assert_eq!((root.kind, root.perm, root.nlink), (FileKind::Dir, 0o755, 4));
+    assert_eq!(
+        (root.kind, root.perm, root.nlink),
+        (FileKind::Dir, 0o755, 4)
+    );
     let top = f.resolve(b"top.txt").unwrap();
-    assert_eq!((top.kind, top.perm, top.size, top.nlink), (FileKind::File, 0o640, 3, 1));
+    assert_eq!(
+        (top.kind, top.perm, top.size, top.nlink),
+        (FileKind::File, 0o640, 3, 1)
+    );
     assert_eq!(top.mtime, dos_to_unix(0x21, 0));
     let b = f.resolve(b"a/b").unwrap();
     assert_eq!((b.kind, b.perm), (FileKind::Dir, 0o750));
     let a = f.resolve(b"a").unwrap();
-    assert_eq!((a.kind, a.perm, a.mtime), (FileKind::Dir, 0o755, dos_to_unix(0x21, 0)));
+    assert_eq!(
+        (a.kind, a.perm, a.mtime),
+        (FileKind::Dir, 0o755, dos_to_unix(0x21, 0))
+    );
     assert_eq!(f.resolve(b"dos/file.txt").unwrap().perm, 0o644);
     let l = f.resolve(b"a/link").unwrap();
     assert_eq!((l.kind, l.size), (FileKind::Symlink, 10));
@@ -201,7 +210,10 @@ fn tree_lookup_attrs_and_synthesised_dirs() {
         assert!(f.getattr(bad).is_err());
     }
     let info = f.image.info();
-    assert_eq!((info.entries, info.files, info.dirs, info.symlinks), (5, 3, 4, 1));
+    assert_eq!(
+        (info.entries, info.files, info.dirs, info.symlinks),
+        (5, 3, 4, 1)
+    );
     assert_eq!(info.synthesised_dirs, 3);
 }
 
@@ -252,7 +264,11 @@ fn every_method_reads_back_including_random_offsets() {
         ee.method = method;
         // A tiny cache forces evictions and decoder restarts.
         for budget in [64 << 20, 1 << 16] {
-            let f = PackFs::new(open(zip(&[eb.clone(), es.clone(), ee.clone()]), budget).unwrap(), 0, 0);
+            let f = PackFs::new(
+                open(zip(&[eb.clone(), es.clone(), ee.clone()]), budget).unwrap(),
+                0,
+                0,
+            );
             assert_eq!(cat(&f, "big").unwrap(), big, "method {method}");
             assert_eq!(cat(&f, "small").unwrap(), small, "method {method}");
             assert_eq!(cat(&f, "empty").unwrap(), b"", "method {method}");
@@ -260,7 +276,9 @@ fn every_method_reads_back_including_random_offsets() {
             let fh = f.open(node).unwrap();
             let mut x = 12345u64;
             for _ in 0..40 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let off = (x >> 20) % (big.len() as u64 + 100);
                 let len = ((x >> 8) % 600_000) as u32;
                 let got = f.read(fh, off, len).unwrap();
@@ -281,8 +299,15 @@ fn prefetch_fills_the_cache_ahead() {
     f.prefetch(&h, 0, 1 << 20);
     let before = f.cache().stats().misses;
     assert_eq!(Image::read(&f, &h, 5, 100).unwrap(), &big[5..105]);
-    assert_eq!(Image::read(&f, &h, CHUNK * 3 + 1, 10).unwrap(), &big[CHUNK as usize * 3 + 1..][..10]);
-    assert_eq!(f.cache().stats().misses, before, "prefetched chunks are hits");
+    assert_eq!(
+        Image::read(&f, &h, CHUNK * 3 + 1, 10).unwrap(),
+        &big[CHUNK as usize * 3 + 1..][..10]
+    );
+    assert_eq!(
+        f.cache().stats().misses,
+        before,
+        "prefetched chunks are hits"
+    );
 }
 
 #[test]
@@ -424,7 +449,10 @@ fn index_is_compact_and_fast() {
     let n = 200_000usize;
     let mut entries = Vec::with_capacity(n);
     for i in 0..n {
-        let mut en = e(&format!("dir{:03}/sub{}/file-{i:07}.dat", i % 500, i % 7), b"");
+        let mut en = e(
+            &format!("dir{:03}/sub{}/file-{i:07}.dat", i % 500, i % 7),
+            b"",
+        );
         en.method = 0;
         entries.push(en);
     }
@@ -439,5 +467,8 @@ fn index_is_compact_and_fast() {
     assert!(per <= 100.0, "{per} bytes per entry");
     assert!(took.as_secs_f64() < 5.0, "{took:?}");
     let f = PackFs::new(z, 0, 0);
-    assert_eq!(f.resolve(b"dir007/sub0/file-0017507.dat").unwrap().kind, FileKind::File);
+    assert_eq!(
+        f.resolve(b"dir007/sub0/file-0017507.dat").unwrap().kind,
+        FileKind::File
+    );
 }
