@@ -2,8 +2,15 @@
 //! and [`FsError`]s, testable without a mount.
 //!
 //! [`Image`] is implemented once per image format (SquashFS, ZIP). [`PackFs`]
-//! wraps an image with what is format-independent: open-file handles,
-//! sequential-read detection with prefetch, and counters. The FUSE adapter in
+//! wraps an image with what is format-independent: a small cache of prepared
+//! files, sequential-read detection with prefetch, and counters.
+//!
+//! Reads are addressed by node, not by an open-file handle: the FUSE adapter
+//! declines OPEN (ENOSYS), which makes the kernel stop sending OPEN and
+//! RELEASE altogether and keep page-cache contents across opens. That halves
+//! the round trips per small file. The prepared form of a file (for SquashFS,
+//! its block list with prefix offsets) is kept in an LRU keyed by node, so a
+//! file read in several requests is prepared once. The FUSE adapter in
 //! `fuse.rs` only converts between these types and `fuser` replies.
 //!
 //! Node ids are chosen by each image so that they are stable and derivable
@@ -11,9 +18,17 @@
 //! always the root, as FUSE requires.
 
 use crate::error::{FsError, Result};
-use std::collections::HashMap;
+use lru::LruCache;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Prepared files kept (see [`PackFs`]): enough for every file a few dozen
+/// concurrent readers have open, small enough to never matter for memory.
+const OPEN_FILES: usize = 256;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 pub type NodeId = u64;
 pub const ROOT: NodeId = 1;
@@ -136,8 +151,9 @@ pub struct FsCounters {
 
 pub struct PackFs<I: Image> {
     pub image: Arc<I>,
-    handles: RwLock<HashMap<u64, Arc<OpenHandle<I::Handle>>>>,
-    next_fh: AtomicU64,
+    /// Recently read files, prepared for reading. Bounded by entry count;
+    /// an entry is small except for huge files (12 bytes per data block).
+    open_files: Mutex<LruCache<NodeId, Arc<OpenHandle<I::Handle>>>>,
     /// How far ahead of a sequential reader to decode, in bytes (0 = off).
     pub readahead: u64,
     prefetch_pool: Option<rayon::ThreadPool>,
@@ -157,8 +173,9 @@ impl<I: Image> PackFs<I> {
             .flatten();
         PackFs {
             image: Arc::new(image),
-            handles: RwLock::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            open_files: Mutex::new(LruCache::new(
+                std::num::NonZeroUsize::new(OPEN_FILES).expect("non-zero"),
+            )),
             readahead,
             prefetch_pool,
             counters: FsCounters::default(),
@@ -224,43 +241,31 @@ impl<I: Image> PackFs<I> {
         self.note(r)
     }
 
-    /// Opens a regular file; returns the handle number for `read`/`release`.
-    pub fn open(&self, node: NodeId) -> Result<u64> {
+    /// The prepared form of a regular file, from the LRU or freshly made.
+    fn prepared(&self, node: NodeId) -> Result<Arc<OpenHandle<I::Handle>>> {
+        if let Some(h) = lock(&self.open_files).get(&node) {
+            return Ok(h.clone());
+        }
         let handle = self.note(self.image.open(node))?;
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let h = Arc::new(OpenHandle {
             handle,
             next: AtomicU64::new(0),
             prefetched: AtomicU64::new(0),
         });
-        self.handles
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, h);
-        Ok(fh)
+        lock(&self.open_files).put(node, h.clone());
+        Ok(h)
     }
 
-    pub fn release(&self, fh: u64) {
-        self.handles
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh);
+    /// Checks that `node` can be read (a regular file whose metadata decodes).
+    pub fn open(&self, node: NodeId) -> Result<()> {
+        self.prepared(node).map(|_| ())
     }
 
-    fn handle(&self, fh: u64) -> Result<Arc<OpenHandle<I::Handle>>> {
-        self.handles
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh)
-            .cloned()
-            .ok_or_else(|| FsError::Invalid(format!("unknown file handle {fh}")))
-    }
-
-    /// Reads from an open file. A read that starts where the previous one
+    /// Reads from a regular file. A read that starts where the previous one
     /// ended is sequential: the blocks after it are decoded in the background
     /// so the next request finds them in the cache.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let h = self.handle(fh)?;
+    pub fn read(&self, node: NodeId, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.prepared(node)?;
         let data = self.note(self.image.read(&h.handle, offset, size))?;
         let end = offset + data.len() as u64;
         let sequential = offset > 0 && h.next.swap(end, Ordering::Relaxed) == offset;
@@ -355,10 +360,9 @@ impl<I: Image> PackFs<I> {
         node: NodeId,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Result<u64> {
-        let fh = self.open(node)?;
         let mut off = 0u64;
-        let r = loop {
-            match self.read(fh, off, 1 << 20) {
+        loop {
+            match self.read(node, off, 1 << 20) {
                 Ok(d) if d.is_empty() => break Ok(off),
                 Ok(d) => {
                     off += d.len() as u64;
@@ -368,8 +372,6 @@ impl<I: Image> PackFs<I> {
                 }
                 Err(e) => break Err(e),
             }
-        };
-        self.release(fh);
-        r
+        }
     }
 }

@@ -127,21 +127,19 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         }
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        if flags & libc::O_ACCMODE != libc::O_RDONLY {
-            return reply.error(libc::EROFS);
-        }
-        match self.fs.open(ino) {
-            Ok(fh) => reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(e.errno()),
-        }
+    fn open(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        // Declining OPEN makes the kernel skip OPEN and RELEASE from now on
+        // and treat every file as FOPEN_KEEP_CACHE (fs/fuse/file.c,
+        // fuse_do_open): one round trip fewer per file, page cache kept.
+        // Reads then come addressed by node, which is all PackFs needs.
+        reply.error(libc::ENOSYS);
     }
 
     fn read(
         &mut self,
         _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
+        ino: u64,
+        _fh: u64,
         offset: i64,
         size: u32,
         _flags: i32,
@@ -149,36 +147,16 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         reply: ReplyData,
     ) {
         let fs = self.fs.clone();
-        self.pool
-            .spawn(move || match fs.read(fh, offset.max(0) as u64, size) {
-                Ok(d) => reply.data(&d),
-                Err(e) => reply.error(e.errno()),
-            });
-    }
-
-    fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
-        _flush: bool,
-        reply: fuser::ReplyEmpty,
-    ) {
-        self.fs.release(fh);
-        reply.ok();
-    }
-
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        match self.fs.getattr(ino) {
-            Ok(a) if a.kind == FileKind::Dir => reply.opened(
-                0,
-                fuser::consts::FOPEN_KEEP_CACHE | fuser::consts::FOPEN_CACHE_DIR,
-            ),
-            Ok(_) => reply.error(libc::ENOTDIR),
+        self.pool.spawn(move || match fs.read(ino, offset.max(0) as u64, size) {
+            Ok(d) => reply.data(&d),
             Err(e) => reply.error(e.errno()),
-        }
+        });
+    }
+
+    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        // As for open: the kernel then defaults to FOPEN_KEEP_CACHE |
+        // FOPEN_CACHE_DIR, caching listings, and stops sending OPENDIR.
+        reply.error(libc::ENOSYS);
     }
 
     fn readdir(
