@@ -17,7 +17,10 @@ pub struct Cli {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Codec {
     Zstd,
+    /// zlib/deflate; for ZIP the same as `deflate`.
     Gzip,
+    /// ZIP's deflate (method 8); for SquashFS the same as `gzip`.
+    Deflate,
     Lz4,
     Xz,
 }
@@ -38,9 +41,11 @@ pub enum Command {
         /// Override the format chosen from the output extension.
         #[arg(long, value_enum)]
         format: Option<OutFormat>,
-        #[arg(short, long, value_enum, default_value = "zstd")]
-        compression: Codec,
-        /// Compression level (zstd 1-22, gzip 1-9, xz 0-9); default: zstd 3, gzip 9, xz 6.
+        /// Codec: SquashFS takes zstd (default), gzip, lz4, xz; ZIP takes deflate (default) or zstd.
+        #[arg(short, long, value_enum)]
+        compression: Option<Codec>,
+        /// Compression level (zstd 1-22, gzip 1-9, xz 0-9; ZIP deflate 0-9, 0 = stored);
+        /// default: zstd 3, gzip 9, xz 6, ZIP deflate 6.
         #[arg(short, long)]
         level: Option<i32>,
         /// Data block size, a power of two from 4K to 1M.
@@ -127,6 +132,9 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Compare reading a raw tree with reading its image through mounts
+    /// (table on stdout, --json, --plot).
+    Bench(crate::bench::BenchArgs),
     /// Internal: unmounts MOUNTPOINT when the daemon holding FD's pipe dies.
     #[command(hide = true)]
     UnmountWatcher {

@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use mountfs::cache::BlockCache;
-use mountfs::fs::{FileKind, Image, NodeId, PackFs, ROOT};
+use mountfs::fs::{FileKind, NodeId, PackFs, ROOT};
 use mountfs::source::MemSource;
 use mountfs::squashfs::SquashFs;
 use std::process::Command;
@@ -78,7 +78,7 @@ fn flipped_bytes_give_errors_not_panics() {
         assert_eq!(walk_all(&fs, 100_000), 0, "{comp}: intact image had errors");
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut opened = 0;
-        for round in 0..150 {
+        for round in 0..100 {
             let mut bad = good.clone();
             for _ in 0..1 + round % 4 {
                 x ^= x << 13;
@@ -110,44 +110,4 @@ fn truncated_images_are_refused_at_open() {
         let r = SquashFs::open(Box::new(MemSource(good[..cut].to_vec())), Arc::new(BlockCache::new(1 << 20)));
         assert!(r.is_err(), "image cut at {cut} of {used} opened");
     }
-}
-
-#[test]
-fn readdir_resumes_from_any_cookie() {
-    // The kernel lists big directories in many calls, each resuming from the
-    // cookie of the last entry it kept; every resume point must give the rest.
-    let t = scratch();
-    let src = t.path().join("src");
-    fixture_tree(&src, true);
-    let img = t.path().join("i.sqfs");
-    run(Command::new("mksquashfs").arg(&src).arg(&img).args(["-noappend", "-quiet", "-no-progress"]));
-    let sq = SquashFs::open(
-        Box::new(MemSource(std::fs::read(&img).unwrap())),
-        Arc::new(BlockCache::new(8 << 20)),
-    )
-    .unwrap();
-    let fs = PackFs::new(sq, 0, 0);
-    let big = fs.resolve(b"big").unwrap();
-    let all = fs.list(big.node).unwrap();
-    assert_eq!(all.len(), 10_000);
-    let names: Vec<_> = all.iter().map(|e| e.name.clone()).collect();
-    let mut sorted = names.clone();
-    sorted.sort();
-    assert_eq!(names, sorted, "listing is not in name order");
-    for k in [0usize, 1, 255, 256, 257, 4999, 9998] {
-        let mut rest = Vec::new();
-        fs.image
-            .readdir(big.node, all[k].cookie, &mut |e| {
-                rest.push(e.name);
-                true
-            })
-            .unwrap();
-        assert_eq!(rest, names[k + 1..].to_vec(), "resume after entry {k}");
-    }
-    // Every entry can be looked up by name (exercises the directory index).
-    for e in all.iter().step_by(97) {
-        assert_eq!(fs.lookup(big.node, &e.name).unwrap().node, e.node);
-    }
-    assert!(matches!(fs.lookup(big.node, b"entry-99999"), Err(mountfs::FsError::NotFound)));
-    assert!(matches!(fs.lookup(big.node, b"0"), Err(mountfs::FsError::NotFound)));
 }

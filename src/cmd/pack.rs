@@ -74,18 +74,29 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     if !block_size.is_power_of_two() || !(4096..=1 << 20).contains(&block_size) {
         bail!("--block-size {block_size}: must be a power of two from 4K to 1M");
     }
+    let compression = compression.unwrap_or(match fmt {
+        OutFormat::Squashfs => Codec::Zstd,
+        OutFormat::Zip => Codec::Deflate,
+    });
     let compressor = match compression {
         Codec::Zstd => Compressor::Zstd,
-        Codec::Gzip => Compressor::Gzip,
+        Codec::Gzip | Codec::Deflate => Compressor::Gzip,
         Codec::Lz4 => Compressor::Lz4,
         Codec::Xz => Compressor::Xz,
     };
-    let level = level.or(match compression {
-        Codec::Zstd => Some(3),
+    if fmt == OutFormat::Zip && !matches!(compressor, Compressor::Gzip | Compressor::Zstd) {
+        bail!("ZIP images take -c deflate or -c zstd, not {}", compressor.name());
+    }
+    let level = level.or(match (fmt, compressor) {
+        (_, Compressor::Zstd) => Some(3),
+        (OutFormat::Zip, _) => Some(6),
         _ => None,
     });
     if let Some(l) = level {
-        let (lo, hi) = mountfs::codec::Encoder::level_range(compressor);
+        let (lo, hi) = match (fmt, compressor) {
+            (OutFormat::Zip, Compressor::Gzip) => (0, 9),
+            _ => mountfs::codec::Encoder::level_range(compressor),
+        };
         if !(lo..=hi).contains(&l) {
             bail!("--level {l}: {} accepts {lo}..={hi}", compressor.name());
         }
