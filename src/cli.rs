@@ -134,7 +134,7 @@ pub enum Command {
     },
     /// Compare reading a raw tree with reading its image through mounts
     /// (table on stdout, --json, --plot).
-    Bench(crate::bench::BenchArgs),
+    Bench(Box<crate::bench::BenchArgs>),
     /// Internal: unmounts MOUNTPOINT when the daemon holding FD's pipe dies.
     #[command(hide = true)]
     UnmountWatcher {

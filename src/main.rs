@@ -4,6 +4,7 @@
 //! its causes); 2 a usage error (from clap); for `packfs run`, the command's
 //! own status (128+N when it died of signal N).
 
+mod bench;
 mod cli;
 mod cmd;
 mod progress;

@@ -42,6 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         } => inspect::extract(&image, &path, &output),
         c @ Command::Mount { .. } => mount::mount(c),
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Bench(args) => crate::bench::run(*args),
         Command::UnmountWatcher {
             fd,
             mountpoint,

@@ -51,9 +51,19 @@ fn lchown(p: &Path, uid: u32, gid: u32) {
 
 fn set_mtime(p: &Path, secs: i64) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let ts = libc::timespec { tv_sec: secs, tv_nsec: 0 };
+    let ts = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: 0,
+    };
     // SAFETY: valid path and array of two timespecs.
-    unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [ts, ts].as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            [ts, ts].as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
 }
 
 /// Deterministic pseudo-random bytes (xorshift), compressible when `text`.
@@ -79,12 +89,17 @@ pub fn fixture_tree(root: &Path, big_dir: bool) {
     std::fs::create_dir_all(root.join("d/e/f")).unwrap();
     write(&root.join("empty"), b"");
     write(&root.join("small.txt"), b"hello, packfs\n");
-    for (i, n) in [1usize, 4095, 4096, 4097, 131071, 131072, 131073, 300_000, 1_048_577]
-        .into_iter()
-        .enumerate()
+    for (i, n) in [
+        1usize, 4095, 4096, 4097, 131071, 131072, 131073, 300_000, 1_048_577,
+    ]
+    .into_iter()
+    .enumerate()
     {
         write(&root.join(format!("d/text{n}")), &bytes(i as u64, n, true));
-        write(&root.join(format!("d/rand{n}")), &bytes(100 + i as u64, n, false));
+        write(
+            &root.join(format!("d/rand{n}")),
+            &bytes(100 + i as u64, n, false),
+        );
     }
     // Duplicates, small and large.
     write(&root.join("d/e/dup_small_a"), b"same small content");
@@ -93,7 +108,10 @@ pub fn fixture_tree(root: &Path, big_dir: bool) {
     write(&root.join("d/e/dup_big_b"), &bytes(7, 400_000, true));
     // Names.
     write(&root.join("d/e/f/ünïcødé-名前.txt"), b"unicode");
-    write(&root.join(format!("d/e/f/{}", "n".repeat(255))), b"long name");
+    write(
+        &root.join(format!("d/e/f/{}", "n".repeat(255))),
+        b"long name",
+    );
     write(&root.join("d/e/f/with space"), b"space");
     // Links.
     std::os::unix::fs::symlink("small.txt", root.join("rel_link")).unwrap();
@@ -121,8 +139,16 @@ pub fn fixture_tree(root: &Path, big_dir: bool) {
     unsafe {
         libc::mkfifo(c(&root.join("fifo")).as_ptr(), 0o644);
         if is_root() {
-            libc::mknod(c(&root.join("chardev")).as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3));
-            libc::mknod(c(&root.join("blockdev")).as_ptr(), libc::S_IFBLK | 0o660, libc::makedev(259, 70000));
+            libc::mknod(
+                c(&root.join("chardev")).as_ptr(),
+                libc::S_IFCHR | 0o600,
+                libc::makedev(1, 3),
+            );
+            libc::mknod(
+                c(&root.join("blockdev")).as_ptr(),
+                libc::S_IFBLK | 0o660,
+                libc::makedev(259, 70000),
+            );
         }
     }
     let _ = std::os::unix::net::UnixListener::bind(root.join("socket"));
@@ -138,7 +164,11 @@ pub fn fixture_tree(root: &Path, big_dir: bool) {
     let _ = xattr::set(root.join("small.txt"), "user.comment", b"a value");
     let _ = xattr::set(root.join("small.txt"), "user.empty", b"");
     let _ = xattr::set(root.join("d"), "user.dir", b"on a directory");
-    let _ = xattr::set(root.join("d/text4096"), "security.test", &bytes(3, 300, false));
+    let _ = xattr::set(
+        root.join("d/text4096"),
+        "security.test",
+        &bytes(3, 300, false),
+    );
     // Deep tree.
     let mut deep = root.join("deep");
     for i in 0..40 {
@@ -150,7 +180,10 @@ pub fn fixture_tree(root: &Path, big_dir: bool) {
         let big = root.join("big");
         std::fs::create_dir(&big).unwrap();
         for i in 0..10_000 {
-            write(&big.join(format!("entry-{i:05}")), format!("{i}\n").as_bytes());
+            write(
+                &big.join(format!("entry-{i:05}")),
+                format!("{i}\n").as_bytes(),
+            );
         }
     }
     // Times: old, future, and everything else fixed for reproducibility.
@@ -184,7 +217,12 @@ pub struct ManifestOptions {
 
 impl Default for ManifestOptions {
     fn default() -> Self {
-        ManifestOptions { nlink: true, xattrs: true, dir_size: false, owners: true }
+        ManifestOptions {
+            nlink: true,
+            xattrs: true,
+            dir_size: false,
+            owners: true,
+        }
     }
 }
 
@@ -224,7 +262,10 @@ pub fn manifest(root: &Path, o: &ManifestOptions) -> BTreeMap<PathBuf, Entry> {
         } else {
             "blockdev"
         };
-        let group = groups.entry((m.dev(), m.ino())).or_insert_with(|| rel.clone()).clone();
+        let group = groups
+            .entry((m.dev(), m.ino()))
+            .or_insert_with(|| rel.clone())
+            .clone();
         let hash = ft.is_file().then(|| {
             let mut h = blake3::Hasher::new();
             let mut f = std::fs::File::open(&p).unwrap();
@@ -236,7 +277,10 @@ pub fn manifest(root: &Path, o: &ManifestOptions) -> BTreeMap<PathBuf, Entry> {
             if let Ok(names) = xattr::list(&p) {
                 for n in names {
                     let name = n.to_string_lossy().into_owned();
-                    if name.starts_with("user.") || name.starts_with("security.") || name.starts_with("trusted.") {
+                    if name.starts_with("user.")
+                        || name.starts_with("security.")
+                        || name.starts_with("trusted.")
+                    {
                         xattrs.insert(name, xattr::get(&p, &n).unwrap().unwrap_or_default());
                     }
                 }
@@ -249,9 +293,17 @@ pub fn manifest(root: &Path, o: &ManifestOptions) -> BTreeMap<PathBuf, Entry> {
                 mode: m.mode(),
                 uid: if o.owners { m.uid() } else { 0 },
                 gid: if o.owners { m.gid() } else { 0 },
-                size: if ft.is_dir() && !o.dir_size { 0 } else { m.size() },
+                size: if ft.is_dir() && !o.dir_size {
+                    0
+                } else {
+                    m.size()
+                },
                 mtime: m.mtime(),
-                nlink: if o.nlink || !ft.is_dir() { m.nlink() } else { 0 },
+                nlink: if o.nlink || !ft.is_dir() {
+                    m.nlink()
+                } else {
+                    0
+                },
                 link_group: group,
                 target: ft.is_symlink().then(|| std::fs::read_link(&p).unwrap()),
                 rdev: m.rdev(),
@@ -276,7 +328,12 @@ pub fn assert_same(what: &str, a: &BTreeMap<PathBuf, Entry>, b: &BTreeMap<PathBu
     for p in b.keys().filter(|p| !a.contains_key(*p)) {
         diffs.push(format!("only in second: {}", p.display()));
     }
-    assert!(diffs.is_empty(), "{what}: {} differences:\n{}", diffs.len(), diffs[..diffs.len().min(20)].join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "{what}: {} differences:\n{}",
+        diffs.len(),
+        diffs[..diffs.len().min(20)].join("\n")
+    );
 }
 
 /// A kernel loop mount of a SquashFS image, unmounted on drop.
@@ -318,7 +375,11 @@ pub struct PackfsMount {
 impl PackfsMount {
     pub fn new(image: &Path, extra: &[&str]) -> Self {
         let dir = scratch();
-        run(Command::new(packfs_bin()).arg("mount").arg(image).arg(dir.path()).args(extra));
+        run(Command::new(packfs_bin())
+            .arg("mount")
+            .arg(image)
+            .arg(dir.path())
+            .args(extra));
         PackfsMount { dir }
     }
     pub fn path(&self) -> &Path {
@@ -328,6 +389,9 @@ impl PackfsMount {
 
 impl Drop for PackfsMount {
     fn drop(&mut self) {
-        let _ = Command::new(packfs_bin()).arg("umount").arg(self.dir.path()).status();
+        let _ = Command::new(packfs_bin())
+            .arg("umount")
+            .arg(self.dir.path())
+            .status();
     }
 }

@@ -1,0 +1,223 @@
+//! The `packfs bench` command line.
+//!
+//! Lists (`--workload`, `--threads`, `--import`) are comma-separated so one
+//! invocation sweeps a grid; everything that changes what is measured is
+//! echoed into the JSON `config` so a result file explains itself.
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// List every directory and lstat every entry.
+    Walk,
+    /// Read every regular file, in tree order.
+    Sequential,
+    /// Read every regular file in a random order fixed by --seed (a training epoch).
+    Shuffle,
+    /// Read random byte ranges of the large files.
+    Sample,
+    /// Run `<tree>/bin/python -c 'import MODULES'` (a venv tree).
+    Import,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Walk => "walk",
+            Workload::Sequential => "sequential",
+            Workload::Shuffle => "shuffle",
+            Workload::Sample => "sample",
+            Workload::Import => "import",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColdMode {
+    /// drop_caches when running as root, else posix_fadvise(DONTNEED).
+    Auto,
+    /// `sync; echo 3 > /proc/sys/vm/drop_caches` (root only; affects the whole machine).
+    DropCaches,
+    /// posix_fadvise(DONTNEED) on every raw file and on the image file.
+    Fadvise,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The unpacked tree (the baseline).
+    #[arg(long)]
+    pub raw: PathBuf,
+    /// The image of that tree; mounted by packfs for the run unless --mountpoint is given.
+    #[arg(long)]
+    pub image: Option<PathBuf>,
+    /// An existing mount of the image to measure, `PATH` or `LABEL=PATH`
+    /// (e.g. `kernel=/mnt/sq`); repeatable. Disables packfs's own mount
+    /// unless --self-mount.
+    #[arg(long = "mountpoint", value_name = "[LABEL=]PATH")]
+    pub mountpoints: Vec<String>,
+    /// Mount the image with packfs as well when --mountpoint is given.
+    #[arg(long)]
+    pub self_mount: bool,
+    /// Workloads to run, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "walk,sequential,shuffle,sample"
+    )]
+    pub workload: Vec<Workload>,
+    /// Reader thread counts to sweep, comma-separated (for `import`: concurrent interpreters).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub threads: Vec<usize>,
+    /// Repetitions of each (side, workload, threads) cell, each starting cold.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Epochs per repetition: the first is cold, the rest warm.
+    #[arg(long, default_value_t = 2)]
+    pub epochs: usize,
+    /// Seed for the shuffle order, the sample offsets and the verified files.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Modules for the `import` workload, comma-separated (e.g. numpy,pandas).
+    #[arg(long, value_delimiter = ',')]
+    pub import: Vec<String>,
+    /// Interpreter for `import`, relative to the tree.
+    #[arg(long, default_value = "bin/python")]
+    pub python: PathBuf,
+    /// Reads per `sample` epoch.
+    #[arg(long, default_value_t = 1000)]
+    pub samples: usize,
+    /// Bytes per `sample` read.
+    #[arg(long, default_value = "64K", value_parser = crate::size::parse_size)]
+    pub sample_size: u64,
+    /// Files at least this large are sampled (if none is, the largest tenth are).
+    #[arg(long, default_value = "1M", value_parser = crate::size::parse_size)]
+    pub sample_min_size: u64,
+    /// How cold runs are made cold.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub cold: ColdMode,
+    /// Run both sides through a passthrough FUSE layer that sleeps META_US per
+    /// metadata operation and READ_US per read of the storage (models a
+    /// network filesystem; see docs/BENCH_JSON.md).
+    #[arg(long, value_name = "META_US[,READ_US]")]
+    pub emulate_latency: Option<String>,
+    /// Write the results as JSON (schema: docs/BENCH_JSON.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a bar chart of the results as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Skip checking that the raw tree and the image hold the same files.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// FUSE worker threads of packfs's own mount.
+    #[arg(long, default_value_t = 8)]
+    pub mount_threads: usize,
+    /// Block cache of packfs's own mount (default: as `packfs mount`).
+    #[arg(long, value_parser = crate::size::parse_size)]
+    pub cache_size: Option<u64>,
+}
+
+/// An external mount named on the command line.
+#[derive(Clone, Debug)]
+pub struct External {
+    pub label: String,
+    pub path: PathBuf,
+}
+
+pub fn parse_mountpoint(spec: &str, index: usize) -> External {
+    match spec.split_once('=') {
+        Some((l, p)) if !l.is_empty() && !l.contains('/') => External {
+            label: l.to_string(),
+            path: PathBuf::from(p),
+        },
+        _ => External {
+            label: if index == 0 {
+                "mount".to_string()
+            } else {
+                format!("mount{}", index + 1)
+            },
+            path: PathBuf::from(spec),
+        },
+    }
+}
+
+/// `--emulate-latency META_US[,READ_US]`; READ_US defaults to META_US.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Latency {
+    pub meta_us: u64,
+    pub read_us: u64,
+}
+
+impl Latency {
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        let mut it = s.split(',').map(str::trim);
+        let num = |v: Option<&str>, what: &str| -> anyhow::Result<Option<u64>> {
+            v.map(|v| {
+                v.parse::<u64>().with_context(|| {
+                    format!("--emulate-latency {s:?}: {what} {v:?} is not a number of microseconds")
+                })
+            })
+            .transpose()
+        };
+        let meta = num(it.next(), "META_US")?.unwrap_or(0);
+        let read = num(it.next(), "READ_US")?.unwrap_or(meta);
+        if it.next().is_some() {
+            bail!("--emulate-latency {s:?}: expected META_US[,READ_US]");
+        }
+        if meta > 10_000_000 || read > 10_000_000 {
+            bail!("--emulate-latency {s:?}: more than 10 s per operation");
+        }
+        Ok(Latency {
+            meta_us: meta,
+            read_us: read,
+        })
+    }
+    pub fn meta(&self) -> Duration {
+        Duration::from_micros(self.meta_us)
+    }
+    pub fn read(&self) -> Duration {
+        Duration::from_micros(self.read_us)
+    }
+}
+
+/// Checks what clap cannot.
+pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
+    if a.threads.is_empty() || a.threads.contains(&0) {
+        bail!("--threads: thread counts must be at least 1");
+    }
+    if a.threads.iter().any(|&t| t > 1024) {
+        bail!("--threads: at most 1024 threads");
+    }
+    if a.repeat == 0 || a.epochs == 0 {
+        bail!("--repeat and --epochs must be at least 1");
+    }
+    if a.workload.is_empty() {
+        bail!("--workload: name at least one workload");
+    }
+    if a.workload.contains(&Workload::Import) && a.import.iter().all(|m| m.trim().is_empty()) {
+        bail!("--workload import needs --import MODULE[,MODULE...]");
+    }
+    for m in &a.import {
+        let ok = !m.is_empty()
+            && m.split('.')
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
+        if !ok {
+            bail!("--import: {m:?} is not a Python module name");
+        }
+    }
+    if a.image.is_none() && (a.mountpoints.is_empty() || a.self_mount) {
+        bail!("--image is required (unless --mountpoint names the mounts to measure)");
+    }
+    if a.emulate_latency.is_some() && !a.mountpoints.is_empty() {
+        bail!("--emulate-latency cannot be combined with --mountpoint: an existing mount does not read through the emulation layer");
+    }
+    if a.samples == 0 || a.sample_size == 0 {
+        bail!("--samples and --sample-size must be positive");
+    }
+    Ok(())
+}

@@ -1,0 +1,518 @@
+//! A passthrough FUSE filesystem that adds a fixed delay to every operation
+//! reaching the storage, for `--emulate-latency`.
+//!
+//! On a parallel filesystem (Lustre, GPFS) every lookup, getattr, open and
+//! readdir the client cannot answer from its cache is a round trip to a
+//! metadata server, and every read is a round trip to a storage server; a
+//! local disk hides that. Mounting both the raw tree and the directory
+//! holding the image through this layer makes each side pay what it would
+//! pay there: the raw tree one round trip per file for each of its many
+//! opens and stats, the image only for the reads of the one image file.
+//!
+//! Requests are answered from a pool of threads so that N application
+//! threads overlap their round trips as they would against a real server.
+//! Attributes and pages are cached by the kernel for as long as the mount
+//! lives (the data never changes during a run), which stands in for the
+//! client-side caching of a network filesystem; a cold run remounts.
+
+use fuser::{
+    FileAttr, FileType, KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, Request,
+};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, UNIX_EPOCH};
+
+const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+const WORKERS: usize = 32;
+
+/// Operations that reached the storage through the layer.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub meta_ops: AtomicU64,
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CounterSnapshot {
+    pub meta_ops: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            meta_ops: self.meta_ops.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct Inodes {
+    /// Index = ino - 1; ino 1 is the root (empty relative path).
+    paths: Vec<PathBuf>,
+    by_path: HashMap<PathBuf, u64>,
+}
+
+impl Inodes {
+    fn ino(&mut self, rel: PathBuf) -> u64 {
+        if let Some(&i) = self.by_path.get(&rel) {
+            return i;
+        }
+        self.paths.push(rel.clone());
+        let i = self.paths.len() as u64;
+        self.by_path.insert(rel, i);
+        i
+    }
+}
+
+type DirListing = Arc<Vec<(u64, FileType, OsString)>>;
+
+struct Shared {
+    root: PathBuf,
+    meta: Duration,
+    read: Duration,
+    counters: Arc<Counters>,
+    inodes: Mutex<Inodes>,
+    files: Mutex<HashMap<u64, Arc<std::fs::File>>>,
+    dirs: Mutex<HashMap<u64, DirListing>>,
+    next_fh: AtomicU64,
+}
+
+impl Shared {
+    fn rel(&self, ino: u64) -> Option<PathBuf> {
+        lock(&self.inodes)
+            .paths
+            .get(ino.checked_sub(1)? as usize)
+            .cloned()
+    }
+
+    fn meta_op(&self) {
+        self.counters.meta_ops.fetch_add(1, Ordering::Relaxed);
+        if !self.meta.is_zero() {
+            std::thread::sleep(self.meta);
+        }
+    }
+
+    fn attr(&self, ino: u64, rel: &Path) -> std::io::Result<FileAttr> {
+        let m = std::fs::symlink_metadata(self.root.join(rel))?;
+        Ok(to_attr(ino, &m))
+    }
+}
+
+fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn kind(ft: std::fs::FileType) -> FileType {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        FileType::Directory
+    } else if ft.is_symlink() {
+        FileType::Symlink
+    } else if ft.is_block_device() {
+        FileType::BlockDevice
+    } else if ft.is_char_device() {
+        FileType::CharDevice
+    } else if ft.is_fifo() {
+        FileType::NamedPipe
+    } else if ft.is_socket() {
+        FileType::Socket
+    } else {
+        FileType::RegularFile
+    }
+}
+
+fn to_attr(ino: u64, m: &std::fs::Metadata) -> FileAttr {
+    let t = |s: i64, ns: i64| {
+        if s >= 0 {
+            UNIX_EPOCH + Duration::new(s as u64, ns.clamp(0, 999_999_999) as u32)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(s.unsigned_abs())
+        }
+    };
+    FileAttr {
+        ino,
+        size: m.size(),
+        blocks: m.blocks(),
+        atime: t(m.atime(), m.atime_nsec()),
+        mtime: t(m.mtime(), m.mtime_nsec()),
+        ctime: t(m.ctime(), m.ctime_nsec()),
+        crtime: t(m.mtime(), m.mtime_nsec()),
+        kind: kind(m.file_type()),
+        perm: (m.mode() & 0o7777) as u16,
+        nlink: m.nlink() as u32,
+        uid: m.uid(),
+        gid: m.gid(),
+        rdev: m.rdev() as u32,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+pub struct Passthrough {
+    shared: Arc<Shared>,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Passthrough {
+    pub fn new(root: &Path, meta: Duration, read: Duration, counters: Arc<Counters>) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..WORKERS {
+            let rx = rx.clone();
+            // Workers end when the sender (the filesystem) is dropped.
+            let _ = std::thread::Builder::new()
+                .name(format!("bench-pt-{i}"))
+                .spawn(move || loop {
+                    let job = lock(&rx).recv();
+                    match job {
+                        Ok(j) => j(),
+                        Err(_) => break,
+                    }
+                });
+        }
+        let mut by_path = HashMap::new();
+        by_path.insert(PathBuf::new(), 1);
+        Passthrough {
+            shared: Arc::new(Shared {
+                root: root.to_path_buf(),
+                meta,
+                read,
+                counters,
+                inodes: Mutex::new(Inodes {
+                    paths: vec![PathBuf::new()],
+                    by_path,
+                }),
+                files: Mutex::new(HashMap::new()),
+                dirs: Mutex::new(HashMap::new()),
+                next_fh: AtomicU64::new(1),
+            }),
+            jobs: tx,
+        }
+    }
+
+    fn spawn(&self, f: impl FnOnce(&Shared) + Send + 'static) {
+        let s = self.shared.clone();
+        let _ = self.jobs.send(Box::new(move || f(&s)));
+    }
+}
+
+impl fuser::Filesystem for Passthrough {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        use fuser::consts::*;
+        for cap in [FUSE_ASYNC_READ, FUSE_PARALLEL_DIROPS, FUSE_CACHE_SYMLINKS] {
+            let _ = config.add_capabilities(cap);
+        }
+        let _ = config
+            .set_max_readahead(u32::MAX)
+            .or_else(|max| config.set_max_readahead(max));
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        let name = name.to_os_string();
+        self.spawn(move |s| {
+            s.meta_op();
+            let Some(dir) = s.rel(parent) else {
+                return reply.error(libc::ENOENT);
+            };
+            let rel = dir.join(&name);
+            match std::fs::symlink_metadata(s.root.join(&rel)) {
+                Ok(m) => {
+                    let ino = lock(&s.inodes).ino(rel);
+                    reply.entry(&TTL, &to_attr(ino, &m), 0)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        self.spawn(move |s| {
+            s.meta_op();
+            let Some(rel) = s.rel(ino) else {
+                return reply.error(libc::ENOENT);
+            };
+            match s.attr(ino, &rel) {
+                Ok(a) => reply.attr(&TTL, &a),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        self.spawn(move |s| {
+            s.meta_op();
+            let Some(rel) = s.rel(ino) else {
+                return reply.error(libc::ENOENT);
+            };
+            match std::fs::read_link(s.root.join(rel)) {
+                Ok(t) => reply.data(t.as_os_str().as_bytes()),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(libc::EROFS);
+        }
+        self.spawn(move |s| {
+            s.meta_op();
+            let Some(rel) = s.rel(ino) else {
+                return reply.error(libc::ENOENT);
+            };
+            match std::fs::File::open(s.root.join(rel)) {
+                Ok(f) => {
+                    let fh = s.next_fh.fetch_add(1, Ordering::Relaxed);
+                    lock(&s.files).insert(fh, Arc::new(f));
+                    reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE)
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        self.spawn(move |s| {
+            let Some(f) = lock(&s.files).get(&fh).cloned() else {
+                return reply.error(libc::EBADF);
+            };
+            if !s.read.is_zero() {
+                std::thread::sleep(s.read);
+            }
+            let mut buf = vec![0u8; size as usize];
+            let mut done = 0usize;
+            let off = offset.max(0) as u64;
+            while done < buf.len() {
+                match f.read_at(&mut buf[done..], off + done as u64) {
+                    Ok(0) => break,
+                    Ok(k) => done += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return reply.error(errno(&e)),
+                }
+            }
+            s.counters.reads.fetch_add(1, Ordering::Relaxed);
+            s.counters
+                .read_bytes
+                .fetch_add(done as u64, Ordering::Relaxed);
+            reply.data(&buf[..done])
+        });
+    }
+
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.shared.files).remove(&fh);
+        reply.ok();
+    }
+
+    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        self.spawn(move |s| {
+            s.meta_op();
+            let Some(rel) = s.rel(ino) else {
+                return reply.error(libc::ENOENT);
+            };
+            let parent = match rel.parent() {
+                Some(p) => lock(&s.inodes).ino(p.to_path_buf()),
+                None => 1,
+            };
+            let mut list = vec![
+                (ino, FileType::Directory, OsString::from(".")),
+                (parent, FileType::Directory, OsString::from("..")),
+            ];
+            let rd = match std::fs::read_dir(s.root.join(&rel)) {
+                Ok(rd) => rd,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            for e in rd {
+                let e = match e {
+                    Ok(e) => e,
+                    Err(err) => return reply.error(errno(&err)),
+                };
+                let ft = match e.file_type() {
+                    Ok(ft) => kind(ft),
+                    Err(err) => return reply.error(errno(&err)),
+                };
+                let child = lock(&s.inodes).ino(rel.join(e.file_name()));
+                list.push((child, ft, e.file_name()));
+            }
+            let fh = s.next_fh.fetch_add(1, Ordering::Relaxed);
+            lock(&s.dirs).insert(fh, Arc::new(list));
+            reply.opened(fh, 0)
+        });
+    }
+
+    fn readdir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(list) = lock(&self.shared.dirs).get(&fh).cloned() else {
+            return reply.error(libc::EBADF);
+        };
+        self.spawn(move |s| {
+            // The listing was fetched at opendir; the first readdir pays for it.
+            if offset == 0 {
+                s.meta_op();
+            }
+            for (i, (ino, ft, name)) in list.iter().enumerate().skip(offset.max(0) as usize) {
+                if reply.add(*ino, i as i64 + 1, *ft, name) {
+                    break;
+                }
+            }
+            reply.ok()
+        });
+    }
+
+    fn releasedir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.shared.dirs).remove(&fh);
+        reply.ok();
+    }
+
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        let c = match std::ffi::CString::new(self.shared.root.as_os_str().as_bytes()) {
+            Ok(c) => c,
+            Err(_) => return reply.error(libc::EINVAL),
+        };
+        // SAFETY: valid path and a zeroed struct we own.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return reply.error(libc::EIO);
+        }
+        reply.statfs(
+            st.f_blocks,
+            st.f_bfree,
+            st.f_bavail,
+            st.f_files,
+            st.f_ffree,
+            st.f_bsize as u32,
+            st.f_namemax as u32,
+            st.f_frsize as u32,
+        );
+    }
+
+    fn access(&mut self, _req: &Request<'_>, _ino: u64, mask: i32, reply: ReplyEmpty) {
+        if mask & libc::W_OK != 0 {
+            reply.error(libc::EROFS)
+        } else {
+            reply.ok()
+        }
+    }
+}
+
+/// A passthrough mount of a directory, unmounted on drop. The mountpoint
+/// stays the same across a stop and start, so paths under it do
+/// too.
+pub struct EmulatedMount {
+    source: PathBuf,
+    lat: super::args::Latency,
+    session: Option<fuser::BackgroundSession>,
+    dir: tempfile::TempDir,
+    /// Cumulative over remounts.
+    pub counters: Arc<Counters>,
+}
+
+impl EmulatedMount {
+    pub fn mount(source: &Path, lat: &super::args::Latency) -> anyhow::Result<Self> {
+        let mut m = EmulatedMount {
+            source: source.to_path_buf(),
+            lat: *lat,
+            session: None,
+            dir: super::sides::scratch_dir("pt")?,
+            counters: Arc::new(Counters::default()),
+        };
+        m.start()?;
+        Ok(m)
+    }
+
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        use fuser::MountOption as M;
+        let fs = Passthrough::new(
+            &self.source,
+            self.lat.meta(),
+            self.lat.read(),
+            self.counters.clone(),
+        );
+        let opts = [
+            M::RO,
+            M::FSName(format!("packfs-bench:{}", self.source.display())),
+            M::Subtype("packfs-bench".into()),
+            M::DefaultPermissions,
+            M::NoAtime,
+        ];
+        let before = super::sides::dev(self.dir.path())?;
+        let session = fuser::spawn_mount2(fs, self.dir.path(), &opts).with_context(|| {
+            format!(
+                "mounting the latency-emulating passthrough of {} at {}",
+                self.source.display(),
+                self.dir.path().display()
+            )
+        })?;
+        self.session = Some(session);
+        super::sides::wait_mounted(self.dir.path(), before, None)
+    }
+
+    /// Unmounts; the kernel forgets every cached page and attribute of it.
+    pub fn stop(&mut self) {
+        if let Some(s) = self.session.take() {
+            // Dropping the session unmounts, which ends its thread.
+            drop(s);
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for EmulatedMount {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

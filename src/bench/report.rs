@@ -1,0 +1,257 @@
+//! The results: the JSON document (schema in docs/BENCH_JSON.md, versioned
+//! by [`SCHEMA_VERSION`]) and the table printed on stdout.
+//!
+//! Every run is kept (no averaging away of repeats), and each mounted run
+//! carries its ratio to the raw run of the same workload, thread count,
+//! repetition and epoch, so a reader never pairs a cold run with a warm one.
+
+use serde::{Deserialize, Serialize};
+
+/// Bump on any change a consumer could notice (renamed, removed or retyped
+/// field); adding a field does not bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub packfs_version: String,
+    pub created_unix: u64,
+    pub config: Config,
+    pub host: Host,
+    pub tree: TreeInfo,
+    pub sides: Vec<SideInfo>,
+    pub runs: Vec<Run>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Config {
+    pub raw: String,
+    pub image: Option<String>,
+    pub workloads: Vec<String>,
+    pub threads: Vec<usize>,
+    pub repeat: usize,
+    pub epochs: usize,
+    pub seed: u64,
+    pub import: Vec<String>,
+    pub samples: usize,
+    pub sample_size: u64,
+    pub sample_min_size: u64,
+    pub emulate_latency: Option<LatencyConfig>,
+    /// False with --no-verify: nothing checked that the sides hold the same data.
+    pub verified: bool,
+    pub cold_method: String,
+    pub cold_description: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LatencyConfig {
+    pub meta_us: u64,
+    pub read_us: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Host {
+    pub kernel: String,
+    pub cpus: usize,
+    pub root: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TreeInfo {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub other: u64,
+    pub file_bytes: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SideInfo {
+    pub label: String,
+    /// "raw", "packfs" (mounted by the bench) or "external" (--mountpoint).
+    pub kind: String,
+    /// Where the workloads read (a scratch mountpoint for packfs's own mount).
+    pub path: String,
+    /// What a cold run of this side has had evicted or refreshed.
+    pub cold: String,
+    /// Where `storage` counters of this side come from.
+    pub storage_source: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub side: String,
+    pub workload: String,
+    pub threads: usize,
+    /// 1-based.
+    pub repeat: usize,
+    /// 1-based; epoch 1 is cold when `cold` is true.
+    pub epoch: usize,
+    pub cold: bool,
+    pub seconds: f64,
+    /// Entries stat'ed (walk), files read (sequential, shuffle), ranges read
+    /// (sample), interpreters run (import).
+    pub items: u64,
+    pub files_per_sec: f64,
+    pub bytes: u64,
+    pub mb_per_sec: f64,
+    pub latency_us: Option<Percentiles>,
+    /// seconds / seconds of the raw run with the same workload, threads,
+    /// repeat and epoch; null on the raw side.
+    pub ratio_vs_raw: Option<f64>,
+    pub ops: Ops,
+    pub storage: Storage,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// Operations the workload issued (on every side the same, up to errors).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ops {
+    pub files_opened: u64,
+    pub stat_calls: u64,
+}
+
+/// I/O that reached the storage under the side during the run.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Storage {
+    pub read_bytes: Option<u64>,
+    pub read_syscalls: Option<u64>,
+    pub device_reads: Option<u64>,
+    pub device_read_bytes: Option<u64>,
+    pub passthrough: Option<PassthroughOps>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PassthroughOps {
+    pub meta_ops: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+}
+
+/// Fills `ratio_vs_raw` of every non-raw run.
+pub fn fill_ratios(runs: &mut [Run], raw_label: &str) {
+    let raw: Vec<(String, usize, usize, usize, f64)> = runs
+        .iter()
+        .filter(|r| r.side == raw_label)
+        .map(|r| (r.workload.clone(), r.threads, r.repeat, r.epoch, r.seconds))
+        .collect();
+    for r in runs.iter_mut().filter(|r| r.side != raw_label) {
+        r.ratio_vs_raw = raw
+            .iter()
+            .find(|(w, t, rep, e, _)| {
+                *w == r.workload && *t == r.threads && *rep == r.repeat && *e == r.epoch
+            })
+            .and_then(|&(.., s)| (s > 0.0).then(|| r.seconds / s));
+    }
+}
+
+fn opt(v: Option<u64>, scale: f64, prec: usize) -> String {
+    match v {
+        Some(v) if scale == 1.0 => v.to_string(),
+        Some(v) => format!("{:.prec$}", v as f64 / scale),
+        None => "-".into(),
+    }
+}
+
+/// The table on stdout, one line per run, then the notes a reader needs.
+pub fn table(rep: &Report) -> String {
+    let head = [
+        "side", "workload", "thr", "epoch", "seconds", "files/s", "MB/s", "p50 ms", "p99 ms",
+        "vs raw", "opened", "stats", "rd MB", "rd calls", "dev rds",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    for r in &rep.runs {
+        let epoch = format!(
+            "{}{}{}",
+            if r.cold { "cold" } else { "warm" },
+            if rep.config.epochs > 1 {
+                format!(" {}", r.epoch)
+            } else {
+                String::new()
+            },
+            if rep.config.repeat > 1 {
+                format!(" r{}", r.repeat)
+            } else {
+                String::new()
+            },
+        );
+        let (p50, p99) = match &r.latency_us {
+            Some(p) => (format!("{:.3}", p.p50 / 1e3), format!("{:.3}", p.p99 / 1e3)),
+            None => ("-".into(), "-".into()),
+        };
+        let s = &r.storage;
+        let (rd_bytes, rd_calls) = match &s.passthrough {
+            Some(p) => (Some(p.read_bytes), Some(p.reads)),
+            None => (s.read_bytes, s.read_syscalls),
+        };
+        rows.push(vec![
+            r.side.clone(),
+            r.workload.clone(),
+            r.threads.to_string(),
+            epoch,
+            format!("{:.3}", r.seconds),
+            format!("{:.0}", r.files_per_sec),
+            format!("{:.1}", r.mb_per_sec),
+            p50,
+            p99,
+            r.ratio_vs_raw.map_or("-".into(), |x| format!("{x:.2}x")),
+            r.ops.files_opened.to_string(),
+            r.ops.stat_calls.to_string(),
+            opt(rd_bytes, 1e6, 1),
+            opt(rd_calls, 1.0, 0),
+            opt(s.device_reads, 1.0, 0),
+        ]);
+    }
+    let widths: Vec<usize> = (0..head.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c <= 1 || c == 3 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
+            out.push('\n');
+        }
+    }
+    out.push_str(&format!(
+        "\ncold runs: {} ({})\n",
+        rep.config.cold_method, rep.config.cold_description
+    ));
+    for s in &rep.sides {
+        out.push_str(&format!(
+            "  {}: {}; cold = {}; storage counters: {}\n",
+            s.label, s.path, s.cold, s.storage_source
+        ));
+    }
+    if let Some(l) = &rep.config.emulate_latency {
+        out.push_str(&format!(
+            "emulated latency: {} us per metadata op, {} us per read (rd MB / rd calls = passthrough reads of the storage)\n",
+            l.meta_us, l.read_us
+        ));
+    }
+    out.push_str("vs raw = seconds / raw seconds of the same workload, threads and epoch (below 1 = faster than raw)\n");
+    if !rep.config.verified {
+        out.push_str("WARNING: --no-verify: the sides were not checked to hold the same files\n");
+    }
+    out
+}
