@@ -59,6 +59,36 @@ pub struct DirIter<'a> {
     index: u32,
     start_block: u32,
     base: u32,
+    /// The current entry, filled by `advance` without allocating.
+    cur: CurEntry,
+}
+
+struct CurEntry {
+    name: [u8; MAX_NAME_LEN],
+    name_len: usize,
+    inode_ref: u64,
+    inode_number: u32,
+    kind: u16,
+    next: DirPos,
+}
+
+impl Default for CurEntry {
+    fn default() -> Self {
+        CurEntry {
+            name: [0; MAX_NAME_LEN],
+            name_len: 0,
+            inode_ref: 0,
+            inode_number: 0,
+            kind: 0,
+            next: DirPos::default(),
+        }
+    }
+}
+
+impl CurEntry {
+    fn name(&self) -> &[u8] {
+        &self.name[..self.name_len]
+    }
 }
 
 impl SquashFs {
@@ -87,6 +117,7 @@ impl SquashFs {
             index: 0,
             start_block: 0,
             base: 0,
+            cur: CurEntry::default(),
         };
         if from.index > 0 && target < len {
             it.read_header()?;
@@ -114,15 +145,16 @@ impl SquashFs {
             index: 0,
             start_block: 0,
             base: 0,
+            cur: CurEntry::default(),
         };
-        while let Some(e) = it.next_entry()? {
-            if e.name == name {
-                return Ok(Some(e));
+        while it.advance()? {
+            if it.cur.name() == name {
+                return Ok(Some(it.current()));
             }
             // Sorted listing: once past the name, it is not here. Compare only
             // the first byte, as the kernel does, to tolerate images whose
             // writer sorted with a different collation beyond that.
-            if e.name.first() > name.first() {
+            if it.cur.name().first() > name.first() {
                 break;
             }
         }
@@ -140,6 +172,7 @@ impl SquashFs {
         let mut best = (d.block as u64, d.offset as usize, 0u32);
         if let Some((ipos, ioff)) = d.index_at {
             let mut c = self.meta_cursor(ipos, ioff)?;
+            let mut name = [0u8; MAX_NAME_LEN];
             for _ in 0..d.index_count {
                 let index = c.u32()?;
                 let start = c.u32()?;
@@ -147,8 +180,8 @@ impl SquashFs {
                 if size > MAX_NAME_LEN {
                     return Err(FsError::corrupt("directory index name too long"));
                 }
-                let name = c.bytes(size)?;
-                if !take(index, &name) {
+                c.read_into(&mut name[..size])?;
+                if !take(index, &name[..size]) {
                     break;
                 }
                 let off = (d.offset as usize + index as usize) % METADATA_SIZE;
@@ -179,7 +212,8 @@ impl DirIter<'_> {
         Ok(())
     }
 
-    fn read_entry(&mut self) -> Result<RawDirEntry> {
+    /// Reads the next entry of the current header into `self.cur`.
+    fn read_entry(&mut self) -> Result<()> {
         if self.len - self.pos < DIR_ENTRY_SIZE as u32 {
             return Err(FsError::corrupt("directory listing ends inside an entry"));
         }
@@ -194,11 +228,12 @@ impl DirIter<'_> {
                 "directory entry name runs past the listing",
             ));
         }
-        let name = self.c.bytes(name_len as usize)?;
+        self.c.read_into(&mut self.cur.name[..name_len as usize])?;
+        self.cur.name_len = name_len as usize;
         self.pos += DIR_ENTRY_SIZE as u32 + name_len;
         self.remaining -= 1;
         self.index += 1;
-        let next = if self.remaining > 0 {
+        self.cur.next = if self.remaining > 0 {
             DirPos {
                 header: self.header_pos,
                 index: self.index as u8,
@@ -209,30 +244,44 @@ impl DirIter<'_> {
                 index: 0,
             }
         };
-        if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+        let name = self.cur.name();
+        if name.contains(&b'/') || name == b"." || name == b".." {
             return Err(FsError::corrupt(format!(
                 "directory entry with invalid name {:?}",
-                String::from_utf8_lossy(&name)
+                String::from_utf8_lossy(name)
             )));
         }
-        Ok(RawDirEntry {
-            name,
-            inode_ref: make_ref(self.start_block as u64, offset as usize),
-            inode_number: self.base.wrapping_add(delta as i32 as u32),
-            kind,
-            next,
-        })
+        self.cur.inode_ref = make_ref(self.start_block as u64, offset as usize);
+        self.cur.inode_number = self.base.wrapping_add(delta as i32 as u32);
+        self.cur.kind = kind;
+        Ok(())
+    }
+
+    /// Moves to the next entry (into `self.cur`); false at the end.
+    fn advance(&mut self) -> Result<bool> {
+        if self.remaining == 0 {
+            if self.pos >= self.len {
+                return Ok(false);
+            }
+            self.read_header()?;
+        }
+        self.read_entry()?;
+        Ok(true)
+    }
+
+    fn current(&self) -> RawDirEntry {
+        RawDirEntry {
+            name: self.cur.name().to_vec(),
+            inode_ref: self.cur.inode_ref,
+            inode_number: self.cur.inode_number,
+            kind: self.cur.kind,
+            next: self.cur.next,
+        }
     }
 
     /// The next entry, or `None` at the end of the listing.
     pub fn next_entry(&mut self) -> Result<Option<RawDirEntry>> {
-        if self.remaining == 0 {
-            if self.pos >= self.len {
-                return Ok(None);
-            }
-            self.read_header()?;
-        }
-        self.read_entry().map(Some)
+        Ok(self.advance()?.then(|| self.current()))
     }
 }
 

@@ -273,7 +273,7 @@ fn every_method_reads_back_including_random_offsets() {
             assert_eq!(cat(&f, "small").unwrap(), small, "method {method}");
             assert_eq!(cat(&f, "empty").unwrap(), b"", "method {method}");
             let node = f.resolve(b"big").unwrap().node;
-            let fh = f.open(node).unwrap();
+            f.open(node).unwrap();
             let mut x = 12345u64;
             for _ in 0..40 {
                 x = x
@@ -281,12 +281,11 @@ fn every_method_reads_back_including_random_offsets() {
                     .wrapping_add(1442695040888963407);
                 let off = (x >> 20) % (big.len() as u64 + 100);
                 let len = ((x >> 8) % 600_000) as u32;
-                let got = f.read(fh, off, len).unwrap();
+                let got = f.read(node, off, len).unwrap();
                 let s = (off as usize).min(big.len());
                 let e = (s + len as usize).min(big.len());
                 assert_eq!(got, &big[s..e], "method {method} off {off} len {len}");
             }
-            f.release(fh);
         }
     }
 }
