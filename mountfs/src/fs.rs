@@ -156,20 +156,14 @@ pub struct PackFs<I: Image> {
     open_files: Mutex<LruCache<NodeId, Arc<OpenHandle<I::Handle>>>>,
     /// How far ahead of a sequential reader to decode, in bytes (0 = off).
     pub readahead: u64,
-    prefetch_pool: Option<rayon::ThreadPool>,
+    prefetch_pool: Option<crate::pool::Pool>,
     pub counters: FsCounters,
 }
 
 impl<I: Image> PackFs<I> {
     pub fn new(image: I, readahead: u64, prefetch_threads: usize) -> Self {
         let prefetch_pool = (readahead > 0 && prefetch_threads > 0)
-            .then(|| {
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(prefetch_threads)
-                    .thread_name(|i| format!("packfs-prefetch-{i}"))
-                    .build()
-                    .ok()
-            })
+            .then(|| crate::pool::Pool::new(prefetch_threads, "packfs-prefetch").ok())
             .flatten();
         PackFs {
             image: Arc::new(image),

@@ -23,7 +23,7 @@ const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 pub struct FuseAdapter<I: Image> {
     fs: Arc<PackFs<I>>,
-    pool: rayon::ThreadPool,
+    pool: crate::pool::Pool,
     /// Called once the kernel has sent INIT (the mount is usable).
     on_init: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -33,13 +33,9 @@ impl<I: Image> FuseAdapter<I> {
         fs: Arc<PackFs<I>>,
         threads: usize,
         on_init: Option<Box<dyn FnOnce() + Send>>,
-    ) -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("packfs-fuse-{i}"))
-            .build()
-            .expect("building the FUSE worker pool");
-        FuseAdapter { fs, pool, on_init }
+    ) -> std::io::Result<Self> {
+        let pool = crate::pool::Pool::new(threads, "packfs-fuse")?;
+        Ok(FuseAdapter { fs, pool, on_init })
     }
 }
 
@@ -147,10 +143,11 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         reply: ReplyData,
     ) {
         let fs = self.fs.clone();
-        self.pool.spawn(move || match fs.read(ino, offset.max(0) as u64, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(e.errno()),
-        });
+        self.pool
+            .spawn(move || match fs.read(ino, offset.max(0) as u64, size) {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(e.errno()),
+            });
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {

@@ -85,7 +85,7 @@ pub fn serve<I: Image>(
     for o in &opts.options {
         mo.push(M::CUSTOM(o.clone()));
     }
-    let adapter = FuseAdapter::new(fs.clone(), opts.threads, on_ready);
+    let adapter = FuseAdapter::new(fs.clone(), opts.threads, on_ready)?;
     let mut session = fuser::Session::new(adapter, mountpoint, &mo)?;
     session.run()?;
     Ok(fs)
