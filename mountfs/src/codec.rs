@@ -104,17 +104,27 @@ pub fn decompress(
             out.truncate(n);
         }
         Compressor::Zstd => {
-            out.resize(limit, 0);
+            // Decode into spare capacity: no zero-fill of a block we are about
+            // to overwrite. zstd never writes past the capacity, and a result
+            // beyond `limit` (capacity may round up) is rejected below.
+            if out.capacity() < limit {
+                out.reserve_exact(limit);
+            }
             let n = ZSTD_D.with(|cell| {
                 let mut slot = cell.borrow_mut();
                 if slot.is_none() {
                     *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| corrupt(codec, e))?);
                 }
                 let d = slot.as_mut().expect("just set");
-                d.decompress_to_buffer(input, &mut out[..])
+                d.decompress_to_buffer(input, out)
                     .map_err(|e| corrupt(codec, e))
             })?;
-            out.truncate(n);
+            if n > limit {
+                return Err(CodecError::TooLarge {
+                    codec: codec.name(),
+                    limit,
+                });
+            }
         }
         Compressor::Lzo => {
             // lzokay-native can panic (arithmetic overflow) on corrupt input;
