@@ -7,11 +7,13 @@
 //! place only on success.
 
 mod error;
+mod io;
 mod metadata;
 mod output;
 mod squashfs;
 mod walk;
 mod xattrs;
+mod zip;
 
 pub use error::PackError;
 pub use mountfs::squashfs::format::Compressor;
@@ -108,6 +110,11 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
         .build()
         .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
     let tree = walk::walk(src, opts)?;
+    log::debug!(
+        "walk: {} entries in {:.2} s",
+        tree.nodes.len(),
+        started.elapsed().as_secs_f64()
+    );
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
@@ -117,7 +124,9 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
+    let t = Instant::now();
     target.commit(tmp)?;
+    log::debug!("commit (sync + rename): {:.2} s", t.elapsed().as_secs_f64());
     if let Some(p) = &opts.progress {
         p.finish();
     }
@@ -131,4 +140,13 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
         fragments: w.fragments,
         elapsed: started.elapsed(),
     })
+}
+
+/// Packs the directory `src` into the ZIP archive `out` (atomically, like
+/// [`pack_squashfs`]). `opts.compressor` picks the method: `Gzip` = deflate
+/// (levels 1..=9 as in Info-ZIP, default 6), `Zstd` = zstd (method 93,
+/// default level 3); `level: Some(0)` stores every entry. `block_size` and
+/// `no_fragments` do not apply. See the `zip` module for the format details.
+pub fn pack_zip(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
+    zip::pack(src, out, opts)
 }

@@ -5,17 +5,20 @@
 //! a directory are contiguous in [`Tree::nodes`], sorted by name bytes, so a
 //! directory only stores a range.
 
-use crate::xattrs::{self, XattrSets};
+use crate::io::{self, WALK_WINDOW};
+use crate::xattrs::{self, Xattr, XattrSets};
 use crate::{PackError, PackOptions};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use mountfs::squashfs::format::{encode_dev, INVALID_XATTR, MAX_NAME_LEN};
-use std::collections::HashMap;
-use std::ffi::OsStr;
+use rayon::prelude::*;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -158,7 +161,6 @@ impl Tree {
 
 struct Walker<'a> {
     opts: &'a PackOptions,
-    excludes: GlobSet,
     tree: Tree,
     id_index: HashMap<u32, u16>,
     /// (dev, ino) of multiply-linked non-directories already seen.
@@ -176,11 +178,81 @@ fn build_excludes(patterns: &[String]) -> Result<GlobSet, PackError> {
         .map_err(|e| PackError::InvalidOption(format!("exclude patterns: {e}")))
 }
 
+/// One directory entry as read by an I/O thread, before it joins the tree.
+struct Scanned {
+    name: OsString,
+    meta: fs::Metadata,
+    /// Symlinks: the target.
+    target: Option<OsString>,
+    xattrs: Vec<Xattr>,
+}
+
+/// Directories with more entries than this have them `lstat`ed by several
+/// I/O threads (a flat directory of a million files must not serialise the
+/// walk).
+const PAR_STAT_MIN: usize = 512;
+
+/// Reads a directory and everything about its entries that needs a system
+/// call: lstat, symlink target, xattrs. Runs on the I/O pool. Entries come
+/// back sorted by name bytes, excluded ones dropped.
+fn scan_dir(dir: &Path, rel: &Path, excludes: &GlobSet) -> Result<Vec<Scanned>, PackError> {
+    let rd = fs::read_dir(dir).map_err(PackError::io(dir))?;
+    let mut names = Vec::new();
+    for e in rd {
+        let e = e.map_err(PackError::io(dir))?;
+        let name = e.file_name();
+        let child_rel = rel.join(&name);
+        if excludes.is_match(&child_rel) || excludes.is_match(&name) {
+            log::debug!("excluded {}", child_rel.display());
+            continue;
+        }
+        if name.as_bytes().len() > MAX_NAME_LEN {
+            return Err(PackError::NameTooLong {
+                path: dir.join(&name),
+            });
+        }
+        names.push((name, e));
+    }
+    names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let stat = |(name, e): (OsString, fs::DirEntry)| -> Result<Scanned, PackError> {
+        let path = dir.join(&name);
+        // DirEntry::metadata is fstatat(AT_SYMLINK_NOFOLLOW): an lstat.
+        let meta = e.metadata().map_err(PackError::io(&path))?;
+        let target = if meta.file_type().is_symlink() {
+            Some(
+                fs::read_link(&path)
+                    .map_err(PackError::io(&path))?
+                    .into_os_string(),
+            )
+        } else {
+            None
+        };
+        let xattrs = xattrs::read(&path).map_err(PackError::io(&path))?;
+        Ok(Scanned {
+            name,
+            meta,
+            target,
+            xattrs,
+        })
+    };
+    if names.len() > PAR_STAT_MIN {
+        // Nested on the I/O pool: idle threads steal chunks.
+        names.into_par_iter().with_min_len(64).map(stat).collect()
+    } else {
+        names.into_iter().map(stat).collect()
+    }
+}
+
 /// Scans `root` (lstat only, never following symlinks below the root).
+///
+/// Directories are read on the I/O pool (see [`crate::io`]) in breadth-first
+/// order, up to [`WALK_WINDOW`] ahead, and added to the tree strictly in that
+/// order by this thread, so the tree (node order, id and xattr numbering,
+/// which name of a hard link comes first, the first error reported) is the
+/// same as a sequential walk's.
 pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
     let mut w = Walker {
         opts,
-        excludes: build_excludes(&opts.excludes)?,
         tree: Tree {
             root: root.to_path_buf(),
             nodes: Vec::new(),
@@ -192,8 +264,10 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         id_index: HashMap::new(),
         links: HashMap::new(),
     };
+    let excludes = build_excludes(&opts.excludes)?;
     // The root's own metadata (following a symlink given as SRC) is the root inode.
     let meta = fs::metadata(root).map_err(PackError::io(root))?;
+    let xattrs = xattrs::read(root).map_err(PackError::io(root))?;
     w.tree.nodes.push(Node {
         parent: 0,
         inode: 0,
@@ -202,24 +276,71 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         first_child: 0,
         child_count: 0,
     });
-    let ino = w.add_inode(root, &meta, 0)?;
+    let ino = w.add_inode(root, &meta, None, xattrs, 0)?;
     w.tree.nodes[0].inode = ino;
 
     // Breadth-first: appending a directory's sorted children in one go keeps
-    // them contiguous.
-    let mut next = 0usize;
-    while next < w.tree.nodes.len() {
-        let node = next as u32;
-        next += 1;
-        let ino = w.tree.nodes[node as usize].inode;
-        if w.tree.inodes[ino as usize].kind != Kind::Dir {
-            continue;
+    // them contiguous. `todo` holds the directories found but not yet sent
+    // to the pool, `pending` those sent, both in breadth-first order.
+    let pool = io::pool()?;
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(u64, Result<Vec<Scanned>, PackError>)>();
+    let mut todo: VecDeque<(u32, PathBuf)> = VecDeque::from([(0, PathBuf::new())]);
+    let mut pending: VecDeque<(u32, PathBuf)> = VecDeque::new();
+    let mut done: HashMap<u64, Result<Vec<Scanned>, PackError>> = HashMap::new();
+    let (mut sent, mut added) = (0u64, 0u64);
+    let r = pool.in_place_scope(|s| -> Result<(), PackError> {
+        // Whatever happens, queued scans stop early once this returns.
+        struct StopOnExit<'a>(&'a AtomicBool);
+        impl Drop for StopOnExit<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
         }
-        if node & 1023 == 0 && cancelled(opts) {
-            return Err(PackError::Interrupted);
+        let _stop = StopOnExit(&stop);
+        loop {
+            while pending.len() < WALK_WINDOW {
+                let Some((node, rel)) = todo.pop_front() else {
+                    break;
+                };
+                let (tx, stop, excludes) = (tx.clone(), &stop, &excludes);
+                let (dir, task_rel, seq) = (root.join(&rel), rel.clone(), sent);
+                s.spawn(move |_| {
+                    let r = if stop.load(Ordering::Relaxed) {
+                        Err(PackError::Interrupted)
+                    } else {
+                        scan_dir(&dir, &task_rel, excludes)
+                    };
+                    let _ = tx.send((seq, r));
+                });
+                pending.push_back((node, rel));
+                sent += 1;
+            }
+            let Some((node, rel)) = pending.pop_front() else {
+                return Ok(());
+            };
+            if cancelled(opts) {
+                return Err(PackError::Interrupted);
+            }
+            let entries = loop {
+                if let Some(r) = done.remove(&added) {
+                    break r;
+                }
+                match rx.recv() {
+                    Ok((seq, r)) => {
+                        done.insert(seq, r);
+                    }
+                    Err(_) => unreachable!("a sender is held by this thread"),
+                }
+            }?;
+            added += 1;
+            for c in w.add_children(node, &rel, entries)? {
+                let name = OsStr::from_bytes(w.tree.name(c)).to_owned();
+                todo.push_back((c, rel.join(name)));
+            }
         }
-        w.read_dir(node)?;
-    }
+    });
+    r?;
     // Directory link counts: 2 + subdirectories.
     for n in 0..w.tree.nodes.len() {
         let node = &w.tree.nodes[n];
@@ -245,33 +366,25 @@ pub fn cancelled(opts: &PackOptions) -> bool {
 }
 
 impl Walker<'_> {
-    fn read_dir(&mut self, node: u32) -> Result<(), PackError> {
-        let rel = self.tree.rel_path(node);
-        let dir = self.tree.root.join(&rel);
-        let rd = fs::read_dir(&dir).map_err(PackError::io(&dir))?;
-        let mut entries = Vec::new();
-        for e in rd {
-            let e = e.map_err(PackError::io(&dir))?;
-            let name = e.file_name();
-            let child_rel = rel.join(&name);
-            if self.excludes.is_match(&child_rel) || self.excludes.is_match(&name) {
-                log::debug!("excluded {}", child_rel.display());
-                continue;
-            }
-            if name.as_bytes().len() > MAX_NAME_LEN {
-                return Err(PackError::NameTooLong {
-                    path: dir.join(&name),
-                });
-            }
-            // DirEntry::metadata is fstatat(AT_SYMLINK_NOFOLLOW): an lstat.
-            let meta = e.metadata().map_err(PackError::io(dir.join(&name)))?;
-            entries.push((name, meta));
-        }
-        entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    /// Adds a directory's scanned entries as its children; returns the new
+    /// nodes that are directories.
+    fn add_children(
+        &mut self,
+        node: u32,
+        rel: &Path,
+        entries: Vec<Scanned>,
+    ) -> Result<Vec<u32>, PackError> {
         let first = self.tree.nodes.len() as u32;
         self.tree.nodes[node as usize].first_child = first;
         self.tree.nodes[node as usize].child_count = entries.len() as u32;
-        for (name, meta) in entries {
+        let mut subdirs = Vec::new();
+        for e in entries {
+            let Scanned {
+                name,
+                meta,
+                target,
+                xattrs,
+            } = e;
             let idx = self.tree.nodes.len() as u32;
             let name_off = self.tree.arena.len() as u64;
             self.tree.arena.extend_from_slice(name.as_bytes());
@@ -283,7 +396,6 @@ impl Walker<'_> {
                 first_child: 0,
                 child_count: 0,
             });
-            let path = dir.join(&name);
             let key = (meta.dev(), meta.ino());
             let shared = (!meta.is_dir() && meta.nlink() > 1)
                 .then(|| self.links.get(&key).copied())
@@ -294,7 +406,8 @@ impl Walker<'_> {
                     ino
                 }
                 None => {
-                    let ino = self.add_inode(&path, &meta, idx)?;
+                    let path = self.tree.root.join(rel).join(&name);
+                    let ino = self.add_inode(&path, &meta, target, xattrs, idx)?;
                     if !meta.is_dir() && meta.nlink() > 1 {
                         self.links.insert(key, ino);
                     }
@@ -302,8 +415,11 @@ impl Walker<'_> {
                 }
             };
             self.tree.nodes[idx as usize].inode = ino;
+            if meta.is_dir() {
+                subdirs.push(idx);
+            }
         }
-        Ok(())
+        Ok(subdirs)
     }
 
     fn id(&mut self, id: u32, path: &Path) -> Result<u16, PackError> {
@@ -320,7 +436,16 @@ impl Walker<'_> {
         Ok(i)
     }
 
-    fn add_inode(&mut self, path: &Path, meta: &fs::Metadata, node: u32) -> Result<u32, PackError> {
+    /// `path` is only for messages: everything read from the filesystem
+    /// comes in `meta`, `target` and `xattrs`.
+    fn add_inode(
+        &mut self,
+        path: &Path,
+        meta: &fs::Metadata,
+        target: Option<OsString>,
+        xattrs: Vec<Xattr>,
+        node: u32,
+    ) -> Result<u32, PackError> {
         let ft = meta.file_type();
         let kind = if ft.is_dir() {
             Kind::Dir
@@ -362,10 +487,10 @@ impl Walker<'_> {
         match kind {
             Kind::File => size = meta.len(),
             Kind::Symlink => {
-                let t = fs::read_link(path).map_err(PackError::io(path))?;
+                let t = target.unwrap_or_default();
                 target_off = self.tree.arena.len() as u64;
-                self.tree.arena.extend_from_slice(t.as_os_str().as_bytes());
-                size = t.as_os_str().len() as u64;
+                self.tree.arena.extend_from_slice(t.as_bytes());
+                size = t.len() as u64;
             }
             _ => {}
         }
@@ -375,8 +500,7 @@ impl Walker<'_> {
         } else {
             0
         };
-        let set = xattrs::read(path).map_err(PackError::io(path))?;
-        let xattr = self.tree.xattrs.intern(set).unwrap_or(INVALID_XATTR);
+        let xattr = self.tree.xattrs.intern(xattrs).unwrap_or(INVALID_XATTR);
         let ino = self.tree.inodes.len() as u32;
         self.tree.inodes.push(Inode {
             kind,
@@ -393,5 +517,123 @@ impl Walker<'_> {
             maybe_sparse: kind == Kind::File && meta.blocks().saturating_mul(512) < meta.len(),
         });
         Ok(ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// (parent, name, is_dir) of every node, breadth-first with each
+    /// directory's children sorted by name bytes: the order `walk` must
+    /// produce, computed the obvious sequential way.
+    fn reference(root: &Path) -> Vec<(u32, Vec<u8>, bool)> {
+        let mut out = vec![(0, Vec::new(), true)];
+        let mut queue = VecDeque::from([(0u32, root.to_path_buf())]);
+        while let Some((node, dir)) = queue.pop_front() {
+            let mut names: Vec<OsString> = fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            for name in names {
+                let path = dir.join(&name);
+                let is_dir = fs::symlink_metadata(&path).unwrap().is_dir();
+                if is_dir {
+                    queue.push_back((out.len() as u32, path));
+                }
+                out.push((node, name.as_bytes().to_vec(), is_dir));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn parallel_walk_matches_a_sequential_breadth_first_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        // More directories than the window, one directory big enough to be
+        // stat'ed in parallel, a deep chain, hard links and symlinks.
+        for d in 0..3 * WALK_WINDOW {
+            let sub = src.join(format!("d{d:03}")).join("sub");
+            fs::create_dir_all(&sub).unwrap();
+            fs::write(sub.join("f"), vec![b'x'; d]).unwrap();
+            fs::write(src.join(format!("d{d:03}")).join("g"), b"g").unwrap();
+        }
+        let big = src.join("d007").join("big");
+        fs::create_dir(&big).unwrap();
+        for f in 0..PAR_STAT_MIN * 3 {
+            fs::write(big.join(format!("{:x}", f * 7919)), f.to_le_bytes()).unwrap();
+        }
+        let deep = src.join("a/b/c/d/e/f/g/h");
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("leaf"), b"leaf").unwrap();
+        fs::hard_link(deep.join("leaf"), src.join("zz-link")).unwrap();
+        symlink("a/b/c", src.join("sym")).unwrap();
+
+        let tree = walk(src, &PackOptions::default()).unwrap();
+        let want = reference(src);
+        let got: Vec<_> = (0..tree.nodes.len() as u32)
+            .map(|n| {
+                let ino = &tree.inodes[tree.nodes[n as usize].inode as usize];
+                (
+                    tree.nodes[n as usize].parent,
+                    tree.name(n).to_vec(),
+                    ino.kind == Kind::Dir,
+                )
+            })
+            .collect();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "tree differs from the sequential scan");
+        for n in 1..tree.nodes.len() as u32 {
+            let p = tree.nodes[n as usize].parent;
+            assert!(tree.children(p).contains(&n));
+        }
+        // The hard link's inode belongs to the name found first (breadth-first:
+        // the top-level link), and is counted twice.
+        let find = |rel: &str| {
+            (0..tree.nodes.len() as u32)
+                .find(|&n| tree.rel_path(n) == Path::new(rel))
+                .unwrap()
+        };
+        let (link, leaf) = (find("zz-link"), find("a/b/c/d/e/f/g/h/leaf"));
+        let ino = tree.nodes[link as usize].inode;
+        assert_eq!(tree.nodes[leaf as usize].inode, ino);
+        assert_eq!(tree.inodes[ino as usize].node, link);
+        assert_eq!(tree.inodes[ino as usize].nlink, 2);
+        let sym = tree.nodes[find("sym") as usize].inode;
+        assert_eq!(tree.symlink_target(sym), b"a/b/c");
+        let big = find("d007/big");
+        assert_eq!(tree.children(big).len(), PAR_STAT_MIN * 3);
+        assert_eq!(
+            tree.inodes[tree.nodes[big as usize].inode as usize].nlink,
+            2
+        );
+    }
+
+    #[test]
+    fn excludes_apply_in_parallel_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        for d in 0..2 * WALK_WINDOW {
+            fs::create_dir_all(src.join(format!("d{d:03}/skip.o/x"))).unwrap();
+            fs::write(src.join(format!("d{d:03}/keep.c")), b"c").unwrap();
+            fs::write(src.join(format!("d{d:03}/gone")), b"c").unwrap();
+        }
+        let opts = PackOptions {
+            excludes: vec!["*.o".into(), "d1*/gone".into()],
+            ..Default::default()
+        };
+        let tree = walk(src, &opts).unwrap();
+        let names: Vec<_> = (1..tree.nodes.len() as u32)
+            .map(|n| tree.rel_path(n))
+            .collect();
+        assert!(names.iter().all(|p| !p.ends_with("skip.o")));
+        assert!(names.iter().any(|p| p.ends_with("gone")));
+        assert!(!names
+            .iter()
+            .any(|p| p.starts_with("d100") && p.ends_with("gone")));
+        assert_eq!(names.len(), 2 * WALK_WINDOW * 3 - (2 * WALK_WINDOW - 100));
     }
 }

@@ -131,10 +131,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     };
     let summary = match fmt {
         OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts)?,
-        OutFormat::Zip => bail!(
-            "{}: ZIP output is not available in this build",
-            output.display()
-        ),
+        OutFormat::Zip => packer::pack_zip(&src, &output, &opts)?,
     };
     if !quiet {
         let ratio = if summary.bytes_in > 0 {
