@@ -42,11 +42,7 @@ fn walk_all(fs: &PackFs<SquashFs>, budget: usize) -> usize {
                 }
                 Err(_) => errors += 1,
             },
-            FileKind::File => {
-                if fs.read_all(n, |_| Ok(())).is_err() {
-                    errors += 1;
-                }
-            }
+            FileKind::File if fs.read_all(n, |_| Ok(())).is_err() => errors += 1,
             FileKind::Symlink => {
                 let _ = fs.readlink(n);
             }
@@ -63,15 +59,24 @@ fn flipped_bytes_give_errors_not_panics() {
     fixture_tree(&src, false);
     for comp in ["gzip", "zstd", "lz4", "xz", "lzo"] {
         let img = t.path().join(format!("{comp}.sqfs"));
-        run(Command::new("mksquashfs")
-            .arg(&src)
-            .arg(&img)
-            .args(["-noappend", "-quiet", "-no-progress", "-comp", comp, "-b", "16K"]));
+        run(Command::new("mksquashfs").arg(&src).arg(&img).args([
+            "-noappend",
+            "-quiet",
+            "-no-progress",
+            "-comp",
+            comp,
+            "-b",
+            "16K",
+        ]));
         let good = std::fs::read(&img).unwrap();
         let used = u64::from_le_bytes(good[40..48].try_into().unwrap()) as usize;
         // Baseline: the intact image reads with no error at all.
         let fs = PackFs::new(
-            SquashFs::open(Box::new(MemSource(good.clone())), Arc::new(BlockCache::new(1 << 20))).unwrap(),
+            SquashFs::open(
+                Box::new(MemSource(good.clone())),
+                Arc::new(BlockCache::new(1 << 20)),
+            )
+            .unwrap(),
             0,
             0,
         );
@@ -87,13 +92,18 @@ fn flipped_bytes_give_errors_not_panics() {
                 let pos = (x as usize) % used;
                 bad[pos] ^= 1 << (x >> 60 & 7);
             }
-            if let Ok(sq) = SquashFs::open(Box::new(MemSource(bad)), Arc::new(BlockCache::new(1 << 20))) {
+            if let Ok(sq) =
+                SquashFs::open(Box::new(MemSource(bad)), Arc::new(BlockCache::new(1 << 20)))
+            {
                 opened += 1;
                 let fs = PackFs::new(sq, 0, 0);
                 walk_all(&fs, 20_000);
             }
         }
-        assert!(opened > 0, "{comp}: every corruption was caught at open; the walk was never exercised");
+        assert!(
+            opened > 0,
+            "{comp}: every corruption was caught at open; the walk was never exercised"
+        );
     }
 }
 
@@ -103,11 +113,18 @@ fn truncated_images_are_refused_at_open() {
     let src = t.path().join("src");
     fixture_tree(&src, false);
     let img = t.path().join("i.sqfs");
-    run(Command::new("mksquashfs").arg(&src).arg(&img).args(["-noappend", "-quiet", "-no-progress"]));
+    run(Command::new("mksquashfs").arg(&src).arg(&img).args([
+        "-noappend",
+        "-quiet",
+        "-no-progress",
+    ]));
     let good = std::fs::read(&img).unwrap();
     let used = u64::from_le_bytes(good[40..48].try_into().unwrap()) as usize;
     for cut in [0, 10, 95, 96, 4096, used / 2, used - 1] {
-        let r = SquashFs::open(Box::new(MemSource(good[..cut].to_vec())), Arc::new(BlockCache::new(1 << 20)));
+        let r = SquashFs::open(
+            Box::new(MemSource(good[..cut].to_vec())),
+            Arc::new(BlockCache::new(1 << 20)),
+        );
         assert!(r.is_err(), "image cut at {cut} of {used} opened");
     }
 }

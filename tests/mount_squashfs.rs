@@ -20,10 +20,17 @@ fn mksquashfs(src: &Path, img: &Path, args: &[&str]) {
 /// also compares the packfs tree to `src` for content and link structure.
 fn differential(img: &Path, src: &Path) {
     let ours = PackfsMount::new(img, &[]);
-    let opts = ManifestOptions { dir_size: true, ..Default::default() };
+    let opts = ManifestOptions {
+        dir_size: true,
+        ..Default::default()
+    };
     let got = manifest(ours.path(), &opts);
     match KernelMount::new(img) {
-        Some(k) => assert_same(&format!("packfs vs kernel for {}", img.display()), &got, &manifest(k.path(), &opts)),
+        Some(k) => assert_same(
+            &format!("packfs vs kernel for {}", img.display()),
+            &got,
+            &manifest(k.path(), &opts),
+        ),
         None => eprintln!("kernel mount unavailable (not root?): compared with the source only"),
     }
     let no_dir_size = ManifestOptions::default();
@@ -51,7 +58,10 @@ fn mksquashfs_images_match_the_kernel() {
         ("uncompressed", &["-noI", "-noD", "-noF", "-noX"]),
         ("b4k", &["-comp", "gzip", "-b", "4K"]),
         ("b1m", &["-comp", "zstd", "-b", "1M"]),
-        ("noexport-noxattr", &["-comp", "zstd", "-no-exports", "-no-xattrs"]),
+        (
+            "noexport-noxattr",
+            &["-comp", "zstd", "-no-exports", "-no-xattrs"],
+        ),
         ("nodups", &["-comp", "zstd", "-no-duplicates"]),
     ];
     for (name, args) in variants {
@@ -61,7 +71,10 @@ fn mksquashfs_images_match_the_kernel() {
             // Compared with the kernel only: the source has xattrs, the image not.
             let ours = PackfsMount::new(&img, &[]);
             if let Some(k) = KernelMount::new(&img) {
-                let o = ManifestOptions { dir_size: true, ..Default::default() };
+                let o = ManifestOptions {
+                    dir_size: true,
+                    ..Default::default()
+                };
                 assert_same(name, &manifest(ours.path(), &o), &manifest(k.path(), &o));
             }
             continue;
@@ -88,9 +101,17 @@ fn legacy_lzma_images_match_unsquashfs() {
         return;
     }
     let out = t.path().join("unsq");
-    run(Command::new("unsquashfs").arg("-q").arg("-n").arg("-d").arg(&out).arg(&img));
+    run(Command::new("unsquashfs")
+        .arg("-q")
+        .arg("-n")
+        .arg("-d")
+        .arg(&out)
+        .arg(&img));
     let ours = PackfsMount::new(&img, &[]);
-    let o = ManifestOptions { nlink: false, ..Default::default() };
+    let o = ManifestOptions {
+        nlink: false,
+        ..Default::default()
+    };
     let mut a = manifest(ours.path(), &o);
     let mut b = manifest(&out, &o);
     // unsquashfs cannot recreate sockets and keeps no hard-link nlink of dirs.
@@ -130,7 +151,12 @@ fn eight_threads_reading_random_ranges_get_the_right_bytes() {
                     let len = rng.gen_range(0..=(want.len() - off).min(300_000));
                     let mut buf = vec![0u8; len];
                     let n = f.read_at(&mut buf, off as u64).unwrap();
-                    assert_eq!(&buf[..n], &want[off..off + n], "{} at {off}+{len}", p.display());
+                    assert_eq!(
+                        &buf[..n],
+                        &want[off..off + n],
+                        "{} at {off}+{len}",
+                        p.display()
+                    );
                     checked += n as u64;
                 }
                 assert!(checked > 0);
@@ -167,7 +193,11 @@ fn mount_errors_are_clear_and_synchronous() {
     let e = fail(&["mount".as_ref(), junk.as_os_str(), mp.as_os_str()]);
     assert!(e.contains("junk.sqfs"), "{e}");
     // Missing and non-empty mountpoints.
-    let e = fail(&["mount".as_ref(), img.as_os_str(), t.path().join("nope").as_os_str()]);
+    let e = fail(&[
+        "mount".as_ref(),
+        img.as_os_str(),
+        t.path().join("nope").as_os_str(),
+    ]);
     assert!(e.contains("nope"), "{e}");
     let e = fail(&["mount".as_ref(), img.as_os_str(), src.as_os_str()]);
     assert!(e.contains("not empty"), "{e}");
@@ -188,13 +218,17 @@ fn killed_daemon_leaves_no_dead_mount() {
     let mp = std::fs::canonicalize(m.path()).unwrap();
     assert_eq!(std::fs::read(mp.join("f")).unwrap(), b"x");
     // Find the daemon serving this mountpoint and kill it hard.
-    let ps = run(Command::new("pgrep").arg("-f").arg(format!("packfs mount {}", img.display())));
+    let ps = run(Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("packfs mount {}", img.display())));
     for pid in ps.split_whitespace() {
         let _ = Command::new("kill").args(["-9", pid]).status();
     }
     let gone = (0..50).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        !std::fs::read_to_string("/proc/self/mounts").unwrap().contains(mp.to_str().unwrap())
+        !std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .contains(mp.to_str().unwrap())
     });
     assert!(gone, "mount survived its daemon");
 }
@@ -229,11 +263,19 @@ fn packfs_images_match_the_kernel() {
     for (name, args) in [
         ("zstd", &["-c", "zstd"][..]),
         ("gzip-4k", &["-c", "gzip", "-b", "4K"][..]),
-        ("xz-1m-nofrag", &["-c", "xz", "-b", "1M", "--no-fragments"][..]),
+        (
+            "xz-1m-nofrag",
+            &["-c", "xz", "-b", "1M", "--no-fragments"][..],
+        ),
         ("lz4", &["-c", "lz4"][..]),
     ] {
         let img = t.path().join(format!("{name}.sqfs"));
-        let out = run(Command::new(packfs_bin()).arg("pack").arg(&src).arg("-o").arg(&img).args(args));
+        let out = run(Command::new(packfs_bin())
+            .arg("pack")
+            .arg(&src)
+            .arg("-o")
+            .arg(&img)
+            .args(args));
         assert!(out.is_empty(), "pack printed on stdout: {out}");
         differential(&img, &src);
     }

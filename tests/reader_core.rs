@@ -12,7 +12,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn mksquashfs(src: &std::path::Path, img: &std::path::Path) {
-    run(Command::new("mksquashfs").arg(src).arg(img).args(["-noappend", "-quiet", "-no-progress"]));
+    run(Command::new("mksquashfs")
+        .arg(src)
+        .arg(img)
+        .args(["-noappend", "-quiet", "-no-progress"]));
 }
 
 /// Forwards to a shared counting source so the test can read the counters.
@@ -42,7 +45,11 @@ fn open_reads_a_constant_amount_whatever_the_file_count() {
         let img = t.path().join(format!("{n}.sqfs"));
         mksquashfs(&src, &img);
         let counting = Arc::new(CountingSource::new(MemSource(std::fs::read(&img).unwrap())));
-        let sq = SquashFs::open(Box::new(Shared(counting.clone())), Arc::new(BlockCache::new(1 << 20))).unwrap();
+        let sq = SquashFs::open(
+            Box::new(Shared(counting.clone())),
+            Arc::new(BlockCache::new(1 << 20)),
+        )
+        .unwrap();
         read_at_open.push(counting.bytes.load(Ordering::Relaxed));
         // And the tree is all there, read lazily afterwards.
         let fs = PackFs::new(sq, 0, 0);
@@ -50,7 +57,10 @@ fn open_reads_a_constant_amount_whatever_the_file_count() {
         assert_eq!(fs.list(d0.node).unwrap().len(), n / 10);
     }
     // A few KiB (superblock, id table, indexes, root inode's metadata block).
-    assert!(read_at_open.iter().all(|&b| b < 32 << 10), "{read_at_open:?}");
+    assert!(
+        read_at_open.iter().all(|&b| b < 32 << 10),
+        "{read_at_open:?}"
+    );
 }
 
 #[test]
@@ -88,7 +98,10 @@ fn preload_makes_every_later_read_a_cache_hit() {
     let s = fs.image.cache().stats();
     // Metadata blocks may still be decoded on first use; data blocks may not.
     let data_misses = s.misses - misses_before;
-    assert!(data_misses < 40, "{data_misses} misses after preload: {s:?}");
+    assert!(
+        data_misses < 40,
+        "{data_misses} misses after preload: {s:?}"
+    );
 }
 
 #[test]
@@ -99,7 +112,11 @@ fn readdir_resumes_from_any_cookie() {
     let src = t.path().join("src");
     fixture_tree(&src, true);
     let img = t.path().join("i.sqfs");
-    run(Command::new("mksquashfs").arg(&src).arg(&img).args(["-noappend", "-quiet", "-no-progress"]));
+    run(Command::new("mksquashfs").arg(&src).arg(&img).args([
+        "-noappend",
+        "-quiet",
+        "-no-progress",
+    ]));
     let sq = SquashFs::open(
         Box::new(MemSource(std::fs::read(&img).unwrap())),
         Arc::new(BlockCache::new(8 << 20)),
@@ -127,6 +144,12 @@ fn readdir_resumes_from_any_cookie() {
     for e in all.iter().step_by(97) {
         assert_eq!(fs.lookup(big.node, &e.name).unwrap().node, e.node);
     }
-    assert!(matches!(fs.lookup(big.node, b"entry-99999"), Err(mountfs::FsError::NotFound)));
-    assert!(matches!(fs.lookup(big.node, b"0"), Err(mountfs::FsError::NotFound)));
+    assert!(matches!(
+        fs.lookup(big.node, b"entry-99999"),
+        Err(mountfs::FsError::NotFound)
+    ));
+    assert!(matches!(
+        fs.lookup(big.node, b"0"),
+        Err(mountfs::FsError::NotFound)
+    ));
 }

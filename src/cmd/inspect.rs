@@ -75,16 +75,33 @@ pub fn info(image: &Path) -> anyhow::Result<i32> {
         }
         AnyImage::Zip(z) => {
             let i = z.info();
-            let methods: Vec<String> = i.methods.iter().map(|(_, n, c)| format!("{n} ({c})")).collect();
+            let methods: Vec<String> = i
+                .methods
+                .iter()
+                .map(|(_, n, c)| format!("{n} ({c})"))
+                .collect();
             println!("image:        {}", image.display());
             println!("format:       ZIP{}", if i.zip64 { " (zip64)" } else { "" });
             println!("entries:      {} in the central directory", i.entries);
-            println!("tree:         {} files, {} directories ({} synthesised), {} symlinks", i.files, i.dirs, i.synthesised_dirs, i.symlinks);
-            println!("skipped:      {} (unsafe or duplicate names; see warnings)", i.skipped);
+            println!(
+                "tree:         {} files, {} directories ({} synthesised), {} symlinks",
+                i.files, i.dirs, i.synthesised_dirs, i.symlinks
+            );
+            println!(
+                "skipped:      {} (unsafe or duplicate names; see warnings)",
+                i.skipped
+            );
             println!("encrypted:    {}", i.encrypted);
             println!("methods:      {}", methods.join(", "));
-            println!("data:         {} uncompressed, {} compressed", human(i.uncompressed_bytes), human(i.compressed_bytes));
-            println!("size:         {} bytes (prefix {} bytes)", len, i.prefix_bytes);
+            println!(
+                "data:         {} uncompressed, {} compressed",
+                human(i.uncompressed_bytes),
+                human(i.compressed_bytes)
+            );
+            println!(
+                "size:         {} bytes (prefix {} bytes)",
+                len, i.prefix_bytes
+            );
             println!("index memory: {}", human(i.index_bytes));
         }
     }

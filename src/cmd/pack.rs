@@ -85,7 +85,10 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         Codec::Xz => Compressor::Xz,
     };
     if fmt == OutFormat::Zip && !matches!(compressor, Compressor::Gzip | Compressor::Zstd) {
-        bail!("ZIP images take -c deflate or -c zstd, not {}", compressor.name());
+        bail!(
+            "ZIP images take -c deflate or -c zstd, not {}",
+            compressor.name()
+        );
     }
     let level = level.or(match (fmt, compressor) {
         (_, Compressor::Zstd) => Some(3),
