@@ -244,6 +244,9 @@ impl SquashFs {
     fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
         self.cache.get_or_load(pos, || {
             let stored = (word & DATA_SIZE_MASK) as usize;
+            // One readahead request for the whole block instead of a chain of
+            // synchronous 4 KiB page faults as the decoder walks the map.
+            self.src.will_need(pos, stored);
             let raw = self.src.slice(pos, stored)?;
             let data = if word & DATA_UNCOMPRESSED != 0 {
                 raw.to_vec()
@@ -310,7 +313,9 @@ impl SquashFs {
                             word & DATA_SIZE_MASK
                         )));
                     }
-                    sink(self.src.slice(file.starts[i] + in_block as u64, take)?);
+                    let at = file.starts[i] + in_block as u64;
+                    self.src.will_need(at, take);
+                    sink(self.src.slice(at, take)?);
                 } else {
                     let b = self.data_block(file.starts[i], word, bs as usize)?;
                     if b.data.len() != blen {
