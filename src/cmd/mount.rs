@@ -88,16 +88,7 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         return serve(img, &mountpoint, &opts, preload, None);
     }
 
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid 2-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: single-threaded here (nothing has spawned a thread yet), so fork is safe.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        bail!("fork: {}", std::io::Error::last_os_error());
-    }
+    let (fds, pid) = pipe_and_fork()?;
     if pid > 0 {
         // Parent: wait for the child's verdict.
         // SAFETY: fds[1] is ours to close; fds[0] becomes owned by the File.
@@ -167,16 +158,7 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
 fn spawn_unmount_watcher(mountpoint: &Path, fsname: &str) -> anyhow::Result<std::os::fd::OwnedFd> {
     use std::os::fd::OwnedFd;
     let mp = std::fs::canonicalize(mountpoint)?;
-    let mut fds = [0; 2];
-    // SAFETY: valid array; CLOEXEC so no exec'd helper inherits the pipe.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: no threads exist yet in this process.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        bail!("fork: {}", std::io::Error::last_os_error());
-    }
+    let (fds, pid) = pipe_and_fork()?;
     if pid > 0 {
         // SAFETY: closing our copy of the read end; the write end is returned owned.
         unsafe { libc::close(fds[0]) };
@@ -259,6 +241,24 @@ fn umount_lazy(mp: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A close-on-exec pipe, then fork: returns the pipe (read end, write end)
+/// and the child's pid (0 in the child). Only sound before any thread has
+/// been started, which is how both callers use it.
+fn pipe_and_fork() -> anyhow::Result<([i32; 2], libc::pid_t)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array; CLOEXEC keeps the pipe out of
+    // exec'd helpers such as fusermount3.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: the process is single-threaded at this point (see above).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    Ok((fds, pid))
 }
 
 fn redirect_stdio() {
