@@ -127,9 +127,14 @@ fn key(h: &blake3::Hash) -> Key {
     k
 }
 
-struct Writer<'a, 'f> {
+/// A sealed fragment block being compressed on the pool.
+type SealedFragment = mpsc::Receiver<Result<(Vec<u8>, bool), CodecError>>;
+
+struct Writer<'a, 'f, 's, 'scope> {
     img: &'a mut ImageWriter<'f>,
-    ctx: &'a Ctx,
+    ctx: &'scope Ctx,
+    /// Where sealed fragment blocks are compressed, while this thread goes on.
+    scope: &'s rayon::Scope<'scope>,
     out: DataOutput,
     cur: Option<Current>,
     /// Dedup of a file's run of blocks: key over (block bytes, per-block
@@ -140,7 +145,8 @@ struct Writer<'a, 'f> {
     /// Dedup of tails: key of the tail's bytes -> (fragment, offset).
     tail_dedup: HashMap<Key, (u32, u32)>,
     frag_buf: Vec<u8>,
-    frag_sealed: Vec<Vec<u8>>,
+    /// Sealed, not yet written fragment blocks, in index order.
+    frag_sealed: VecDeque<SealedFragment>,
 }
 
 fn expensive(enc: &Encoder) -> bool {
@@ -205,49 +211,6 @@ fn looks_incompressible(data: &[u8], entropy: f64) -> Result<bool, CodecError> {
     })
 }
 
-thread_local! {
-    /// Per-thread libdeflate compressor (with its level): allocating its
-    /// match-finder tables per block would cost more than small blocks.
-    static DEFLATE: std::cell::RefCell<Option<(i32, libdeflater::Compressor)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// gzip (zlib-wrapped deflate, as SquashFS stores it) through libdeflate.
-///
-/// Data and fragment blocks are the bulk of the work at gzip levels, and
-/// libdeflate at the same level is about twice as fast as zlib (what
-/// mksquashfs uses) while producing slightly *smaller* streams (Linux 6.1
-/// sources, 128 KiB blocks, level 9: 0.7% smaller, 1.8x faster than zlib
-/// and 2x faster than miniz_oxide, `mountfs::codec`'s backend). Any inflater
-/// reads the result; the kernel and unsquashfs do. Returns `None` when the
-/// stream would not be smaller than the input.
-fn deflate(level: i32, data: &[u8]) -> Result<Option<Vec<u8>>, CodecError> {
-    let lvl =
-        libdeflater::CompressionLvl::new(level.clamp(1, 12)).map_err(|e| CodecError::Corrupt {
-            codec: "gzip",
-            detail: format!("level {level}: {e:?}"),
-        })?;
-    DEFLATE.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.as_ref().map(|(l, _)| *l) != Some(level) {
-            *slot = Some((level, libdeflater::Compressor::new(lvl)));
-        }
-        let Some((_, c)) = slot.as_mut() else {
-            return Ok(None);
-        };
-        // One byte short of the input: a stream that does not fit is
-        // stored raw anyway.
-        let mut out = vec![0u8; data.len().saturating_sub(1)];
-        match c.zlib_compress(data, &mut out) {
-            Ok(n) => {
-                out.truncate(n);
-                Ok(Some(out))
-            }
-            Err(libdeflater::CompressionError::InsufficientSpace) => Ok(None),
-        }
-    })
-}
-
 /// Byte entropy of a block when the codec is expensive enough for it to
 /// matter (see [`looks_incompressible`]), else 0.
 fn block_entropy(ctx: &Ctx, data: &[u8]) -> f64 {
@@ -284,9 +247,12 @@ fn compress_block(ctx: &Ctx, data: Vec<u8>) -> Result<(Vec<u8>, bool), CodecErro
         } else {
             ctx.enc.level
         };
-        return Ok(match deflate(level, &data)? {
-            Some(out) => (out, true),
-            None => (data, false),
+        let enc = Encoder { level, ..ctx.enc };
+        let mut out = Vec::new();
+        return Ok(if enc.compress(&data, &mut out)? {
+            (out, true)
+        } else {
+            (data, false)
         });
     }
     let mut out = Vec::new();
@@ -481,24 +447,6 @@ pub fn write_data(
     if let Some(p) = &opts.progress {
         p.start(total_bytes, tree.nodes.len() as u64);
     }
-    let mut w = Writer {
-        img,
-        ctx: &ctx,
-        out: DataOutput {
-            locs: vec![FileLoc::default(); tree.inodes.len()],
-            block_sizes: Vec::new(),
-            fragment_entries: Vec::new(),
-            fragment_count: 0,
-            bytes_in: total_bytes,
-            dedup_files: 0,
-            dedup_bytes: 0,
-        },
-        cur: None,
-        block_dedup: HashMap::new(),
-        tail_dedup: HashMap::new(),
-        frag_buf: Vec::new(),
-        frag_sealed: Vec::new(),
-    };
     let mut batches = Batches {
         it: pieces(tree, &order, bs).peekable(),
         ahead: VecDeque::new(),
@@ -507,9 +455,29 @@ pub fn write_data(
         bs,
     };
     let ctx = &ctx;
-    // Batch k+1 is read and compressed on the pool while this thread writes
-    // batch k out: the pool does not idle through the sequential part.
-    pool.in_place_scope(|s| -> Result<(), PackError> {
+    // The pool never idles through this thread's sequential part: batch k+1
+    // is read and compressed while batch k is consumed, and fragment blocks
+    // are compressed as soon as they are sealed.
+    pool.in_place_scope(|s| -> Result<DataOutput, PackError> {
+        let mut w = Writer {
+            img,
+            ctx,
+            scope: s,
+            out: DataOutput {
+                locs: vec![FileLoc::default(); tree.inodes.len()],
+                block_sizes: Vec::new(),
+                fragment_entries: Vec::new(),
+                fragment_count: 0,
+                bytes_in: total_bytes,
+                dedup_files: 0,
+                dedup_bytes: 0,
+            },
+            cur: None,
+            block_dedup: HashMap::new(),
+            tail_dedup: HashMap::new(),
+            frag_buf: Vec::new(),
+            frag_sealed: VecDeque::new(),
+        };
         let start = |batch: Vec<Piece>| {
             let (tx, rx) = mpsc::sync_channel::<(Vec<Piece>, Vec<PieceResult>)>(1);
             s.spawn(move |_| {
@@ -526,7 +494,7 @@ pub fn write_data(
                 running.push_back(start(batch));
             }
             let Some(rx) = running.pop_front() else {
-                return Ok(());
+                break;
             };
             if cancelled(opts) {
                 return Err(PackError::Interrupted);
@@ -545,19 +513,19 @@ pub fn write_data(
                     );
                 }
             }
-            w.write_sealed_fragments(pool)?;
+            w.write_sealed_fragments()?;
             w.img.start_writeback();
         }
-    })?;
-    if !w.frag_buf.is_empty() {
-        let buf = std::mem::take(&mut w.frag_buf);
-        w.frag_sealed.push(buf);
-    }
-    w.write_sealed_fragments(pool)?;
-    Ok(w.out)
+        if !w.frag_buf.is_empty() {
+            let buf = std::mem::take(&mut w.frag_buf);
+            w.seal(buf);
+        }
+        w.write_sealed_fragments()?;
+        Ok(w.out)
+    })
 }
 
-impl Writer<'_, '_> {
+impl<'scope> Writer<'_, '_, '_, 'scope> {
     fn consume(
         &mut self,
         p: &Piece,
@@ -668,7 +636,7 @@ impl Writer<'_, '_> {
     fn add_fragment(&mut self, tail: &[u8]) -> (u32, u32) {
         if self.frag_buf.len() + tail.len() > self.ctx.block_size as usize {
             let buf = std::mem::take(&mut self.frag_buf);
-            self.frag_sealed.push(buf);
+            self.seal(buf);
         }
         // Sealed blocks not yet written still have their index reserved.
         let index = self.out.fragment_count + self.frag_sealed.len() as u32;
@@ -677,24 +645,30 @@ impl Writer<'_, '_> {
         (index, offset)
     }
 
-    /// Compresses sealed fragment blocks in parallel and writes them in order.
+    /// Queues a full fragment block for compression on the pool.
+    fn seal(&mut self, block: Vec<u8>) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let ctx = self.ctx;
+        self.scope.spawn(move |_| {
+            let _ = tx.send(compress_block(ctx, block));
+        });
+        self.frag_sealed.push_back(rx);
+    }
+
+    /// Writes the sealed fragment blocks, in order, as their compression
+    /// finishes.
     ///
     /// Never while a file is half written: its blocks must stay contiguous
     /// (the inode records only the first block's position), and a duplicate
     /// file is undone by rewinding to its start.
-    fn write_sealed_fragments(&mut self, pool: &rayon::ThreadPool) -> Result<(), PackError> {
-        if self.frag_sealed.is_empty() || self.cur.is_some() {
+    fn write_sealed_fragments(&mut self) -> Result<(), PackError> {
+        if self.cur.is_some() {
             return Ok(());
         }
-        let sealed = std::mem::take(&mut self.frag_sealed);
-        let ctx = self.ctx;
-        let done: Vec<_> = pool.install(|| {
-            sealed
-                .into_par_iter()
-                .map(|b| compress_block(ctx, b))
-                .collect()
-        });
-        for r in done {
+        while let Some(rx) = self.frag_sealed.pop_front() {
+            let Ok(r) = rx.recv() else {
+                unreachable!("a compression task either sends or panics, and a panic propagates")
+            };
             let (bytes, compressed) = r.map_err(|source| PackError::Codec {
                 path: self.img.path().to_path_buf(),
                 source,
