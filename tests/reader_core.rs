@@ -153,3 +153,83 @@ fn readdir_resumes_from_any_cookie() {
         Err(mountfs::FsError::NotFound)
     ));
 }
+
+/// Image-order readahead (`PackFs::follow_units`): a reader stepping from
+/// one fragment block to the next gets the following ones decoded in the
+/// background; a reader jumping around does not.
+#[test]
+fn stepping_to_the_next_fragment_decodes_the_following_ones() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // 8 KiB files: 16 tails per 128 KiB fragment block, in name order.
+    for i in 0..400u64 {
+        std::fs::write(src.join(format!("f{i:03}")), bytes(i, 8192, true)).unwrap();
+    }
+    let img = t.path().join("i.sqfs");
+    run(Command::new(packfs_bin())
+        .arg("pack")
+        .arg(&src)
+        .arg("-o")
+        .arg(&img)
+        .arg("-q"));
+    let open = || {
+        let sq = SquashFs::open(
+            Box::new(MemSource(std::fs::read(&img).unwrap())),
+            Arc::new(BlockCache::new(64 << 20)),
+        )
+        .unwrap();
+        // 1 MiB of readahead: a window of 8 blocks.
+        PackFs::new(sq, 1 << 20, 1)
+    };
+    // Nodes resolved up front, so that from then on the only cache misses
+    // are data blocks (metadata blocks share the cache).
+    let nodes = |fs: &PackFs<SquashFs>| -> Vec<u64> {
+        (0..400u64)
+            .map(|i| fs.resolve(format!("f{i:03}").as_bytes()).unwrap().node)
+            .collect()
+    };
+    let read = |fs: &PackFs<SquashFs>, nodes: &[u64], i: u64| {
+        let d = fs.read(nodes[i as usize], 0, 1 << 20).unwrap();
+        assert!(d == bytes(i, 8192, true), "f{i:03}");
+    };
+    let misses = |fs: &PackFs<SquashFs>| fs.image.cache().stats().misses;
+    // Waits until `want` misses or `secs`, then a little longer so that
+    // decodes beyond `want` would show too.
+    let settle = |fs: &PackFs<SquashFs>, want: u64, secs: f64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+        while misses(fs) < want && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        misses(fs)
+    };
+
+    // In order: fragment 0, then the first file of fragment 1.
+    let fs = open();
+    let n = nodes(&fs);
+    read(&fs, &n, 0);
+    // Fragment 0 and the fragment table's metadata block.
+    let base = misses(&fs);
+    read(&fs, &n, 15);
+    assert_eq!(misses(&fs), base);
+    read(&fs, &n, 16);
+    // Fragment 1 on demand, 2..=9 in the background.
+    assert_eq!(settle(&fs, base + 9, 10.0), base + 9);
+    for i in 17..16 * 10 {
+        read(&fs, &n, i);
+    }
+    // Stepping on through 2..=9 moved the window to 10..=17, and the reader
+    // never decoded a block itself: every miss was a prefetch.
+    assert_eq!(settle(&fs, base + 17, 10.0), base + 17);
+
+    // Jumping around: fragment 5, then 2, then 9 — nothing beyond them.
+    let fs = open();
+    let n = nodes(&fs);
+    read(&fs, &n, 16 * 5);
+    let base = misses(&fs);
+    for i in [16 * 2, 16 * 9, 16 * 3] {
+        read(&fs, &n, i);
+    }
+    assert_eq!(settle(&fs, base + 4, 0.3), base + 3);
+}

@@ -122,6 +122,15 @@ pub trait Image: Send + Sync + 'static {
     fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>>;
     /// Warms the cache for `offset..offset+len` (called off the request path).
     fn prefetch(&self, _h: &Self::Handle, _offset: u64, _len: u64) {}
+    /// The storage unit holding the end of the file when units are shared
+    /// between files and numbered in image order (a SquashFS fragment block),
+    /// for image-order readahead; `None` when the format has no such units.
+    fn shared_unit(&self, _h: &Self::Handle) -> Option<u64> {
+        None
+    }
+    /// Decodes shared unit `unit` into the cache (called off the request
+    /// path; errors are left for the read that needs the unit).
+    fn prefetch_unit(&self, _unit: u64) {}
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>>;
     fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     fn statfs(&self) -> StatFs;
@@ -157,6 +166,10 @@ pub struct PackFs<I: Image> {
     /// How far ahead of a sequential reader to decode, in bytes (0 = off).
     pub readahead: u64,
     prefetch_pool: Option<crate::pool::Pool>,
+    /// Image-order readahead state (see [`PackFs::follow_units`]): the shared
+    /// unit of the last file read, and the highest unit handed to the pool.
+    last_unit: AtomicU64,
+    units_prefetched: AtomicU64,
     pub counters: FsCounters,
 }
 
@@ -172,6 +185,8 @@ impl<I: Image> PackFs<I> {
             )),
             readahead,
             prefetch_pool,
+            last_unit: AtomicU64::new(u64::MAX),
+            units_prefetched: AtomicU64::new(0),
             counters: FsCounters::default(),
         }
     }
@@ -255,22 +270,58 @@ impl<I: Image> PackFs<I> {
         self.prepared(node).map(|_| ())
     }
 
-    /// Reads from a regular file. A read that starts where the previous one
-    /// ended is sequential: the blocks after it are decoded in the background
-    /// so the next request finds them in the cache.
+    /// Reads from a regular file. A read from the start of a file, or one
+    /// that starts where the previous one ended, is sequential: the blocks
+    /// after it are decoded in the background so the next request finds them
+    /// in the cache. (Whole-file reads are what datasets and imports do; a
+    /// random reader rarely starts at offset 0 twice.)
     pub fn read(&self, node: NodeId, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.prepared(node)?;
         let data = self.note(self.image.read(&h.handle, offset, size))?;
         let end = offset + data.len() as u64;
-        let sequential = offset > 0 && h.next.swap(end, Ordering::Relaxed) == offset;
+        let sequential = h.next.swap(end, Ordering::Relaxed) == offset;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .read_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        if sequential {
+        // A short read is the end of the file: nothing after it to fetch.
+        if sequential && data.len() == size as usize {
             self.schedule_prefetch(&h, end);
         }
+        if offset == 0 {
+            self.follow_units(&h);
+        }
         Ok(data)
+    }
+
+    /// Image-order readahead. Small files share storage units (SquashFS
+    /// fragment blocks) laid out in the order the packer walked the tree, so
+    /// a reader going through the tree in order moves from unit `u` to
+    /// `u + 1`. On such a step the next units are decoded in the background,
+    /// on the other cores, while the reader is busy with the files of unit
+    /// `u`: without this, every unit's decompression sits on the request
+    /// path of the first file that needs it. Random readers rarely step by
+    /// exactly one, and a false start costs at most a window of decodes.
+    fn follow_units(&self, h: &Arc<OpenHandle<I::Handle>>) {
+        let (Some(pool), Some(unit)) = (&self.prefetch_pool, self.image.shared_unit(&h.handle))
+        else {
+            return;
+        };
+        let last = self.last_unit.swap(unit, Ordering::Relaxed);
+        if last == u64::MAX || unit != last + 1 {
+            return;
+        }
+        let window = (self.readahead / self.image.block_size().max(1) as u64).clamp(2, 16);
+        let upto = unit + window;
+        let from = self
+            .units_prefetched
+            .fetch_max(upto, Ordering::Relaxed)
+            .max(unit)
+            + 1;
+        for u in from..=upto {
+            let image = self.image.clone();
+            pool.spawn(move || image.prefetch_unit(u));
+        }
     }
 
     fn schedule_prefetch(&self, h: &Arc<OpenHandle<I::Handle>>, from: u64) {

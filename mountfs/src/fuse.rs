@@ -1,42 +1,51 @@
 //! The FUSE adapter: turns `fuser` requests into [`PackFs`] calls and the
 //! results into replies. No filesystem logic lives here.
 //!
-//! `fuser` 0.15 reads requests on one session thread. Reads, which may
-//! decompress a block or fault in pages of the image, are handed to a pool of
-//! worker threads and replied to from there, so many reads proceed in
-//! parallel; the metadata operations are answered on the session thread, where
-//! they are a cache lookup in the common case and a handoff would cost more
-//! than the work.
+//! `fuser` runs `--threads` session threads, each reading requests from its
+//! own clone of the `/dev/fuse` descriptor (`FUSE_DEV_IOC_CLONE`), and every
+//! request is answered on the thread that received it. An earlier design read
+//! requests on one thread and handed reads to a worker pool; on this VM each
+//! cross-thread wakeup costs tens of microseconds, so the handoff made a cold
+//! single-reader pass of the Linux tree ~20% slower (docs/BENCHMARKS.md).
+//! Cloned descriptors give each thread its own request queue end, so threads
+//! do not contend on one file lock and the kernel wakes only one of them.
 
 use crate::fs::{Attr, FileKind, Image, PackFs};
 use fuser::{
-    FileAttr, FileType, KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The image never changes, so the kernel may cache names and attributes forever.
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// Largest read request the kernel may send (it derives `max_pages` from
+/// this): 1 MiB, so a large `read(2)` costs one round trip, not eight.
+const MAX_REQUEST: u32 = 1 << 20;
+
 pub struct FuseAdapter<I: Image> {
     fs: Arc<PackFs<I>>,
-    pool: crate::pool::Pool,
-    /// Called once the kernel has sent INIT (the mount is usable).
-    on_init: Option<Box<dyn FnOnce() + Send>>,
+    /// Called once the kernel has sent INIT (the mount is usable). A mutex
+    /// only because `fuser` wants the adapter `Sync`; INIT runs once.
+    on_init: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl<I: Image> FuseAdapter<I> {
-    pub fn new(
-        fs: Arc<PackFs<I>>,
-        threads: usize,
-        on_init: Option<Box<dyn FnOnce() + Send>>,
-    ) -> std::io::Result<Self> {
-        let pool = crate::pool::Pool::new(threads, "packfs-fuse")?;
-        Ok(FuseAdapter { fs, pool, on_init })
+    pub fn new(fs: Arc<PackFs<I>>, on_init: Option<Box<dyn FnOnce() + Send>>) -> Self {
+        FuseAdapter {
+            fs,
+            on_init: Mutex::new(on_init),
+        }
     }
+}
+
+fn errno(e: &crate::error::FsError) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 fn file_type(k: FileKind) -> FileType {
@@ -60,7 +69,7 @@ fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         // fuser uses `ino` as both the node id and st_ino; node ids are shared
         // by hard links, so link identity is preserved.
-        ino: a.node,
+        ino: INodeNo(a.node),
         size: a.size,
         blocks: a.blocks(),
         atime: t,
@@ -79,145 +88,145 @@ fn file_attr(a: &Attr) -> FileAttr {
 }
 
 impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
-        use fuser::consts::*;
-        for cap in [
-            FUSE_DO_READDIRPLUS,
-            FUSE_READDIRPLUS_AUTO,
-            FUSE_PARALLEL_DIROPS,
-            FUSE_CACHE_SYMLINKS,
-            FUSE_ASYNC_READ,
-        ] {
-            let _ = config.add_capabilities(cap);
-        }
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        use fuser::InitFlags as F;
+        let _ = config.add_capabilities(
+            F::FUSE_DO_READDIRPLUS
+                | F::FUSE_READDIRPLUS_AUTO
+                | F::FUSE_PARALLEL_DIROPS
+                | F::FUSE_CACHE_SYMLINKS
+                | F::FUSE_ASYNC_READ,
+        );
         // Ask for the largest readahead the kernel allows; it clamps.
         let _ = config
             .set_max_readahead(u32::MAX)
             .or_else(|max| config.set_max_readahead(max));
+        let _ = config
+            .set_max_write(MAX_REQUEST)
+            .or_else(|max| config.set_max_write(max));
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
-        if let Some(f) = self.on_init.take() {
+        let f = self.on_init.get_mut().ok().and_then(|f| f.take());
+        if let Some(f) = f {
             f();
         }
         Ok(())
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent, name.as_bytes()) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-            Err(e) => reply.error(e.errno()),
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        match self.fs.getattr(ino) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        match self.fs.readlink(ino) {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn open(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // Declining OPEN makes the kernel skip OPEN and RELEASE from now on
         // and treat every file as FOPEN_KEEP_CACHE (fs/fuse/file.c,
         // fuse_do_open): one round trip fewer per file, page cache kept.
         // Reads then come addressed by node, which is all PackFs needs.
-        reply.error(libc::ENOSYS);
+        reply.error(Errno::ENOSYS);
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let fs = self.fs.clone();
-        self.pool
-            .spawn(move || match fs.read(ino, offset.max(0) as u64, size) {
-                Ok(d) => reply.data(&d),
-                Err(e) => reply.error(e.errno()),
-            });
+        match self.fs.read(ino.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // As for open: the kernel then defaults to FOPEN_KEEP_CACHE |
         // FOPEN_CACHE_DIR, caching listings, and stops sending OPENDIR.
-        reply.error(libc::ENOSYS);
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.fs.readdir(ino, offset.max(0) as u64, &mut |e| {
+        let r = self.fs.readdir(ino.0, offset, &mut |e| {
             !reply.add(
-                e.node,
-                e.cookie as i64,
+                INodeNo(e.node),
+                e.cookie,
                 file_type(e.kind),
                 OsStr::from_bytes(&e.name),
             )
         });
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn readdirplus(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let fs = self.fs.clone();
+        let fs = &self.fs;
         let mut failed = None;
-        let r = fs.readdir(ino, offset.max(0) as u64, &mut |e| {
+        let r = fs.readdir(ino.0, offset, &mut |e| {
             // "." and ".." carry no attributes the kernel uses.
             let attr = if e.name == b"." || e.name == b".." {
-                fs.getattr(ino)
+                fs.getattr(ino.0)
             } else {
                 fs.getattr(e.node)
             };
             match attr {
                 Ok(a) => !reply.add(
-                    a.node,
-                    e.cookie as i64,
+                    INodeNo(a.node),
+                    e.cookie,
                     OsStr::from_bytes(&e.name),
                     &TTL,
                     &file_attr(&a),
-                    0,
+                    Generation(0),
                 ),
                 Err(err) => {
-                    failed = Some(err.errno());
+                    failed = Some(errno(&err));
                     false
                 }
             }
         });
         match (r, failed) {
-            (Err(e), _) => reply.error(e.errno()),
+            (Err(e), _) => reply.error(errno(&e)),
             (Ok(()), Some(errno)) => reply.error(errno),
             (Ok(()), None) => reply.ok(),
         }
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks,
@@ -231,36 +240,29 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         );
     }
 
-    fn getxattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        name: &OsStr,
-        size: u32,
-        reply: ReplyXattr,
-    ) {
-        match self.fs.getxattr(ino, name.as_bytes()) {
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() <= size as usize => reply.data(&v),
-            Ok(_) => reply.error(libc::ERANGE),
-            Err(e) => reply.error(e.errno()),
+            Ok(_) => reply.error(Errno::ERANGE),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino) {
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() <= size as usize => reply.data(&v),
-            Ok(_) => reply.error(libc::ERANGE),
-            Err(e) => reply.error(e.errno()),
+            Ok(_) => reply.error(Errno::ERANGE),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn access(&mut self, _req: &Request<'_>, _ino: u64, mask: i32, reply: fuser::ReplyEmpty) {
+    fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         // With default_permissions the kernel checks modes itself; only
         // refuse writes.
-        if mask & libc::W_OK != 0 {
-            reply.error(libc::EROFS)
+        if mask.contains(AccessFlags::W_OK) {
+            reply.error(Errno::EROFS)
         } else {
             reply.ok()
         }

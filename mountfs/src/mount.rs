@@ -75,19 +75,22 @@ pub fn serve<I: Image>(
         M::DefaultPermissions,
         M::NoAtime,
     ];
-    // Auto-unmount is not fusermount3's `auto_unmount` (with fuser 0.15 that
+    // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
     // forces allow_other, which unprivileged users cannot get without
     // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
     // process that unmounts when the daemon dies.
-    if opts.allow_other {
-        mo.push(M::AllowOther);
-    }
     for o in &opts.options {
         mo.push(M::CUSTOM(o.clone()));
     }
-    let adapter = FuseAdapter::new(fs.clone(), opts.threads, on_ready)?;
-    let mut session = fuser::Session::new(adapter, mountpoint, &mo)?;
-    session.run()?;
+    let adapter = FuseAdapter::new(fs.clone(), on_ready);
+    let mut config = fuser::Config::default();
+    config.mount_options = mo;
+    if opts.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    fuser::Session::new(adapter, mountpoint, &config)?.run()?;
     Ok(fs)
 }
 

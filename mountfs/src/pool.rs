@@ -1,4 +1,4 @@
-//! A plain blocking worker pool for FUSE requests and prefetch jobs.
+//! A plain blocking worker pool for prefetch jobs.
 //!
 //! Not rayon: rayon's idle workers spin and `sched_yield` before sleeping,
 //! which is right for data-parallel loops but wrong for a server whose

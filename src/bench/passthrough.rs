@@ -16,8 +16,9 @@
 //! client-side caching of a network filesystem; a cold run remounts.
 
 use fuser::{
-    FileAttr, FileType, KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, Request,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -113,8 +114,8 @@ impl Shared {
     }
 }
 
-fn errno(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
+fn errno(e: &std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 fn kind(ft: std::fs::FileType) -> FileType {
@@ -145,7 +146,7 @@ fn to_attr(ino: u64, m: &std::fs::Metadata) -> FileAttr {
         }
     };
     FileAttr {
-        ino,
+        ino: INodeNo(ino),
         size: m.size(),
         blocks: m.blocks(),
         atime: t(m.atime(), m.atime_nsec()),
@@ -214,11 +215,11 @@ impl Passthrough {
 }
 
 impl fuser::Filesystem for Passthrough {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
-        use fuser::consts::*;
-        for cap in [FUSE_ASYNC_READ, FUSE_PARALLEL_DIROPS, FUSE_CACHE_SYMLINKS] {
-            let _ = config.add_capabilities(cap);
-        }
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        use fuser::InitFlags as F;
+        let _ = config.add_capabilities(
+            F::FUSE_ASYNC_READ | F::FUSE_PARALLEL_DIROPS | F::FUSE_CACHE_SYMLINKS,
+        );
         let _ = config
             .set_max_readahead(u32::MAX)
             .or_else(|max| config.set_max_readahead(max));
@@ -226,42 +227,42 @@ impl fuser::Filesystem for Passthrough {
         Ok(())
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.to_os_string();
         self.spawn(move |s| {
             s.meta_op();
-            let Some(dir) = s.rel(parent) else {
-                return reply.error(libc::ENOENT);
+            let Some(dir) = s.rel(parent.0) else {
+                return reply.error(Errno::ENOENT);
             };
             let rel = dir.join(&name);
             match std::fs::symlink_metadata(s.root.join(&rel)) {
                 Ok(m) => {
                     let ino = lock(&s.inodes).ino(rel);
-                    reply.entry(&TTL, &to_attr(ino, &m), 0)
+                    reply.entry(&TTL, &to_attr(ino, &m), Generation(0))
                 }
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.spawn(move |s| {
             s.meta_op();
-            let Some(rel) = s.rel(ino) else {
-                return reply.error(libc::ENOENT);
+            let Some(rel) = s.rel(ino.0) else {
+                return reply.error(Errno::ENOENT);
             };
-            match s.attr(ino, &rel) {
+            match s.attr(ino.0, &rel) {
                 Ok(a) => reply.attr(&TTL, &a),
                 Err(e) => reply.error(errno(&e)),
             }
         });
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.spawn(move |s| {
             s.meta_op();
-            let Some(rel) = s.rel(ino) else {
-                return reply.error(libc::ENOENT);
+            let Some(rel) = s.rel(ino.0) else {
+                return reply.error(Errno::ENOENT);
             };
             match std::fs::read_link(s.root.join(rel)) {
                 Ok(t) => reply.data(t.as_os_str().as_bytes()),
@@ -270,20 +271,20 @@ impl fuser::Filesystem for Passthrough {
         });
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        if flags & libc::O_ACCMODE != libc::O_RDONLY {
-            return reply.error(libc::EROFS);
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
         }
         self.spawn(move |s| {
             s.meta_op();
-            let Some(rel) = s.rel(ino) else {
-                return reply.error(libc::ENOENT);
+            let Some(rel) = s.rel(ino.0) else {
+                return reply.error(Errno::ENOENT);
             };
             match std::fs::File::open(s.root.join(rel)) {
                 Ok(f) => {
                     let fh = s.next_fh.fetch_add(1, Ordering::Relaxed);
                     lock(&s.files).insert(fh, Arc::new(f));
-                    reply.opened(fh, fuser::consts::FOPEN_KEEP_CACHE)
+                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -291,26 +292,26 @@ impl fuser::Filesystem for Passthrough {
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         self.spawn(move |s| {
-            let Some(f) = lock(&s.files).get(&fh).cloned() else {
-                return reply.error(libc::EBADF);
+            let Some(f) = lock(&s.files).get(&fh.0).cloned() else {
+                return reply.error(Errno::EBADF);
             };
             if !s.read.is_zero() {
                 std::thread::sleep(s.read);
             }
             let mut buf = vec![0u8; size as usize];
             let mut done = 0usize;
-            let off = offset.max(0) as u64;
+            let off = offset;
             while done < buf.len() {
                 match f.read_at(&mut buf[done..], off + done as u64) {
                     Ok(0) => break,
@@ -328,31 +329,31 @@ impl fuser::Filesystem for Passthrough {
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        lock(&self.shared.files).remove(&fh);
+        lock(&self.shared.files).remove(&fh.0);
         reply.ok();
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.spawn(move |s| {
             s.meta_op();
-            let Some(rel) = s.rel(ino) else {
-                return reply.error(libc::ENOENT);
+            let Some(rel) = s.rel(ino.0) else {
+                return reply.error(Errno::ENOENT);
             };
             let parent = match rel.parent() {
                 Some(p) => lock(&s.inodes).ino(p.to_path_buf()),
                 None => 1,
             };
             let mut list = vec![
-                (ino, FileType::Directory, OsString::from(".")),
+                (ino.0, FileType::Directory, OsString::from(".")),
                 (parent, FileType::Directory, OsString::from("..")),
             ];
             let rd = match std::fs::read_dir(s.root.join(&rel)) {
@@ -373,28 +374,28 @@ impl fuser::Filesystem for Passthrough {
             }
             let fh = s.next_fh.fetch_add(1, Ordering::Relaxed);
             lock(&s.dirs).insert(fh, Arc::new(list));
-            reply.opened(fh, 0)
+            reply.opened(FileHandle(fh), FopenFlags::empty())
         });
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(list) = lock(&self.shared.dirs).get(&fh).cloned() else {
-            return reply.error(libc::EBADF);
+        let Some(list) = lock(&self.shared.dirs).get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
         };
         self.spawn(move |s| {
             // The listing was fetched at opendir; the first readdir pays for it.
             if offset == 0 {
                 s.meta_op();
             }
-            for (i, (ino, ft, name)) in list.iter().enumerate().skip(offset.max(0) as usize) {
-                if reply.add(*ino, i as i64 + 1, *ft, name) {
+            for (i, (ino, ft, name)) in list.iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(*ino), i as u64 + 1, *ft, name) {
                     break;
                 }
             }
@@ -403,26 +404,26 @@ impl fuser::Filesystem for Passthrough {
     }
 
     fn releasedir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        lock(&self.shared.dirs).remove(&fh);
+        lock(&self.shared.dirs).remove(&fh.0);
         reply.ok();
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let c = match std::ffi::CString::new(self.shared.root.as_os_str().as_bytes()) {
             Ok(c) => c,
-            Err(_) => return reply.error(libc::EINVAL),
+            Err(_) => return reply.error(Errno::EINVAL),
         };
         // SAFETY: valid path and a zeroed struct we own.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return reply.error(libc::EIO);
+            return reply.error(Errno::EIO);
         }
         reply.statfs(
             st.f_blocks,
@@ -436,9 +437,9 @@ impl fuser::Filesystem for Passthrough {
         );
     }
 
-    fn access(&mut self, _req: &Request<'_>, _ino: u64, mask: i32, reply: ReplyEmpty) {
-        if mask & libc::W_OK != 0 {
-            reply.error(libc::EROFS)
+    fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        if mask.contains(AccessFlags::W_OK) {
+            reply.error(Errno::EROFS)
         } else {
             reply.ok()
         }
@@ -479,7 +480,8 @@ impl EmulatedMount {
             self.lat.read(),
             self.counters.clone(),
         );
-        let opts = [
+        let mut opts = fuser::Config::default();
+        opts.mount_options = vec![
             M::RO,
             M::FSName(format!("packfs-bench:{}", self.source.display())),
             M::Subtype("packfs-bench".into()),
@@ -487,7 +489,7 @@ impl EmulatedMount {
             M::NoAtime,
         ];
         let before = super::sides::dev(self.dir.path())?;
-        let session = fuser::spawn_mount2(fs, self.dir.path(), &opts).with_context(|| {
+        let session = fuser::spawn_mount(fs, self.dir.path(), &opts).with_context(|| {
             format!(
                 "mounting the latency-emulating passthrough of {} at {}",
                 self.source.display(),

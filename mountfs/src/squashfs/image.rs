@@ -134,6 +134,17 @@ impl Image for SquashFs {
         SquashFs::prefetch(self, h, first as usize, (last - first) as usize);
     }
 
+    fn shared_unit(&self, h: &OpenFile) -> Option<u64> {
+        let f = h.file();
+        f.has_fragment().then_some(f.fragment as u64)
+    }
+
+    fn prefetch_unit(&self, unit: u64) {
+        if let Ok(idx) = u32::try_from(unit) {
+            self.prefetch_fragment(idx);
+        }
+    }
+
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         match self.node_inode(node)?.kind {
             InodeKind::Symlink(t) => Ok(t),

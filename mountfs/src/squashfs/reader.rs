@@ -376,6 +376,18 @@ impl SquashFs {
         }
     }
 
+    /// Decodes fragment block `idx` into the cache (image-order readahead).
+    /// Out-of-range indexes and bad blocks are ignored here: the read that
+    /// needs the block reports them.
+    pub fn prefetch_fragment(&self, idx: u32) {
+        if idx >= self.sb.fragment_count {
+            return;
+        }
+        if let Ok((pos, word)) = self.fragment_entry(idx) {
+            let _ = self.data_block(pos, word, self.sb.block_size as usize);
+        }
+    }
+
     /// Every compressed data and fragment block in the image, in disk order:
     /// (position, size word). Found by walking the inode table once.
     pub fn all_blocks(&self) -> Result<Vec<(u64, u32)>> {
