@@ -663,3 +663,55 @@ fn bad_input_is_reported_and_leaves_nothing_behind() {
         "output dir not empty after cancel"
     );
 }
+
+/// SquashFS holds at most 65,535 distinct uids and gids together (the id
+/// count is 16 bits). One more is a clear error naming the file that would
+/// need it, before any data is written, and nothing under the output name.
+#[test]
+fn more_ids_than_squashfs_holds_is_an_error_naming_the_file() {
+    if !is_root() {
+        eprintln!("skipped: chown to arbitrary ids needs root");
+        return;
+    }
+    let work = scratch();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    // 32,768 files, each with its own uid and gid: 65,536 ids.
+    for i in 0..32_768u32 {
+        let p = src.join(format!("{i:05}"));
+        File::create(&p).unwrap();
+        std::os::unix::fs::chown(&p, Some(200_000 + 2 * i), Some(200_001 + 2 * i)).unwrap();
+    }
+    let out = work.path().join("ids.sqfs");
+    let e = pack_squashfs(&src, &out, &PackOptions::default()).unwrap_err();
+    assert!(
+        matches!(&e, PackError::TooManyIds { path } if path.ends_with("32767")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("65535"), "{e}");
+    assert!(!out.exists());
+    assert_eq!(
+        fs::read_dir(work.path()).unwrap().count(),
+        1,
+        "temp file left"
+    );
+
+    // One file fewer fits exactly (65,534 ids + root's 0), and the kernel
+    // reads every owner back.
+    fs::remove_file(src.join("32767")).unwrap();
+    pack_squashfs(&src, &out, &PackOptions::default()).unwrap();
+    let listing = String::from_utf8(
+        Command::new("unsquashfs")
+            .args(["-lln", "-no-progress"])
+            .arg(&out)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        listing.contains("265532/265533"),
+        "{}",
+        &listing[..500.min(listing.len())]
+    );
+}
