@@ -298,7 +298,7 @@ fn step(
 
 /// Deterministic early stop for readdir sinks (every fifth entry count).
 fn rng_stop(rest: &[Vec<u8>]) -> bool {
-    rest.len() % 5 != 0
+    !rest.len().is_multiple_of(5)
 }
 
 #[test]
