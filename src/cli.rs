@@ -104,7 +104,7 @@ pub enum Command {
         /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
         #[arg(long, value_parser = crate::size::parse_size)]
         cache_size: Option<u64>,
-        /// FUSE worker threads.
+        /// FUSE session threads: each reads requests from its own /dev/fuse clone and answers them.
         #[arg(short = 'j', long, default_value_t = 8)]
         threads: usize,
         /// Stay in the foreground (logs on stderr) instead of daemonising.
