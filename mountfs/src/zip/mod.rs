@@ -25,25 +25,58 @@
 //! * *Compressed members below 1 MiB* (uncompressed) are decoded whole into
 //!   one cache block, keyed `(node << 32) | 0`, and their CRC is checked.
 //! * *Large compressed members* are decoded in chunks of 256 KiB of output,
-//!   keyed `(node << 32) | chunk`. None of the decoders (inflate, bzip2,
-//!   LZMA, zstd, xz) has a serialisable state, so instead of checkpoints
-//!   each open handle keeps its *live* decoder, positioned just after the
-//!   furthest chunk it produced, and every chunk it produces goes into the
-//!   cache. A read of chunk k:
+//!   keyed `(node << 32) | chunk`. Each open handle keeps its *live*
+//!   decoder, positioned just after the furthest chunk it produced, and
+//!   every chunk it produces goes into the cache. Deflate and zstd decoders
+//!   can also be resumed from **checkpoints** (below); bzip2, LZMA, xz and
+//!   deflate64 cannot. A read of chunk k:
 //!   1. cached → O(chunk) copy;
-//!   2. k at or after the live decoder → decodes forward from there,
+//!   2. else, the nearest checkpoint at or before k·C if it is past the live
+//!      decoder (or there is none usable) → a decoder resumed there,
+//!      decoding forward: O(k·C − checkpoint) ≤ O(interval + C);
+//!   3. else, k at or after the live decoder → decodes forward from there,
 //!      caching the chunks it passes: O(k·C − pos);
-//!   3. k before the decoder and evicted → a fresh decoder from the member
-//!      start: O(k·C). This is the worst case of a random read, paid only
-//!      when the cache budget is smaller than the member.
+//!   4. else (k before the decoder and evicted, no checkpoint) → a fresh
+//!      decoder from the member start: O(k·C). For deflate this is now only
+//!      the first pass over a member (or a budget too small to keep its
+//!      checkpoints); for the other methods it is the worst case of a random
+//!      read, paid only when the cache budget is smaller than the member.
 //!
 //!   Sequential reads (and the prefetcher, which runs the same decoder ahead)
 //!   therefore decode every byte once; re-reads cost nothing while cached.
-//!   The running CRC-32 is checked when a decoder reaches the member's end:
-//!   a mismatch fails that read with EIO (earlier chunks were already
-//!   served). Chunks are inserted into the cache outside any cache loader,
-//!   so a decoder lock is never held while waiting for a cache slot that
-//!   another thread holds while waiting for the decoder (no deadlock).
+//!   Chunks are inserted into the cache outside any cache loader, so a
+//!   decoder lock is never held while waiting for a cache slot that another
+//!   thread holds while waiting for the decoder (no deadlock).
+//!
+//! **Checkpoints** ([`checkpoint`], [`data::Checkpoint`]). Deflate is decoded
+//! with miniz_oxide's core inflater into a 32 KiB *wrapping* output buffer,
+//! which is then exactly the LZ77 window; the inflater's state is `Clone`.
+//! A checkpoint is (inflater state, window, input offset, output offset,
+//! running CRC-32 of the output so far): ~43 KiB. Any decoder passing
+//! through a member (sequential reads, prefetch, or one itself resumed from
+//! a checkpoint) records one at every multiple of the member's interval:
+//! 1 MiB, doubled until all of the member's checkpoints fit in the budget
+//! (so a 50 GB member with a 64 MiB budget gets one every 32 MiB). A zstd
+//! member that is a sequence of frames (packfs writes 1 MiB frames) is
+//! restartable at any frame start with a fresh decoder: the first frame
+//! start seen in each interval is kept as a ~200-byte checkpoint; a decoder
+//! resumed at a frame start inside a chunk decodes to the chunk's end and
+//! drops that part. All checkpoints of the archive share one byte budget
+//! (default [`default_checkpoint_budget`]: 1/8 of the cache budget, 4 to
+//! 64 MiB) in an LRU keyed by (node, offset), with a sorted index of the
+//! same keys for the nearest-at-or-before lookup; when the budget is
+//! exceeded the least recently used checkpoints of any member go. Memory
+//! thus stays bounded on a million-entry archive or a 50 GB member.
+//!
+//! **CRC-32.** Every decoder carries the running CRC-32 of the member's
+//! bytes `0..pos`: a fresh one starts from the empty CRC, a resumed one
+//! from the CRC stored in its checkpoint (which the recording decoder had
+//! computed, itself from offset 0 or from an earlier checkpoint). So
+//! whenever *any* decoder — fresh or resumed — reaches the member's end, it
+//! checks the CRC of the whole member against the central directory, and a
+//! mismatch fails that read with EIO (earlier chunks were already served,
+//! as with any streaming check). A member never read up to its end is
+//! never verified, exactly as before checkpoints.
 //!
 //! **Metadata** follows what unzip 6.0 extracts: Unix mode from the external
 //! attributes when the host is Unix; mtime from the extended timestamp, the
@@ -57,21 +90,24 @@
 //! Unsupported methods fail the open with EIO. Corrupt input is a
 //! [`FsError::Corrupt`], never a panic or an endless loop.
 
+pub mod checkpoint;
 pub mod data;
 pub mod format;
 pub mod index;
 
+pub use checkpoint::CheckpointStats;
 pub use index::ZipInfo;
 
 use crate::cache::{Block, BlockCache};
 use crate::error::{FsError, Result};
 use crate::fs::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::source::ImageSource;
-use data::{Member, Stream};
+use checkpoint::Checkpoints;
+use data::{Checkpoint, Member, Stream};
 use format::*;
 use index::{Index, Node};
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Output bytes per cached chunk of a large compressed member.
@@ -86,6 +122,19 @@ pub struct ZipFs {
     src: Arc<dyn ImageSource>,
     cache: Arc<BlockCache>,
     idx: Index,
+    cps: Checkpoints,
+    /// Uncompressed bytes produced by member decoders (tests, benchmarks).
+    decoded: AtomicU64,
+}
+
+/// The default checkpoint budget for a block cache of `cache_bytes`: an
+/// eighth of it, at least 4 MiB (about 90 deflate checkpoints) and at most
+/// 64 MiB (about 1500). It is memory on top of the cache budget; a
+/// checkpoint saves up to [`checkpoint::INTERVAL`] of decoding for 43 KiB,
+/// which is worth more than the same bytes of cached chunks once a member
+/// is larger than the cache.
+pub fn default_checkpoint_budget(cache_bytes: usize) -> usize {
+    (cache_bytes / 8).clamp(4 << 20, 64 << 20)
 }
 
 /// An open regular file.
@@ -111,7 +160,31 @@ impl ZipFs {
         // SAFETY: no preconditions.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
         let idx = Index::build(&*src, owner)?;
-        Ok(ZipFs { src, cache, idx })
+        let cps = Checkpoints::new(default_checkpoint_budget(cache.budget()));
+        Ok(ZipFs {
+            src,
+            cache,
+            idx,
+            cps,
+            decoded: AtomicU64::new(0),
+        })
+    }
+
+    /// Replaces the checkpoint store by an empty one of `bytes` (0 disables
+    /// checkpoints: every backward read of an evicted chunk then restarts
+    /// at the member's start, as decoders of other methods do).
+    pub fn with_checkpoint_budget(mut self, bytes: usize) -> ZipFs {
+        self.cps = Checkpoints::new(bytes);
+        self
+    }
+
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.cps.stats()
+    }
+
+    /// Uncompressed bytes decoded from compressed members since opening.
+    pub fn decoded_bytes(&self) -> u64 {
+        self.decoded.load(Ordering::Relaxed)
     }
 
     /// Maps `path` and opens it, naming the file in errors.
@@ -207,26 +280,43 @@ impl ZipFs {
         Ok(off)
     }
 
-    fn stream(&self, i: u32, n: &Node, data_off: u64) -> Result<Stream> {
+    /// A decoder of node `i`, at its start or resumed from `from`.
+    fn stream(&self, i: u32, n: &Node, data_off: u64, from: Option<&Checkpoint>) -> Result<Stream> {
         let name = self.path_of(i);
-        Stream::new(
-            self.src.clone(),
-            &Member {
-                name: &name,
-                method: n.method,
-                flags: n.flags,
-                data_off,
-                csize: n.csize,
-                size: n.size,
-                crc: n.crc,
-            },
-        )
+        let m = Member {
+            name: &name,
+            method: n.method,
+            flags: n.flags,
+            data_off,
+            csize: n.csize,
+            size: n.size,
+            crc: n.crc,
+        };
+        match from {
+            Some(cp) => Stream::resume(self.src.clone(), &m, cp),
+            None => Stream::new(self.src.clone(), &m),
+        }
+    }
+
+    /// Saves a checkpoint of `s` if it is at one (see
+    /// [`Stream::checkpoint_due`]) and none is held in its interval yet.
+    fn record(&self, node: u32, s: &Stream, interval: u64) {
+        let Some(at) = s.checkpoint_due(interval) else {
+            return;
+        };
+        let lo = at - at % interval;
+        if !self.cps.covers(node, lo, lo.saturating_add(interval)) {
+            if let Some(cp) = s.checkpoint() {
+                self.cps.insert(node, cp);
+            }
+        }
     }
 
     /// A small compressed member (or a symlink target), decoded whole.
     fn whole(&self, i: u32, n: &Node, data_off: u64) -> Result<Arc<Block>> {
         self.cache.get_or_load(key(i, 0), || {
-            let data = self.stream(i, n, data_off)?.next(n.size as usize)?;
+            let data = self.stream(i, n, data_off, None)?.next(n.size as usize)?;
+            self.decoded.fetch_add(data.len() as u64, Ordering::Relaxed);
             Ok(Block {
                 data: data.into_boxed_slice(),
                 next: 0,
@@ -252,14 +342,30 @@ impl ZipFs {
             return Ok(Some(b));
         }
         let target = k * CHUNK;
-        if st.as_ref().is_none_or(|s| s.pos > target) {
-            *st = Some(self.stream(h.node, n, h.data_off)?);
+        // The live decoder serves the chunk if it is at or before it; a
+        // checkpoint at or before the chunk (and past the live decoder)
+        // saves decoding from the further position.
+        let live = st.as_ref().map(|s| s.pos).filter(|&p| p <= target);
+        let cp = self
+            .cps
+            .nearest(h.node, target)
+            .filter(|c| live.is_none_or(|p| c.pos > p));
+        if let Some(cp) = cp {
+            *st = Some(self.stream(h.node, n, h.data_off, Some(&cp))?);
+            self.cps.note_resumed();
+        } else if live.is_none() {
+            *st = Some(self.stream(h.node, n, h.data_off, None)?);
         }
-        let s = st.as_mut().expect("just set");
+        let Some(s) = st.as_mut() else {
+            return Err(FsError::corrupt("no decoder"));
+        };
+        let interval = self.cps.interval(n.size);
         loop {
             let j = s.pos / CHUNK;
-            let r = s.next(CHUNK as usize);
-            let data = match r {
+            // A zstd frame start may fall inside a chunk: decode to the
+            // chunk's end and drop that part (this decoder lacks its start).
+            let lead = s.pos % CHUNK;
+            let data = match s.next((CHUNK - lead) as usize) {
                 Ok(d) => d,
                 Err(e) => {
                     *st = None;
@@ -271,6 +377,11 @@ impl ZipFs {
                     "{}: chunk {k} is past the end",
                     self.path_of(h.node)
                 )));
+            }
+            self.decoded.fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.record(h.node, s, interval);
+            if lead != 0 {
+                continue;
             }
             let b = self.cache.get_or_load(key(h.node, j), || {
                 Ok::<_, FsError>(Block {
@@ -361,7 +472,9 @@ impl ZipFs {
         let mut at = offset;
         while at < end {
             let k = at / CHUNK;
-            let b = self.chunk(h, n, k, true)?.expect("waited");
+            let Some(b) = self.chunk(h, n, k, true)? else {
+                return Err(FsError::corrupt("chunk not decoded"));
+            };
             let s = (at - k * CHUNK) as usize;
             let e = ((end - k * CHUNK).min(CHUNK) as usize).min(b.data.len());
             if s >= e {

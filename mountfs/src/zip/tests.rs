@@ -17,6 +17,9 @@ struct E {
     flags: u16,
     extra: Vec<u8>,
     bad_crc: bool,
+    /// Compressed bytes to store instead of compressing `data` (e.g. a
+    /// multi-frame zstd stream).
+    raw: Option<Vec<u8>>,
 }
 
 fn e(name: &str, data: &[u8]) -> E {
@@ -28,6 +31,7 @@ fn e(name: &str, data: &[u8]) -> E {
         flags: 0,
         extra: Vec::new(),
         bad_crc: false,
+        raw: None,
     }
 }
 
@@ -73,7 +77,10 @@ fn zip(entries: &[E]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut cd = Vec::new();
     for en in entries {
-        let comp = compress(en.method, &en.data);
+        let comp = en
+            .raw
+            .clone()
+            .unwrap_or_else(|| compress(en.method, &en.data));
         let mut crc = crc32fast::hash(&en.data);
         if en.bad_crc {
             crc ^= 1;
@@ -470,4 +477,375 @@ fn index_is_compact_and_fast() {
         f.resolve(b"dir007/sub0/file-0017507.dat").unwrap().kind,
         FileKind::File
     );
+}
+
+/// Compressible "text": words from a small vocabulary picked by a xorshift
+/// generator (deflate gets it to about a third).
+fn text(seed: u64, n: usize) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "packfs ",
+        "zip ",
+        "member ",
+        "chunk ",
+        "inflate ",
+        "window ",
+        "the ",
+        "of ",
+        "checkpoint ",
+        "a ",
+        "random ",
+        "read ",
+        "cache ",
+        "budget ",
+        "42 ",
+        "\n",
+    ];
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(n + 16);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(WORDS[(x >> 60) as usize].as_bytes());
+        if x & 0xF00 == 0 {
+            out.extend_from_slice(format!("{} ", x >> 40).as_bytes());
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+/// Empties the block cache, so that the next read must decode.
+fn drop_cache(z: &mut ZipFs) {
+    z.cache = Arc::new(BlockCache::new(z.cache.budget()));
+}
+
+/// Opens the member `name` at the archive's root.
+fn open_member(z: &ZipFs, name: &str) -> ZipFile {
+    let a = Image::lookup(z, ROOT, name.as_bytes()).unwrap();
+    Image::open(z, a.node).unwrap()
+}
+
+/// Reads `off..off+len` through the `Image` API (no `PackFs` prefetch).
+fn pread(z: &ZipFs, h: &ZipFile, off: u64, len: u32) -> Vec<u8> {
+    Image::read(z, h, off, len).unwrap_or_else(|e| panic!("read {len} at {off}: {e}"))
+}
+
+#[test]
+fn deflate_checkpoints_make_backward_and_random_reads_cheap() {
+    const MIB: u64 = 1 << 20;
+    let size = 40 * MIB;
+    let big = text(7, size as usize);
+    let img = zip(&[e("big", &big)]);
+    assert!(img.len() < big.len() / 2, "text should compress");
+    // A 1 MiB cache (at most one 256 KiB chunk per shard), emptied before
+    // every backward read so that each one has to decode.
+    let mut z = open(img.clone(), 1 << 20).unwrap();
+    let h = Image::open(&z, 2).unwrap();
+
+    // Backward, 1 MiB at a time. The first read decodes the whole member
+    // from its start (no checkpoint exists yet) and records one per MiB;
+    // every later one resumes at the checkpoint at its offset.
+    let mut from_start = 0u64; // what a restart at the member start costs
+    let mut off = size - MIB;
+    loop {
+        drop_cache(&mut z);
+        assert_eq!(
+            pread(&z, &h, off, MIB as u32),
+            &big[off as usize..][..MIB as usize],
+            "backward read at {off}"
+        );
+        from_start += off + MIB;
+        if off == 0 {
+            break;
+        }
+        off -= MIB;
+    }
+    let backward = z.decoded_bytes();
+    let st = z.checkpoint_stats();
+    eprintln!("backward: decoded {backward} bytes, restarts would decode {from_start}; {st:?}");
+    // The read at 0 has no checkpoint before it: a fresh decoder.
+    assert_eq!((st.recorded, st.resumed, st.evicted), (39, 38, 0), "{st:?}");
+    // The first pass, then exactly the 1 MiB each later read asked for.
+    assert_eq!(backward, size + 39 * MIB);
+    assert!(backward * 10 < from_start, "{backward} vs {from_start}");
+
+    // Random reads anywhere: each decodes at most an interval plus the read.
+    let mut x = 99u64;
+    let reads = 200u64;
+    for _ in 0..reads {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = (x >> 16) % size;
+        let len = ((x >> 8) % MIB) as u32 + 1;
+        let end = (off + len as u64).min(size) as usize;
+        assert_eq!(
+            pread(&z, &h, off, len),
+            &big[off as usize..end],
+            "random read at {off}"
+        );
+    }
+    let random = z.decoded_bytes() - backward;
+    eprintln!("{reads} random reads decoded {random} bytes");
+    assert!(
+        random <= reads * (checkpoint::INTERVAL + MIB + CHUNK),
+        "{random}"
+    );
+
+    // The same backward reads without checkpoints restart at the member's
+    // start every time (the counter measures what the bound above claims).
+    let mut z = open(img, 1 << 20).unwrap().with_checkpoint_budget(0);
+    let h = Image::open(&z, 2).unwrap();
+    let mut want = 0;
+    for off in [30 * MIB, 20 * MIB, 10 * MIB] {
+        drop_cache(&mut z);
+        assert_eq!(
+            pread(&z, &h, off, MIB as u32),
+            &big[off as usize..][..MIB as usize]
+        );
+        want += off + MIB;
+    }
+    assert_eq!(z.decoded_bytes(), want);
+    assert_eq!(z.checkpoint_stats().count, 0);
+}
+
+#[test]
+fn checkpoints_stay_within_their_budget() {
+    const MIB: u64 = 1 << 20;
+    let per = Checkpoint::inflate_bytes() + 128;
+    let budget = 10 * per;
+    let members: Vec<Vec<u8>> = (0..3).map(|i| text(20 + i, 12 << 20)).collect();
+    let entries: Vec<E> = members
+        .iter()
+        .enumerate()
+        .map(|(i, d)| e(&format!("m{i}"), d))
+        .collect();
+    let z = open(zip(&entries), 1 << 20)
+        .unwrap()
+        .with_checkpoint_budget(budget);
+    // Ten fit: a 12 MiB member gets one every 2 MiB (six would fit alone).
+    assert_eq!(z.cps.interval(12 * MIB), 2 * MIB);
+    let handles: Vec<ZipFile> = (0..3).map(|i| open_member(&z, &format!("m{i}"))).collect();
+    for (h, d) in handles.iter().zip(&members) {
+        let mut off = 0;
+        while off < d.len() {
+            let got = pread(&z, h, off as u64, 1 << 20);
+            assert_eq!(got, &d[off..off + got.len()]);
+            off += got.len();
+        }
+        let st = z.checkpoint_stats();
+        assert!(st.bytes <= st.budget && st.count <= 10, "{st:?}");
+    }
+    let st = z.checkpoint_stats();
+    assert_eq!(st.recorded, 15, "5 per member (2..10 MiB): {st:?}");
+    assert_eq!((st.count, st.evicted), (10, 5), "{st:?}");
+    // Reads everywhere, backward included, stay correct and within budget
+    // while checkpoints are evicted and re-recorded.
+    let mut x = 5u64;
+    for _ in 0..60 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let m = (x >> 60) as usize % 3;
+        let off = (x >> 8) % (12 * MIB);
+        let got = pread(&z, &handles[m], off, 300_000);
+        assert_eq!(got, &members[m][off as usize..][..got.len()]);
+        let st = z.checkpoint_stats();
+        assert!(st.bytes <= st.budget && st.count <= 10, "{st:?}");
+    }
+    assert!(z.checkpoint_stats().resumed > 0);
+    // The interval grows with the member so that its whole set fits the
+    // budget, and no further: a 50 GB member under the 64 MiB maximum.
+    let max = default_checkpoint_budget(usize::MAX) as u64;
+    assert_eq!(max, 64 * MIB);
+    let cps = Checkpoints::new(max as usize);
+    let big = 50_000_000_000u64;
+    let iv = cps.interval(big);
+    eprintln!("50 GB member: a checkpoint every {} MiB", iv >> 20);
+    assert!(big / iv * per as u64 <= max, "{iv}");
+    assert!(big / (iv / 2) * per as u64 > max, "{iv}");
+    assert_eq!(cps.interval(100 * MIB), checkpoint::INTERVAL);
+    // A budget smaller than one checkpoint stores none.
+    let z = open(zip(&entries[..1]), 1 << 20)
+        .unwrap()
+        .with_checkpoint_budget(per - 1);
+    let h = Image::open(&z, 2).unwrap();
+    assert_eq!(pread(&z, &h, 11 * MIB, 100), &members[0][11 << 20..][..100]);
+    assert_eq!(pread(&z, &h, 3 * MIB, 100), &members[0][3 << 20..][..100]);
+    assert_eq!(z.checkpoint_stats().count, 0);
+}
+
+#[test]
+fn resumed_decoders_still_check_the_crc_and_corruption_is_an_error() {
+    const MIB: u64 = 1 << 20;
+    // A wrong CRC in the central directory: the decoder that reaches the
+    // end after resuming from a checkpoint must catch it.
+    let d = text(3, 8 << 20);
+    let mut bad = e("bad", &d);
+    bad.bad_crc = true;
+    let z = open(zip(&[bad]), 1 << 20).unwrap();
+    let h = Image::open(&z, 2).unwrap();
+    for off in (0..6 * MIB).step_by(MIB as usize) {
+        assert_eq!(
+            pread(&z, &h, off, MIB as u32),
+            &d[off as usize..][..MIB as usize]
+        );
+    }
+    // A new handle has no live decoder: it resumes at the 6 MiB checkpoint.
+    let h2 = Image::open(&z, 2).unwrap();
+    let err = Image::read(&z, &h2, 8 * MIB - 10, 10).unwrap_err();
+    assert!(err.to_string().contains("CRC-32 mismatch"), "{err}");
+    assert_eq!(z.checkpoint_stats().resumed, 1);
+    // Again: the failed decoder was dropped, so one resumes at 7 MiB.
+    let err = Image::read(&z, &h2, 8 * MIB - 10, 10).unwrap_err();
+    assert!(err.to_string().contains("CRC-32 mismatch"), "{err}");
+    assert_eq!(z.checkpoint_stats().resumed, 2);
+    assert_eq!(pread(&z, &h, 2 * MIB, 10), &d[2 << 20..][..10]);
+
+    // Damaged compressed data: reads that reach the damage fail; nothing
+    // panics, whether the decoder started at 0 or at a checkpoint.
+    let img = zip(&[e("big", &d)]);
+    let data_start = 30 + 3 + 7; // local header, name "big", local extra
+    let csize = img.len() - data_start - (46 + 3) - 22;
+    for frac in [0.2, 0.5, 0.8, 0.95] {
+        let mut img = img.clone();
+        let at = data_start + (csize as f64 * frac) as usize;
+        for b in &mut img[at..at + 16] {
+            *b ^= 0xA5;
+        }
+        let z = open(img, 1 << 20).unwrap();
+        let h = Image::open(&z, 2).unwrap();
+        let mut failed = false;
+        let mut off = 0;
+        while off < d.len() as u64 {
+            match Image::read(&z, &h, off, MIB as u32) {
+                Ok(got) => assert!(!got.is_empty()),
+                Err(e) => {
+                    assert!(matches!(e, FsError::Corrupt(_)), "{e}");
+                    failed = true;
+                }
+            }
+            off += MIB;
+        }
+        assert!(failed, "damage at {frac} went unnoticed");
+        // Random and backward reads over the damaged member, through
+        // whatever checkpoints the first pass left.
+        let mut x = 17u64;
+        for _ in 0..30 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let _ = Image::read(&z, &h, (x >> 8) % (9 * MIB), 200_000);
+        }
+        assert!(Image::read(&z, &h, d.len() as u64 - 1, 1).is_err());
+    }
+}
+
+/// A zstd stream of independent frames of `frame` bytes of input each.
+fn zstd_frames(d: &[u8], frame: usize) -> Vec<u8> {
+    d.chunks(frame)
+        .flat_map(|c| zstd::encode_all(c, 1).unwrap())
+        .collect()
+}
+
+#[test]
+fn multi_frame_zstd_restarts_at_frame_starts() {
+    const MIB: u64 = 1 << 20;
+    let size = 12 * MIB;
+    let d = text(11, size as usize);
+    // 1 MiB frames (what packfs writes) and frames that do not fall on
+    // chunk boundaries; a single-frame member has no restart point.
+    for (frame, restarts) in [(1 << 20, true), ((1 << 20) + 12345, true), (1 << 30, false)] {
+        let mut en = e("z", &d);
+        en.method = 93;
+        en.raw = Some(zstd_frames(&d, frame));
+        let mut bad = en.clone();
+        bad.name = b"bad".to_vec();
+        bad.bad_crc = true;
+        let mut z = open(zip(&[en, bad]), 1 << 20).unwrap();
+        let h = open_member(&z, "z");
+        let mut from_start = 0;
+        for i in (0..12).rev() {
+            drop_cache(&mut z);
+            let off = i * MIB + 777;
+            assert_eq!(
+                pread(&z, &h, off, 300_000),
+                &d[off as usize..][..300_000],
+                "frame {frame} off {off}"
+            );
+            from_start += off + 300_000;
+        }
+        let st = z.checkpoint_stats();
+        eprintln!(
+            "zstd frames of {frame}: decoded {}, {st:?}",
+            z.decoded_bytes()
+        );
+        if restarts {
+            // One per frame start (11); every read but the first and the
+            // last one or two resumed at the frame start before it.
+            assert!(st.count == 11 && st.resumed >= 9, "{st:?}");
+            assert!(z.decoded_bytes() * 2 < from_start);
+            // Checkpoints of a zstd member are a few hundred bytes each.
+            assert!(st.bytes < st.count * 512, "{st:?}");
+        } else {
+            assert_eq!(st.count, 0, "{st:?}");
+        }
+        // The CRC is still checked by a decoder restarted at a frame. The
+        // first failing read is the live decoder's (from offset 0); it is
+        // then dropped, so the second resumes at the last frame start.
+        let hb = open_member(&z, "bad");
+        assert_eq!(pread(&z, &hb, 5 * MIB, 100), &d[5 << 20..][..100]);
+        for second in [false, true] {
+            let before = z.checkpoint_stats().resumed;
+            let err = Image::read(&z, &hb, size - 100, 100).unwrap_err();
+            assert!(err.to_string().contains("CRC-32 mismatch"), "{err}");
+            let resumed = z.checkpoint_stats().resumed - before;
+            assert_eq!(resumed, u64::from(second && restarts));
+        }
+    }
+}
+
+/// Random 1 MiB reads in a 256 MiB deflate member with a 64 MiB cache,
+/// with and without checkpoints (docs/BENCHMARKS.md, ZIP section). Run:
+/// `cargo test --release -p mountfs --lib random_reads_in_a_large_deflate_member -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn random_reads_in_a_large_deflate_member() {
+    const MIB: u64 = 1 << 20;
+    let size = 256 * MIB;
+    let big = text(1, size as usize);
+    let img = zip(&[e("big", &big)]);
+    eprintln!("member: {size} bytes, {} compressed", img.len());
+    for (label, budget, reads) in [
+        ("checkpoints (default budget)", None, 200u64),
+        ("no checkpoints (restart at member start)", Some(0), 50),
+    ] {
+        let mut z = open(img.clone(), 64 << 20).unwrap();
+        if let Some(b) = budget {
+            z = z.with_checkpoint_budget(b);
+        }
+        let h = Image::open(&z, 2).unwrap();
+        let mut x = 2024u64;
+        let mut worst = std::time::Duration::ZERO;
+        let t = std::time::Instant::now();
+        for _ in 0..reads {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (x >> 16) % (size - MIB);
+            let r = std::time::Instant::now();
+            let got = pread(&z, &h, off, MIB as u32);
+            worst = worst.max(r.elapsed());
+            assert_eq!(got, &big[off as usize..][..MIB as usize]);
+        }
+        let took = t.elapsed();
+        eprintln!(
+            "{label}: {reads} random 1 MiB reads in {took:.2?} ({:.2?} per read, worst {worst:.2?}), \
+             {:.1} MiB decoded per read; {:?}",
+            took / reads as u32,
+            z.decoded_bytes() as f64 / reads as f64 / MIB as f64,
+            z.checkpoint_stats()
+        );
+    }
 }
