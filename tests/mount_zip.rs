@@ -296,6 +296,112 @@ fn python_archives_match_unzip() {
     }
 }
 
+/// Deflate64 (method 9) as 7-Zip writes it: core and mount vs unzip
+/// (Info-ZIP unzip 6.0 reads Deflate64), contents also vs `7z x`. The tree
+/// gets a member whose only redundancy is at distances of 48 KiB, which
+/// deflate's 32 KiB window cannot reach but Deflate64's 64 KiB one can, so
+/// the long-distance path of the decoder is exercised, and random reads with
+/// a tiny cache exercise its restarts.
+#[test]
+fn seven_zip_deflate64_archives_match_unzip_and_7z() {
+    if Command::new("7z").arg("i").output().is_err() {
+        eprintln!(
+            "SKIP seven_zip_deflate64_archives_match_unzip_and_7z: no `7z` \
+             (apt-get install p7zip-full; scripts/setup.sh does)"
+        );
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    zip_tree(&src);
+    let block = bytes(7, 48 << 10, false);
+    let far: Vec<u8> = block
+        .iter()
+        .cycle()
+        .take(41 * block.len())
+        .copied()
+        .collect();
+    std::fs::write(src.join("d/far64"), &far).unwrap();
+    set_mtime(&src.join("d/far64"), 1_600_000_000);
+    set_mtime(&src.join("d"), 1_600_000_000);
+    let img = t.path().join("deflate64.zip");
+    run(Command::new("7z")
+        .args(["a", "-tzip", "-mm=Deflate64", "-bd", "-bso0", "-bsp0"])
+        .arg(&img)
+        .arg(".")
+        .current_dir(&src));
+    // Python's zipfile lists Deflate64 members (it cannot read them).
+    let listing = run(Command::new("python3")
+        .arg("-c")
+        .arg("import sys, zipfile\nfor i in zipfile.ZipFile(sys.argv[1]).infolist(): print(i.compress_type, i.compress_size, i.filename)")
+        .arg(&img));
+    let members: BTreeMap<String, (u16, u64)> = listing
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let m = f.next().unwrap().parse().unwrap();
+            let c = f.next().unwrap().parse().unwrap();
+            (f.next().unwrap().to_string(), (m, c))
+        })
+        .collect();
+    let (method, csize) = members["d/far64"];
+    assert_eq!(method, 9, "{listing}");
+    assert!(
+        csize < far.len() as u64 / 10,
+        "48 KiB distances unused: {csize}"
+    );
+    assert_eq!(members["d/text3000001"].0, 9, "{listing}");
+
+    differential(&img, t.path());
+
+    // 7-Zip's own extraction agrees on every file's content.
+    let x = t.path().join("7z-x");
+    run(Command::new("7z")
+        .args(["x", "-bd", "-bso0", "-bsp0"])
+        .arg(format!("-o{}", x.display()))
+        .arg(&img));
+    let hashes = |m: BTreeMap<PathBuf, Entry>| -> BTreeMap<PathBuf, blake3::Hash> {
+        m.into_iter()
+            .filter_map(|(p, e)| e.hash.map(|h| (p, h)))
+            .collect()
+    };
+    let want = hashes(manifest(&x, &opts()));
+    assert!(want.len() > 10);
+    assert_eq!(hashes(core_manifest(&img)), want);
+
+    // Random reads with a 64 KiB cache: a Deflate64 decoder cannot resume
+    // from a checkpoint, so backward reads restart it at the member start.
+    let fs = PackFs::new(
+        ZipFs::open(
+            Box::new(MmapSource::open(&img).unwrap()),
+            Arc::new(BlockCache::new(64 << 10)),
+        )
+        .unwrap(),
+        0,
+        0,
+    );
+    for (name, data) in [
+        ("d/far64", far.clone()),
+        (
+            "d/text3000001",
+            std::fs::read(src.join("d/text3000001")).unwrap(),
+        ),
+    ] {
+        let node = fs.resolve(name.as_bytes()).unwrap().node;
+        let mut x = 3u64;
+        for _ in 0..25 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (x >> 20) % data.len() as u64;
+            let len = ((x >> 8) % 400_000) as u32;
+            let got = fs.read(node, off, len).unwrap();
+            let end = (off as usize + len as usize).min(data.len());
+            assert_eq!(got, &data[off as usize..end], "{name} at {off}");
+        }
+    }
+}
+
 /// Python's extractall as the reference: contents only (it restores no
 /// modes, times or links).
 fn python_extract(img: &Path, t: &Path) -> BTreeMap<PathBuf, Option<blake3::Hash>> {
