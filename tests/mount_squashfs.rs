@@ -280,3 +280,65 @@ fn packfs_images_match_the_kernel() {
         differential(&img, &src);
     }
 }
+
+/// The pid of the `packfs mount` daemon serving `mountpoint`.
+fn daemon_pid(mountpoint: &Path) -> u32 {
+    let want = mountpoint.as_os_str().as_encoded_bytes();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if args.iter().any(|a| *a == b"mount") && args.iter().any(|a| *a == want) {
+            return pid;
+        }
+    }
+    panic!("no daemon for {}", mountpoint.display());
+}
+
+/// The daemon's own memory (anonymous RSS: heap, cache, buffers; not the
+/// mapped image, which is page cache) stays within the cache budget plus a
+/// small constant after reading twelve times the budget through it.
+#[test]
+fn daemon_memory_stays_within_the_cache_budget() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..48u64 {
+        std::fs::write(src.join(format!("f{i:02}")), bytes(i, 4 << 20, true)).unwrap();
+    }
+    let img = t.path().join("i.sqfs");
+    run(Command::new(packfs_bin())
+        .arg("pack")
+        .arg(&src)
+        .arg("-o")
+        .arg(&img)
+        .arg("-q"));
+    let m = PackfsMount::new(&img, &["--cache-size", "16M"]);
+    let pid = daemon_pid(m.path());
+    std::thread::scope(|s| {
+        for k in 0..4u64 {
+            let dir = m.path().to_path_buf();
+            s.spawn(move || {
+                for i in (k..48).step_by(4) {
+                    let got = std::fs::read(dir.join(format!("f{i:02}"))).unwrap();
+                    assert!(got == bytes(i, 4 << 20, true), "f{i:02}");
+                }
+            });
+        }
+    });
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let anon_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let limit_kb = (16 + 16) << 10;
+    assert!(
+        anon_kb <= limit_kb,
+        "daemon anonymous RSS {anon_kb} kB > 16 MiB budget + 16 MiB"
+    );
+}
