@@ -53,7 +53,7 @@ fn split_options(options: Vec<String>) -> Vec<String> {
     options
         .iter()
         .flat_map(|o| o.split(','))
-        .filter(|o| !o.is_empty() && *o != "nonempty")
+        .filter(|o| !o.is_empty())
         .map(str::to_string)
         .collect()
 }
@@ -73,14 +73,24 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         unreachable!()
     };
     check_mountpoint(&mountpoint, &options)?;
+    let mut options = split_options(options);
+    mountfs::mount::check_options(&options).map_err(|e| anyhow::anyhow!("-o {e}"))?;
+    // The watcher recognises the mount by its source name, so a name given
+    // with -o fsname= becomes that name rather than a second option.
+    let fsname = options
+        .iter()
+        .rev()
+        .find_map(|o| o.strip_prefix("fsname="))
+        .map(str::to_string);
+    options.retain(|o| !o.starts_with("fsname="));
     let cache = cache_size.unwrap_or_else(super::default_cache_size) as usize;
     let img = AnyImage::open(&image, cache)?;
     let abs = std::fs::canonicalize(&image).unwrap_or(image.clone());
     let opts = ServeOptions {
         threads,
         allow_other,
-        options: split_options(options),
-        fsname: format!("packfs:{}", abs.display()),
+        options,
+        fsname: fsname.unwrap_or_else(|| format!("packfs:{}", abs.display())),
         readahead: 4 << 20,
     };
     if foreground {
