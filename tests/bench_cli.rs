@@ -41,12 +41,7 @@ fn packed(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     std::fs::create_dir(&src).unwrap();
     small_tree(&src);
     let img = tmp.join("img.sqfs");
-    run(Command::new(packfs_bin())
-        .arg("pack")
-        .arg(&src)
-        .arg("-o")
-        .arg(&img)
-        .arg("-q"));
+    pack(&src, &img, &[]);
     (src, img)
 }
 

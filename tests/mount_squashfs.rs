@@ -336,12 +336,7 @@ fn daemon_memory_stays_within_the_cache_budget() {
         std::fs::write(src.join(format!("f{i:02}")), bytes(i, 4 << 20, true)).unwrap();
     }
     let img = t.path().join("i.sqfs");
-    run(Command::new(packfs_bin())
-        .arg("pack")
-        .arg(&src)
-        .arg("-o")
-        .arg(&img)
-        .arg("-q"));
+    pack(&src, &img, &[]);
     let m = PackfsMount::new(&img, &["--cache-size", "16M"]);
     let pid = daemon_pid(m.path());
     std::thread::scope(|s| {

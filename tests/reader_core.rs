@@ -167,12 +167,7 @@ fn stepping_to_the_next_fragment_decodes_the_following_ones() {
         std::fs::write(src.join(format!("f{i:03}")), bytes(i, 8192, true)).unwrap();
     }
     let img = t.path().join("i.sqfs");
-    run(Command::new(packfs_bin())
-        .arg("pack")
-        .arg(&src)
-        .arg("-o")
-        .arg(&img)
-        .arg("-q"));
+    pack(&src, &img, &[]);
     let open = || {
         let sq = SquashFs::open(
             Box::new(MemSource(std::fs::read(&img).unwrap())),

@@ -39,6 +39,17 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `packfs pack SRC -o IMG -q EXTRA...`, asserting success.
+pub fn pack(src: &Path, img: &Path, extra: &[&str]) {
+    run(Command::new(packfs_bin())
+        .arg("pack")
+        .arg(src)
+        .arg("-o")
+        .arg(img)
+        .arg("-q")
+        .args(extra));
+}
+
 fn write(p: &Path, data: &[u8]) {
     std::fs::write(p, data).unwrap();
 }
