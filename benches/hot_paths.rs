@@ -88,7 +88,7 @@ fn cache(c: &mut Criterion) {
     let payload = vec![7u8; 4096];
     let load = |p: &[u8]| {
         Ok::<_, ()>(Block {
-            data: p.to_vec().into_boxed_slice(),
+            data: p.to_vec(),
             next: 0,
         })
     };

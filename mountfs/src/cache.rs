@@ -29,10 +29,18 @@ const SHARDS: usize = 16;
 
 /// A decoded block. `next` is the position just past the block on disk,
 /// which metadata readers need to continue into the following block.
+/// Its buffer goes back to [`crate::buffers`] when the last reference to
+/// the block is dropped.
 #[derive(Debug)]
 pub struct Block {
-    pub data: Box<[u8]>,
+    pub data: Vec<u8>,
     pub next: u64,
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        crate::buffers::recycle(std::mem::take(&mut self.data));
+    }
 }
 
 #[derive(Default)]
@@ -127,7 +135,7 @@ impl BlockCache {
         let block = Arc::new(load()?);
         *value = Some(block.clone());
         drop(value);
-        self.charge(shard, key, &slot, block.data.len());
+        self.charge(shard, key, &slot, block.data.capacity());
         Ok(block)
     }
 
@@ -183,7 +191,7 @@ mod tests {
 
     fn block(n: usize) -> Block {
         Block {
-            data: vec![7u8; n].into_boxed_slice(),
+            data: vec![7u8; n],
             next: 0,
         }
     }

@@ -293,7 +293,6 @@ fn serve(
     preload: bool,
     ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> anyhow::Result<i32> {
-    bound_heap();
     if preload {
         let t = std::time::Instant::now();
         let (blocks, bytes) = img.preload()?;
@@ -306,23 +305,6 @@ fn serve(
     mountfs::mount::serve(img, mountpoint, opts, ready)
         .with_context(|| format!("mounting at {}", mountpoint.display()))?;
     Ok(0)
-}
-
-/// Keeps the daemon's memory at the cache budget plus a few MiB.
-///
-/// The cache frees and allocates block-sized buffers (4 KiB to 1 MiB) all
-/// the time, from many threads. glibc's default raises its mmap threshold
-/// after the first frees, so later blocks come from per-thread heap arenas,
-/// whose freed space is fragmented and kept: after one cold read of the
-/// Linux tree with `--cache-size 256M`, the daemon's anonymous RSS was
-/// 416 MB. With a fixed 64 KiB threshold every block buffer is its own
-/// mapping, returned to the system when evicted: 270 MB for the same run
-/// (docs/BENCHMARKS.md). Called before any thread starts.
-fn bound_heap() {
-    // SAFETY: mallopt only adjusts allocator parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10);
-    }
 }
 
 pub fn umount(mp: &Path) -> anyhow::Result<i32> {

@@ -26,9 +26,11 @@ impl SquashFs {
                         "metadata block at {pos} is {stored} bytes, more than {METADATA_SIZE}"
                     )));
                 }
-                raw.to_vec()
+                let mut out = crate::buffers::take(stored);
+                out.extend_from_slice(raw);
+                out
             } else {
-                let mut out = Vec::new();
+                let mut out = crate::buffers::take(METADATA_SIZE + 1);
                 crate::codec::decompress(self.compressor, raw, &mut out, METADATA_SIZE).map_err(
                     |source| FsError::BadBlock {
                         what: format!("metadata block at offset {pos}"),
@@ -38,7 +40,7 @@ impl SquashFs {
                 out
             };
             Ok(Block {
-                data: data.into_boxed_slice(),
+                data,
                 next: pos + 2 + stored as u64,
             })
         })

@@ -249,9 +249,11 @@ impl SquashFs {
             self.src.will_need(pos, stored);
             let raw = self.src.slice(pos, stored)?;
             let data = if word & DATA_UNCOMPRESSED != 0 {
-                raw.to_vec()
+                let mut out = crate::buffers::take(stored);
+                out.extend_from_slice(raw);
+                out
             } else {
-                let mut out = Vec::new();
+                let mut out = crate::buffers::take(limit + 1);
                 crate::codec::decompress(self.compressor, raw, &mut out, limit).map_err(
                     |source| FsError::BadBlock {
                         what: format!("data block at offset {pos}"),
@@ -261,7 +263,7 @@ impl SquashFs {
                 out
             };
             Ok(Block {
-                data: data.into_boxed_slice(),
+                data,
                 next: pos + stored as u64,
             })
         })

@@ -317,10 +317,7 @@ impl ZipFs {
         self.cache.get_or_load(key(i, 0), || {
             let data = self.stream(i, n, data_off, None)?.next(n.size as usize)?;
             self.decoded.fetch_add(data.len() as u64, Ordering::Relaxed);
-            Ok(Block {
-                data: data.into_boxed_slice(),
-                next: 0,
-            })
+            Ok(Block { data, next: 0 })
         })
     }
 
@@ -383,12 +380,9 @@ impl ZipFs {
             if lead != 0 {
                 continue;
             }
-            let b = self.cache.get_or_load(key(h.node, j), || {
-                Ok::<_, FsError>(Block {
-                    data: data.into_boxed_slice(),
-                    next: 0,
-                })
-            })?;
+            let b = self
+                .cache
+                .get_or_load(key(h.node, j), || Ok::<_, FsError>(Block { data, next: 0 }))?;
             if j == k {
                 return Ok(Some(b));
             }
