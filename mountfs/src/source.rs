@@ -143,44 +143,6 @@ impl ImageSource for MmapSource {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sequential_hints_run_a_window_ahead_and_random_ones_do_not() {
-        let mut s = Streams::default();
-        // A new stream: just the range.
-        assert_eq!(s.hint(0, 100), (0, 100));
-        // A sequential reader of 128 KiB blocks over 64 MiB: the advice
-        // always covers at least half a window past the block, in few calls.
-        let (bs, mut frontier, mut calls) = (128u64 << 10, 100u64, 0);
-        let mut off = 100;
-        while off < 64 << 20 {
-            let (a, b) = s.hint(off, off + bs);
-            if a < b {
-                calls += 1;
-                assert!(a <= frontier.max(off), "gap before {a}");
-                frontier = frontier.max(b);
-            }
-            assert!(frontier >= off + bs + RA_WINDOW / 2, "behind at {off}");
-            off += bs;
-        }
-        assert!(
-            calls <= 2 + (64 << 20) / (RA_WINDOW / 2),
-            "{calls} madvise calls"
-        );
-        // A jump far away starts another stream, without readahead.
-        let far = 1u64 << 40;
-        assert_eq!(s.hint(far, far + 10), (far, far + 10));
-        // Random hints, each far from the others, are advised exactly.
-        for k in 1..20u64 {
-            let at = k * (100 << 20) + 7;
-            assert_eq!(s.hint(at, at + 5), (at, at + 5));
-        }
-    }
-}
-
 /// An image held in memory (tests, fuzzing).
 pub struct MemSource(pub Vec<u8>);
 
@@ -220,5 +182,43 @@ impl<S: ImageSource> ImageSource for CountingSource<S> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len as u64, Ordering::Relaxed);
         self.inner.slice(off, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequential_hints_run_a_window_ahead_and_random_ones_do_not() {
+        let mut s = Streams::default();
+        // A new stream: just the range.
+        assert_eq!(s.hint(0, 100), (0, 100));
+        // A sequential reader of 128 KiB blocks over 64 MiB: the advice
+        // always covers at least half a window past the block, in few calls.
+        let (bs, mut frontier, mut calls) = (128u64 << 10, 100u64, 0);
+        let mut off = 100;
+        while off < 64 << 20 {
+            let (a, b) = s.hint(off, off + bs);
+            if a < b {
+                calls += 1;
+                assert!(a <= frontier.max(off), "gap before {a}");
+                frontier = frontier.max(b);
+            }
+            assert!(frontier >= off + bs + RA_WINDOW / 2, "behind at {off}");
+            off += bs;
+        }
+        assert!(
+            calls <= 2 + (64 << 20) / (RA_WINDOW / 2),
+            "{calls} madvise calls"
+        );
+        // A jump far away starts another stream, without readahead.
+        let far = 1u64 << 40;
+        assert_eq!(s.hint(far, far + 10), (far, far + 10));
+        // Random hints, each far from the others, are advised exactly.
+        for k in 1..20u64 {
+            let at = k * (100 << 20) + 7;
+            assert_eq!(s.hint(at, at + 5), (at, at + 5));
+        }
     }
 }
