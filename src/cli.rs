@@ -104,9 +104,10 @@ pub enum Command {
         /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
         #[arg(long, value_parser = crate::size::parse_size)]
         cache_size: Option<u64>,
-        /// FUSE session threads: each reads requests from its own /dev/fuse clone and answers them.
-        #[arg(short = 'j', long, default_value_t = 8)]
-        threads: usize,
+        /// FUSE session threads, each reading requests from its own /dev/fuse clone and
+        /// answering them (default: twice the cores, 4 to 16).
+        #[arg(short = 'j', long)]
+        threads: Option<usize>,
         /// Stay in the foreground (logs on stderr) instead of daemonising.
         #[arg(short, long)]
         foreground: bool,

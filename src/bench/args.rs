@@ -114,9 +114,9 @@ pub struct BenchArgs {
     /// Skip checking that the raw tree and the image hold the same files.
     #[arg(long)]
     pub no_verify: bool,
-    /// FUSE worker threads of packfs's own mount.
-    #[arg(long, default_value_t = 8)]
-    pub mount_threads: usize,
+    /// FUSE session threads of packfs's own mount (default: as `packfs mount`).
+    #[arg(long)]
+    pub mount_threads: Option<usize>,
     /// Block cache of packfs's own mount (default: as `packfs mount`).
     #[arg(long, value_parser = crate::size::parse_size)]
     pub cache_size: Option<u64>,

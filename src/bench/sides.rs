@@ -88,8 +88,16 @@ pub struct OwnMount {
 }
 
 impl OwnMount {
-    pub fn new(image: &Path, threads: usize, cache_size: Option<u64>) -> anyhow::Result<Self> {
-        let mut args = vec!["-j".to_string(), threads.to_string()];
+    pub fn new(
+        image: &Path,
+        threads: Option<usize>,
+        cache_size: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let mut args = Vec::new();
+        if let Some(t) = threads {
+            args.push("-j".to_string());
+            args.push(t.to_string());
+        }
         if let Some(c) = cache_size {
             args.push("--cache-size".into());
             args.push(c.to_string());

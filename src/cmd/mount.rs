@@ -87,7 +87,7 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
     let img = AnyImage::open(&image, cache)?;
     let abs = std::fs::canonicalize(&image).unwrap_or(image.clone());
     let opts = ServeOptions {
-        threads,
+        threads: threads.unwrap_or_else(super::default_session_threads),
         allow_other,
         options,
         fsname: fsname.unwrap_or_else(|| format!("packfs:{}", abs.display())),
