@@ -227,4 +227,18 @@ fn stepping_to_the_next_fragment_decodes_the_following_ones() {
         read(&fs, &n, i);
     }
     assert_eq!(settle(&fs, base + 4, 0.3), base + 3);
+
+    // A second sequential reader lower in the image gets its own window,
+    // whatever the first one was handed (regression: a global high-water
+    // mark starved it).
+    let fs = open();
+    let n = nodes(&fs);
+    read(&fs, &n, 16 * 10);
+    let base = misses(&fs);
+    read(&fs, &n, 16 * 11); // 11 on demand, window 12..=19 in the background
+    assert_eq!(settle(&fs, base + 9, 10.0), base + 9);
+    let base = base + 9;
+    read(&fs, &n, 16 * 2);
+    read(&fs, &n, 16 * 3); // 2 and 3 on demand, 4..=9 decoded ahead (10, 11 cached)
+    assert_eq!(settle(&fs, base + 8, 10.0), base + 8);
 }

@@ -167,7 +167,8 @@ pub struct PackFs<I: Image> {
     pub readahead: u64,
     prefetch_pool: Option<crate::pool::Pool>,
     /// Image-order readahead state (see [`PackFs::follow_units`]): the shared
-    /// unit of the last file read, and the highest unit handed to the pool.
+    /// unit of the last file read, and the end of the last window handed to
+    /// the pool.
     last_unit: AtomicU64,
     units_prefetched: AtomicU64,
     pub counters: FsCounters,
@@ -313,11 +314,15 @@ impl<I: Image> PackFs<I> {
         }
         let window = (self.readahead / self.image.block_size().max(1) as u64).clamp(2, 16);
         let upto = unit + window;
-        let from = self
-            .units_prefetched
-            .fetch_max(upto, Ordering::Relaxed)
-            .max(unit)
-            + 1;
+        // Skip what the previous step already handed out, but only when that
+        // window overlaps this one: a reader starting again lower in the
+        // image (a second stream, a new epoch) gets its own window.
+        let handed = self.units_prefetched.swap(upto, Ordering::Relaxed);
+        let from = if (unit..upto).contains(&handed) {
+            handed + 1
+        } else {
+            unit + 1
+        };
         for u in from..=upto {
             let image = self.image.clone();
             pool.spawn(move || image.prefetch_unit(u));
