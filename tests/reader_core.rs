@@ -242,3 +242,50 @@ fn stepping_to_the_next_fragment_decodes_the_following_ones() {
     read(&fs, &n, 16 * 3); // 2 and 3 on demand, 4..=9 decoded ahead (10, 11 cached)
     assert_eq!(settle(&fs, base + 8, 10.0), base + 8);
 }
+
+/// A file's first read schedules its next blocks in the background (a whole
+/// file is what datasets and imports read); a read that is not the start
+/// and does not continue the last one does not.
+#[test]
+fn first_read_of_a_file_decodes_its_next_blocks_ahead() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("big"), bytes(1, 16 << 17, true)).unwrap(); // 16 blocks
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let open = || {
+        let sq = SquashFs::open(
+            Box::new(MemSource(std::fs::read(&img).unwrap())),
+            Arc::new(BlockCache::new(64 << 20)),
+        )
+        .unwrap();
+        PackFs::new(sq, 512 << 10, 1) // 4 blocks of readahead
+    };
+    let wait_for = |fs: &PackFs<SquashFs>, want: u64, secs: f64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+        while fs.image.cache().stats().misses < want && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        fs.image.cache().stats().misses
+    };
+    let data = bytes(1, 16 << 17, true);
+
+    let fs = open();
+    let node = fs.resolve(b"big").unwrap().node;
+    let base = fs.image.cache().stats().misses;
+    assert_eq!(fs.read(node, 0, 128 << 10).unwrap(), data[..128 << 10]);
+    // Block 0 on demand, blocks 1..=4 in the background.
+    assert_eq!(wait_for(&fs, base + 5, 10.0), base + 5);
+
+    let fs = open();
+    let node = fs.resolve(b"big").unwrap().node;
+    let base = fs.image.cache().stats().misses;
+    let at = 8u64 << 17;
+    assert_eq!(
+        fs.read(node, at, 128 << 10).unwrap(),
+        data[at as usize..(at as usize) + (128 << 10)]
+    );
+    assert_eq!(wait_for(&fs, base + 2, 0.3), base + 1);
+}
