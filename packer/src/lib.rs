@@ -11,6 +11,8 @@ mod io;
 mod metadata;
 mod output;
 mod squashfs;
+#[cfg(test)]
+mod test_data;
 mod walk;
 mod xattrs;
 mod zip;

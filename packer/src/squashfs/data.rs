@@ -688,6 +688,7 @@ impl<'scope> Writer<'_, '_, '_, 'scope> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_data::noise;
     use crate::walk;
     use std::fs;
 
@@ -712,26 +713,14 @@ mod tests {
         &out.locs[tree.nodes[node as usize].inode as usize]
     }
 
-    fn noisy(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-
     #[test]
     fn duplicates_share_blocks_and_fragments() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path();
-        let big = noisy(3 * 4096 + 100, 1);
+        let big = noise(3 * 4096 + 100, 1);
         fs::write(src.join("big1"), &big).unwrap();
         fs::write(src.join("big2"), &big).unwrap();
-        fs::write(src.join("other"), noisy(3 * 4096 + 100, 2)).unwrap();
+        fs::write(src.join("other"), noise(3 * 4096 + 100, 2)).unwrap();
         fs::write(src.join("small1"), b"same small").unwrap();
         fs::write(src.join("small2"), b"same small").unwrap();
         fs::write(src.join("small3"), b"different").unwrap();
@@ -775,7 +764,7 @@ mod tests {
     fn files_differing_only_in_the_tail_share_their_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path();
-        let body = noisy(2 * 4096, 5);
+        let body = noise(2 * 4096, 5);
         fs::write(src.join("a"), [&body[..], b"tail one"].concat()).unwrap();
         fs::write(src.join("b"), [&body[..], b"tail two!"].concat()).unwrap();
         let opts = PackOptions {
@@ -799,7 +788,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path();
         let mut d = vec![0u8; 2 * 4096];
-        d.extend(noisy(4096 + 10, 3));
+        d.extend(noise(4096 + 10, 3));
         fs::write(src.join("f"), &d).unwrap();
         let opts = PackOptions {
             block_size: 4096,
@@ -833,9 +822,9 @@ mod tests {
             zero_hash: blake3::hash(&[]),
         };
         let check = |d: &[u8]| looks_incompressible(d, block_entropy(&ctx, d)).unwrap();
-        assert!(check(&noisy(131072, 9)));
+        assert!(check(&noise(131072, 9)));
         // Noise repeated: byte entropy is still ~8 bits but LZ finds the repeat.
-        let half = noisy(65536, 9);
+        let half = noise(65536, 9);
         assert!(!check(&[half.clone(), half].concat()));
         let text: Vec<u8> = (0..131072u32)
             .map(|i| b"abcdefgh"[(i % 8) as usize])
@@ -858,7 +847,7 @@ mod tests {
             .collect();
         // Noise over 240 byte values: entropy ~7.91, above the fast-level
         // threshold, yet entropy coding still saves ~1%.
-        let skewed: Vec<u8> = noisy(4 * 131072, 4)
+        let skewed: Vec<u8> = noise(4 * 131072, 4)
             .into_iter()
             .filter(|&b| b < 240)
             .take(131072)
@@ -874,7 +863,7 @@ mod tests {
             assert!(back == data);
         }
         // Pure noise is stored raw.
-        let (out, compressed) = compress_block(&ctx, noisy(131072, 8)).unwrap();
+        let (out, compressed) = compress_block(&ctx, noise(131072, 8)).unwrap();
         assert!(!compressed && out.len() == 131072);
     }
 }

@@ -245,19 +245,8 @@ pub fn compress_segment(codec: Codec, data: &[u8], last: bool) -> io::Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_data::noise;
     use std::io::Read;
-
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
 
     fn text(n: usize) -> Vec<u8> {
         let words = ["alpha ", "beta ", "gamma\n", "delta ", "epsilon "];
