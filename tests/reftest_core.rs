@@ -204,7 +204,7 @@ fn step(
             fs.readdir(a.node, list[k].cookie, &mut |e| {
                 rest.push(e.name);
                 // A small reply buffer now and then: stop early.
-                rest.len() < 3 || rng_stop(&rest)
+                rest.len() < 3 || stop_every_fifth(&rest)
             })
             .map_err(|e| format!("readdir {} from {k}: {e}", m.path.display()))?;
             let tail = &names[k + 1..];
@@ -297,7 +297,7 @@ fn step(
 }
 
 /// Deterministic early stop for readdir sinks (every fifth entry count).
-fn rng_stop(rest: &[Vec<u8>]) -> bool {
+fn stop_every_fifth(rest: &[Vec<u8>]) -> bool {
     !rest.len().is_multiple_of(5)
 }
 
