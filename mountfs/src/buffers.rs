@@ -23,15 +23,23 @@ pub const POOL_BYTES: usize = 16 << 20;
 /// Buffers smaller than this (metadata blocks are 8 KiB) are not worth it.
 const MIN_KEPT: usize = 4096;
 
+/// Size classes: class `k` holds buffers whose capacity is in
+/// `[2^k, 2^(k+1))`, so finding one is a look at two classes, not a scan.
+const CLASSES: usize = usize::BITS as usize;
+
 struct Pool {
-    bufs: Vec<Vec<u8>>,
+    classes: [Vec<Vec<u8>>; CLASSES],
     bytes: usize,
 }
 
 static POOL: Mutex<Pool> = Mutex::new(Pool {
-    bufs: Vec::new(),
+    classes: [const { Vec::new() }; CLASSES],
     bytes: 0,
 });
+
+fn class(capacity: usize) -> usize {
+    capacity.max(1).ilog2() as usize
+}
 
 fn pool() -> std::sync::MutexGuard<'static, Pool> {
     // The pool is consistent after every statement; a panic elsewhere
@@ -40,14 +48,19 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
 }
 
 /// An empty buffer with room for at least `capacity` bytes: a recycled one
-/// of up to twice that size when there is one, else a new one.
+/// of less than four times that size when there is one, else a new one.
 pub fn take(capacity: usize) -> Vec<u8> {
     {
         let mut p = pool();
-        let fits =
-            |b: &Vec<u8>| b.capacity() >= capacity && b.capacity() <= capacity.max(MIN_KEPT) * 2;
-        if let Some(i) = p.bufs.iter().rposition(fits) {
-            let b = p.bufs.swap_remove(i);
+        let k = class(capacity);
+        // In its own class a buffer may still be too small; one class up,
+        // every buffer fits.
+        let found = match p.classes[k].iter().rposition(|b| b.capacity() >= capacity) {
+            Some(i) => Some(p.classes[k].swap_remove(i)),
+            None if k + 1 < CLASSES => p.classes[k + 1].pop(),
+            None => None,
+        };
+        if let Some(b) = found {
             p.bytes -= b.capacity();
             return b;
         }
@@ -65,7 +78,7 @@ pub fn recycle(mut buf: Vec<u8>) {
     let mut p = pool();
     if p.bytes + cap <= POOL_BYTES {
         p.bytes += cap;
-        p.bufs.push(buf);
+        p.classes[class(cap)].push(buf);
     }
 }
 
