@@ -13,10 +13,10 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use mountfs::cache::{Block, BlockCache};
-use mountfs::codec::{decompress, Encoder};
 use mountfs::fs::{PackFs, ROOT};
 use mountfs::mount::AnyImage;
-use mountfs::squashfs::format::Compressor;
+use packfs_format::codec::Compressor;
+use packfs_format::codec::{decompress, Encoder};
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,8 @@
 //! edge (`FsError::errno`); the CLI prints the `Display` form, which names the
 //! image and what is wrong with it.
 
-use crate::codec::CodecError;
+use packfs_format::codec::CodecError;
+use packfs_format::FormatError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -37,6 +38,14 @@ pub enum FsError {
     NoXattr,
     #[error("invalid argument: {0}")]
     Invalid(String),
+}
+
+/// A record that does not decode is structural damage: EIO, and the message
+/// says what was wrong.
+impl From<FormatError> for FsError {
+    fn from(e: FormatError) -> Self {
+        FsError::Corrupt(e.to_string())
+    }
 }
 
 impl FsError {

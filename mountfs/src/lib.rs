@@ -1,7 +1,6 @@
 //! packfs read side: image readers, the byte-budgeted block cache and the FUSE adapter.
 pub mod buffers;
 pub mod cache;
-pub mod codec;
 pub mod error;
 pub mod fs;
 pub mod fuse;

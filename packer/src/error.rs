@@ -1,7 +1,7 @@
 //! The crate's single error type. Every variant names the path it concerns so
 //! the CLI can print it as is.
 
-use mountfs::codec::CodecError;
+use packfs_format::codec::CodecError;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]

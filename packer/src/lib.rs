@@ -18,7 +18,7 @@ mod xattrs;
 mod zip;
 
 pub use error::PackError;
-pub use mountfs::squashfs::format::Compressor;
+pub use packfs_format::codec::Compressor;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ pub trait Progress: Send + Sync {
 
 pub struct PackOptions {
     pub compressor: Compressor,
-    /// `None` = the codec's default level (see `mountfs::codec::Encoder::new`).
+    /// `None` = the codec's default level (see `packfs_format::codec::Encoder::new`).
     pub level: Option<i32>,
     /// Power of two, 4096..=1048576.
     pub block_size: u32,

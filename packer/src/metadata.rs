@@ -1,8 +1,9 @@
 //! Metadata block writer: the 8 KiB-payload blocks that hold inodes,
 //! directory listings and the lookup tables.
 
-use mountfs::codec::{CodecError, Encoder};
-use mountfs::squashfs::format::{METADATA_SIZE, METADATA_UNCOMPRESSED};
+use packfs_format::codec::{CodecError, Encoder};
+use packfs_format::squashfs::metadata::MetaHeader;
+use packfs_format::squashfs::METADATA_SIZE;
 
 /// Accumulates a metadata area in memory.
 ///
@@ -52,15 +53,14 @@ impl MetadataWriter {
 
     fn flush_block(&mut self) -> Result<(), CodecError> {
         self.block_starts.push(self.out.len() as u64);
-        if self.enc.compress(&self.buf, &mut self.scratch)? {
-            self.out
-                .extend_from_slice(&(self.scratch.len() as u16).to_le_bytes());
-            self.out.extend_from_slice(&self.scratch);
-        } else {
-            let word = self.buf.len() as u16 | METADATA_UNCOMPRESSED;
-            self.out.extend_from_slice(&word.to_le_bytes());
-            self.out.extend_from_slice(&self.buf);
-        }
+        let compressed = self.enc.compress(&self.buf, &mut self.scratch)?;
+        let payload = if compressed { &self.scratch } else { &self.buf };
+        let header = MetaHeader {
+            stored_len: payload.len() as u16,
+            compressed,
+        };
+        self.out.extend_from_slice(&header.encode());
+        self.out.extend_from_slice(payload);
         self.buf.clear();
         Ok(())
     }
@@ -78,8 +78,9 @@ impl MetadataWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mountfs::codec::decompress;
-    use mountfs::squashfs::format::Compressor;
+    use packfs_format::codec::decompress;
+    use packfs_format::codec::Compressor;
+    use packfs_format::squashfs::METADATA_UNCOMPRESSED;
 
     fn read_all(area: &[u8]) -> Vec<u8> {
         let mut pos = 0;

@@ -1,7 +1,7 @@
 //! Reading extended attributes from the source tree (without following
 //! symlinks) and deduplicating identical sets.
 
-use mountfs::squashfs::format::{XATTR_SECURITY, XATTR_TRUSTED, XATTR_USER};
+use packfs_format::squashfs::xattr::{prefix, split_name};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
@@ -19,29 +19,9 @@ pub struct Xattr {
 impl Xattr {
     /// Length of "prefix.name" — what listxattr reports.
     pub fn full_name_len(&self) -> usize {
-        prefix(self.kind).len() + self.name.len()
+        // `kind` comes from `split_name`, so its prefix is always known.
+        prefix(self.kind).map_or(0, <[u8]>::len) + self.name.len()
     }
-}
-
-pub fn prefix(kind: u16) -> &'static str {
-    match kind {
-        XATTR_USER => "user.",
-        XATTR_TRUSTED => "trusted.",
-        _ => "security.",
-    }
-}
-
-fn split_name(full: &[u8]) -> Option<(u16, &[u8])> {
-    for (kind, p) in [
-        (XATTR_USER, "user."),
-        (XATTR_TRUSTED, "trusted."),
-        (XATTR_SECURITY, "security."),
-    ] {
-        if let Some(rest) = full.strip_prefix(p.as_bytes()) {
-            return Some((kind, rest));
-        }
-    }
-    None
 }
 
 fn cpath(path: &Path) -> io::Result<CString> {
@@ -140,6 +120,7 @@ impl XattrSets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use packfs_format::squashfs::{XATTR_SECURITY, XATTR_USER};
 
     #[test]
     fn identical_sets_are_stored_once() {

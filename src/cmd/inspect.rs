@@ -29,7 +29,7 @@ pub fn info(image: &Path) -> anyhow::Result<i32> {
     let len = std::fs::metadata(image)?.len();
     match &img {
         AnyImage::SquashFs(s) => {
-            use mountfs::squashfs::format::*;
+            use packfs_format::squashfs::*;
             let sb = &s.sb;
             let flag = |f: u16, name: &'static str| sb.has_flag(f).then_some(name);
             let flags: Vec<&str> = [
@@ -51,7 +51,7 @@ pub fn info(image: &Path) -> anyhow::Result<i32> {
                 "format:       SquashFS {}.{}",
                 sb.version_major, sb.version_minor
             );
-            println!("compression:  {}", s.compressor.name());
+            println!("compression:  {}", s.compressor().name());
             println!("block size:   {}", human(sb.block_size as u64));
             println!(
                 "size:         {} ({} bytes used, file {} bytes)",
@@ -180,7 +180,7 @@ fn print_entry(
     }
     let size = match a.kind {
         FileKind::BlockDevice | FileKind::CharDevice => {
-            let (ma, mi) = mountfs::squashfs::format::decode_dev(a.rdev);
+            let (ma, mi) = packfs_format::squashfs::inode::decode_dev(a.rdev);
             format!("{ma}, {mi}")
         }
         _ => a.size.to_string(),
@@ -356,7 +356,7 @@ pub fn extract(image: &Path, path: &str, output: &Path) -> anyhow::Result<i32> {
                         log::warn!("{}: socket not extracted", p.display());
                         continue;
                     }
-                    let (ma, mi) = mountfs::squashfs::format::decode_dev(attr.rdev);
+                    let (ma, mi) = packfs_format::squashfs::inode::decode_dev(attr.rdev);
                     let c = cstr(&p)?;
                     // SAFETY: valid path; mknod has no memory preconditions.
                     let rc = unsafe {

@@ -98,7 +98,7 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     if let Some(l) = level {
         let (lo, hi) = match (fmt, compressor) {
             (OutFormat::Zip, Compressor::Gzip) => (0, 9),
-            _ => mountfs::codec::Encoder::level_range(compressor),
+            _ => packfs_format::codec::Encoder::level_range(compressor),
         };
         if !(lo..=hi).contains(&l) {
             bail!("--level {l}: {} accepts {lo}..={hi}", compressor.name());

@@ -1,18 +1,21 @@
 //! Directory listings: iteration from a resumable position, and lookup by
 //! name that uses the directory index to skip to the right metadata block.
 //!
-//! A listing is a sequence of headers `{u32 count-1, u32 inode block, u32
-//! inode number base}` each followed by up to 256 entries `{u16 inode offset,
-//! i16 inode number delta, u16 basic type, u16 name length-1, name}`, sorted
-//! by name. A position in a listing is [`DirPos`]: the byte offset of a header
-//! and the index of an entry under it. Positions are what readdir cookies
-//! encode, so resuming a listing costs one seek, not a rescan from the start.
+//! The records (headers, entries, index entries) are decoded by
+//! `packfs_format::squashfs::{dir, inode}`; this module walks them. A
+//! position in a listing is [`DirPos`]: the byte offset of a header and the
+//! index of an entry under it. Positions are what readdir cookies encode, so
+//! resuming a listing costs one seek, not a rescan from the start.
 
-use super::format::*;
+use super::blocks::Blocks;
 use super::inode::DirInode;
 use super::meta::MetaCursor;
-use super::reader::SquashFs;
 use crate::error::{FsError, Result};
+use packfs_format::bytes::Input;
+use packfs_format::squashfs::dir::{DirEntry, DirHeader};
+use packfs_format::squashfs::inode::DirIndex;
+use packfs_format::squashfs::metadata::make_ref;
+use packfs_format::squashfs::{MAX_NAME_LEN, METADATA_SIZE};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirPos {
@@ -91,16 +94,24 @@ impl CurEntry {
     }
 }
 
-impl SquashFs {
-    fn listing_len(d: &DirInode) -> u32 {
-        d.size.saturating_sub(3)
-    }
+/// The directory table of an image: where listings are read from.
+#[derive(Clone, Copy)]
+pub struct Listings<'a> {
+    pub blocks: &'a Blocks,
+    /// Absolute position of the directory table.
+    pub start: u64,
+}
 
+fn listing_len(d: &DirInode) -> u32 {
+    d.size.saturating_sub(3)
+}
+
+impl<'a> Listings<'a> {
     /// Iterates `dir` from `from` (use `DirPos::default()` for the start).
-    pub fn read_dir(&self, d: &DirInode, from: DirPos) -> Result<DirIter<'_>> {
-        let len = Self::listing_len(d);
+    pub fn read_dir(&self, d: &DirInode, from: DirPos) -> Result<DirIter<'a>> {
+        let len = listing_len(d);
         let (block, off, pos) = self.seek_index(d, |idx_pos, _| idx_pos <= from.header)?;
-        let mut c = self.meta_cursor(self.sb.directory_table_start + block, off)?;
+        let mut c = MetaCursor::new(self.blocks, self.start + block, off)?;
         let target = from.header.min(len);
         if target < pos {
             return Err(FsError::corrupt(
@@ -132,10 +143,10 @@ impl SquashFs {
     }
 
     /// Finds `name` in `dir`, using the directory index when there is one.
-    pub fn lookup_raw(&self, d: &DirInode, name: &[u8]) -> Result<Option<RawDirEntry>> {
-        let len = Self::listing_len(d);
+    pub fn lookup(&self, d: &DirInode, name: &[u8]) -> Result<Option<RawDirEntry>> {
+        let len = listing_len(d);
         let (block, off, pos) = self.seek_index(d, |_, idx_name| idx_name <= name)?;
-        let c = self.meta_cursor(self.sb.directory_table_start + block, off)?;
+        let c = MetaCursor::new(self.blocks, self.start + block, off)?;
         let mut it = DirIter {
             c,
             pos,
@@ -171,21 +182,16 @@ impl SquashFs {
     ) -> Result<(u64, usize, u32)> {
         let mut best = (d.block as u64, d.offset as usize, 0u32);
         if let Some((ipos, ioff)) = d.index_at {
-            let mut c = self.meta_cursor(ipos, ioff)?;
+            let mut c = MetaCursor::new(self.blocks, ipos, ioff)?;
             let mut name = [0u8; MAX_NAME_LEN];
             for _ in 0..d.index_count {
-                let index = c.u32()?;
-                let start = c.u32()?;
-                let size = c.u32()? as usize + 1;
-                if size > MAX_NAME_LEN {
-                    return Err(FsError::corrupt("directory index name too long"));
-                }
-                c.read_into(&mut name[..size])?;
-                if !take(index, &name[..size]) {
+                let e = DirIndex::decode(&mut c)?;
+                c.read_into(&mut name[..e.name_len])?;
+                if !take(e.index, &name[..e.name_len]) {
                     break;
                 }
-                let off = (d.offset as usize + index as usize) % METADATA_SIZE;
-                best = (start as u64, off, index);
+                let off = (d.offset as usize + e.index as usize) % METADATA_SIZE;
+                best = (e.start_block as u64, off, e.index);
             }
         }
         Ok(best)
@@ -194,35 +200,29 @@ impl SquashFs {
 
 impl DirIter<'_> {
     fn read_header(&mut self) -> Result<()> {
-        if self.len - self.pos < DIR_HEADER_SIZE as u32 {
+        if self.len - self.pos < DirHeader::SIZE as u32 {
             return Err(FsError::corrupt("directory listing ends inside a header"));
         }
         self.header_pos = self.pos;
-        let count = self.c.u32()? + 1;
-        self.start_block = self.c.u32()?;
-        self.base = self.c.u32()?;
-        if count as usize > DIR_HEADER_MAX_ENTRIES {
-            return Err(FsError::corrupt(format!(
-                "directory header claims {count} entries (at most 256)"
-            )));
-        }
-        self.remaining = count;
+        let h = DirHeader::decode(&mut self.c)?;
+        self.start_block = h.start_block;
+        self.base = h.inode_number;
+        self.remaining = h.count;
         self.index = 0;
-        self.pos += DIR_HEADER_SIZE as u32;
+        self.pos += DirHeader::SIZE as u32;
         Ok(())
     }
 
     /// Reads the next entry of the current header into `self.cur`.
     fn read_entry(&mut self) -> Result<()> {
-        if self.len - self.pos < DIR_ENTRY_SIZE as u32 {
+        if self.len - self.pos < DirEntry::SIZE as u32 {
             return Err(FsError::corrupt("directory listing ends inside an entry"));
         }
-        let offset = self.c.u16()?;
-        let delta = self.c.i16()?;
-        let kind = self.c.u16()?;
-        let name_len = self.c.u16()? as u32 + 1;
+        let e = DirEntry::decode(&mut self.c)?;
+        let (offset, delta, kind) = (e.offset, e.inode_delta, e.inode_type);
+        let name_len = e.name_len as u32;
         if name_len as usize > MAX_NAME_LEN
-            || self.len - self.pos - (DIR_ENTRY_SIZE as u32) < name_len
+            || self.len - self.pos - (DirEntry::SIZE as u32) < name_len
         {
             return Err(FsError::corrupt(
                 "directory entry name runs past the listing",
@@ -230,7 +230,7 @@ impl DirIter<'_> {
         }
         self.c.read_into(&mut self.cur.name[..name_len as usize])?;
         self.cur.name_len = name_len as usize;
-        self.pos += DIR_ENTRY_SIZE as u32 + name_len;
+        self.pos += DirEntry::SIZE as u32 + name_len;
         self.remaining -= 1;
         self.index += 1;
         self.cur.next = if self.remaining > 0 {

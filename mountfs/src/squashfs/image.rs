@@ -4,11 +4,11 @@
 //! kernel may forget and re-look-up nodes freely.
 
 use super::dir::DirPos;
-use super::format::*;
 use super::inode::{Inode, InodeKind};
 use super::reader::{OpenFile, SquashFs};
 use crate::error::{FsError, Result};
 use crate::fs::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use packfs_format::squashfs::*;
 
 impl SquashFs {
     fn node_of(&self, inode_ref: u64) -> NodeId {

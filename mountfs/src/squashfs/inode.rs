@@ -1,22 +1,16 @@
-//! Decoding inodes from the inode table.
-//!
-//! Every inode starts with a 16-byte header (type, permissions, uid index,
-//! gid index, mtime, inode number) followed by a type-specific body:
-//!
-//! | type | body |
-//! |---|---|
-//! | 1 dir | u32 block, u32 nlink, u16 size, u16 offset, u32 parent |
-//! | 8 ext dir | u32 nlink, u32 size, u32 block, u32 parent, u16 index count, u16 offset, u32 xattr, index entries |
-//! | 2 file | u32 blocks start, u32 fragment, u32 fragment offset, u32 size, u32 block sizes[] |
-//! | 9 ext file | u64 blocks start, u64 size, u64 sparse, u32 nlink, u32 fragment, u32 fragment offset, u32 xattr, u32 block sizes[] |
-//! | 3/10 symlink | u32 nlink, u32 target size, target, (ext: u32 xattr) |
-//! | 4,5/11,12 device | u32 nlink, u32 device, (ext: u32 xattr) |
-//! | 6,7/13,14 fifo, socket | u32 nlink, (ext: u32 xattr) |
+//! Inodes as the reader uses them: the on-disk record (decoded by
+//! `packfs_format::squashfs::inode`) with uid and gid resolved through the
+//! id table and the position of the trailing lists (a file's block sizes, a
+//! directory's index) remembered for later.
 
-use super::format::*;
+use super::blocks::Blocks;
 use super::meta::MetaCursor;
-use super::reader::SquashFs;
+use super::tables::Tables;
 use crate::error::{FsError, Result};
+use packfs_format::bytes::Input;
+use packfs_format::squashfs::inode::{InodeBody, InodeHeader};
+use packfs_format::squashfs::metadata::{block_count, split_ref};
+use packfs_format::squashfs::{Superblock, INVALID_FRAG, INVALID_XATTR};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
@@ -101,169 +95,152 @@ impl Inode {
     }
 }
 
-impl SquashFs {
-    /// Decodes the inode at `inode_ref`. With `with_blocks`, a regular file's
-    /// block size list is loaded too (needed to read it, not to stat it).
-    pub fn inode(&self, inode_ref: u64, with_blocks: bool) -> Result<Inode> {
-        let (block, offset) = split_ref(inode_ref);
-        let pos = self.sb.inode_table_start + block;
-        if pos >= self.sb.directory_table_start {
-            return Err(FsError::corrupt(format!(
-                "inode reference {inode_ref:#x} points outside the inode table"
-            )));
-        }
-        let mut c = self.meta_cursor(pos, offset)?;
-        self.decode_inode(&mut c, inode_ref, with_blocks)
-    }
+/// What decoding an inode needs besides the metadata cursor.
+pub struct InodeContext<'a> {
+    pub sb: &'a Superblock,
+    pub tables: &'a Tables,
+    /// Image length, which bounds how many block size words a file can have.
+    pub image_len: u64,
+}
 
-    pub(crate) fn decode_inode(
-        &self,
-        c: &mut MetaCursor<'_>,
-        inode_ref: u64,
-        with_blocks: bool,
-    ) -> Result<Inode> {
-        let ty = c.u16()?;
-        let perm = c.u16()? & 0o7777;
-        let uid = self.id(c.u16()?)?;
-        let gid = self.id(c.u16()?)?;
-        let mtime = c.u32()?;
-        let number = c.u32()?;
-        let mut nlink = 1;
-        let mut xattr = INVALID_XATTR;
-        let kind = match ty {
-            INODE_BASIC_DIR => {
-                let block = c.u32()?;
-                nlink = c.u32()?;
-                let size = c.u16()? as u32;
-                let offset = c.u16()?;
-                let parent = c.u32()?;
-                InodeKind::Dir(DirInode {
-                    block,
-                    offset,
-                    size,
-                    parent,
-                    index_count: 0,
-                    index_at: None,
-                })
-            }
-            INODE_EXT_DIR => {
-                nlink = c.u32()?;
-                let size = c.u32()?;
-                let block = c.u32()?;
-                let parent = c.u32()?;
-                let index_count = c.u16()?;
-                let offset = c.u16()?;
-                xattr = c.u32()?;
-                InodeKind::Dir(DirInode {
-                    block,
-                    offset,
-                    size,
-                    parent,
-                    index_count,
-                    index_at: (index_count > 0).then_some((c.pos, c.off)),
-                })
-            }
-            INODE_BASIC_FILE | INODE_EXT_FILE => {
-                let (blocks_start, size, fragment, fragment_offset);
-                if ty == INODE_BASIC_FILE {
-                    blocks_start = c.u32()? as u64;
-                    fragment = c.u32()?;
-                    fragment_offset = c.u32()?;
-                    size = c.u32()? as u64;
-                } else {
-                    blocks_start = c.u64()?;
-                    size = c.u64()?;
-                    let _sparse = c.u64()?;
-                    nlink = c.u32()?;
-                    fragment = c.u32()?;
-                    fragment_offset = c.u32()?;
-                    xattr = c.u32()?;
-                }
-                let mut f = FileInode {
-                    blocks_start,
-                    size,
-                    fragment,
-                    fragment_offset,
+/// Decodes the inode at `inode_ref`. With `with_blocks`, a regular file's
+/// block size list is loaded too (needed to read it, not to stat it).
+pub fn read_inode(
+    blocks: &Blocks,
+    cx: &InodeContext<'_>,
+    inode_ref: u64,
+    with_blocks: bool,
+) -> Result<Inode> {
+    let (block, offset) = split_ref(inode_ref);
+    let pos = cx.sb.inode_table_start + block;
+    if pos >= cx.sb.directory_table_start {
+        return Err(FsError::corrupt(format!(
+            "inode reference {inode_ref:#x} points outside the inode table"
+        )));
+    }
+    let mut c = MetaCursor::new(blocks, pos, offset)?;
+    decode_inode(&mut c, cx, inode_ref, with_blocks)
+}
+
+/// Decodes the inode under the cursor (which ends just past it when
+/// `with_blocks` is set, so the inode table can be walked in order).
+pub fn decode_inode(
+    c: &mut MetaCursor<'_>,
+    cx: &InodeContext<'_>,
+    inode_ref: u64,
+    with_blocks: bool,
+) -> Result<Inode> {
+    let h = InodeHeader::decode(c)?;
+    let uid = cx.tables.id(h.uid_idx)?;
+    let gid = cx.tables.id(h.gid_idx)?;
+    let body = InodeBody::decode(c, h.inode_type, h.inode_number)?;
+    let mut nlink = 1;
+    let mut xattr = INVALID_XATTR;
+    let kind = match body {
+        InodeBody::BasicDir(d) => {
+            nlink = d.nlink;
+            InodeKind::Dir(DirInode {
+                block: d.block,
+                offset: d.offset,
+                size: d.size as u32,
+                parent: d.parent,
+                index_count: 0,
+                index_at: None,
+            })
+        }
+        InodeBody::ExtDir(d) => {
+            nlink = d.nlink;
+            xattr = d.xattr;
+            InodeKind::Dir(DirInode {
+                block: d.block,
+                offset: d.offset,
+                size: d.size,
+                parent: d.parent,
+                index_count: d.index_count,
+                index_at: (d.index_count > 0).then_some((c.pos, c.off)),
+            })
+        }
+        InodeBody::BasicFile(_) | InodeBody::ExtFile(_) => {
+            let mut f = match body {
+                InodeBody::BasicFile(b) => FileInode {
+                    blocks_start: b.blocks_start as u64,
+                    size: b.size as u64,
+                    fragment: b.fragment,
+                    fragment_offset: b.fragment_offset,
                     block_sizes: Vec::new(),
                     sizes_at: (c.pos, c.off),
-                };
-                let n = self.full_block_count(&f)?;
-                if with_blocks {
-                    let raw = c.bytes(n * 4)?;
-                    f.block_sizes = raw
-                        .chunks_exact(4)
-                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect();
+                },
+                InodeBody::ExtFile(e) => {
+                    nlink = e.nlink;
+                    xattr = e.xattr;
+                    FileInode {
+                        blocks_start: e.blocks_start,
+                        size: e.size,
+                        fragment: e.fragment,
+                        fragment_offset: e.fragment_offset,
+                        block_sizes: Vec::new(),
+                        sizes_at: (c.pos, c.off),
+                    }
                 }
-                InodeKind::File(f)
+                _ => unreachable!("matched a file body above"),
+            };
+            let n = full_block_count(cx, &f)?;
+            if with_blocks {
+                let raw = c.bytes(n * 4)?;
+                f.block_sizes = raw
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
             }
-            INODE_BASIC_SYMLINK | INODE_EXT_SYMLINK => {
-                nlink = c.u32()?;
-                let len = c.u32()? as usize;
-                if len > 65536 {
-                    return Err(FsError::corrupt(format!(
-                        "symlink inode {number} claims a {len}-byte target"
-                    )));
-                }
-                let target = c.bytes(len)?;
-                if ty == INODE_EXT_SYMLINK {
-                    xattr = c.u32()?;
-                }
-                InodeKind::Symlink(target)
-            }
-            INODE_BASIC_BLKDEV | INODE_BASIC_CHRDEV | INODE_EXT_BLKDEV | INODE_EXT_CHRDEV => {
-                nlink = c.u32()?;
-                let dev = c.u32()?;
-                if ty > INODE_EXT_OFFSET {
-                    xattr = c.u32()?;
-                }
-                if ty == INODE_BASIC_BLKDEV || ty == INODE_EXT_BLKDEV {
-                    InodeKind::BlockDev(dev)
-                } else {
-                    InodeKind::CharDev(dev)
-                }
-            }
-            INODE_BASIC_FIFO | INODE_BASIC_SOCKET | INODE_EXT_FIFO | INODE_EXT_SOCKET => {
-                nlink = c.u32()?;
-                if ty > INODE_EXT_OFFSET {
-                    xattr = c.u32()?;
-                }
-                if ty == INODE_BASIC_FIFO || ty == INODE_EXT_FIFO {
-                    InodeKind::Fifo
-                } else {
-                    InodeKind::Socket
-                }
-            }
-            other => {
-                return Err(FsError::corrupt(format!(
-                    "inode at {inode_ref:#x} has unknown type {other}"
-                )))
-            }
-        };
-        Ok(Inode {
-            inode_ref,
-            number,
-            perm,
-            uid,
-            gid,
-            mtime,
-            nlink,
-            xattr,
-            kind,
-        })
-    }
-
-    /// Number of full (non-fragment) blocks of a file, validated against the
-    /// image size so a corrupt size cannot make us allocate gigabytes.
-    pub(crate) fn full_block_count(&self, f: &FileInode) -> Result<usize> {
-        let n = block_count(f.size, self.sb.block_size, f.has_fragment());
-        // Every block takes at least 4 bytes of block list in the inode table.
-        if n.saturating_mul(4) > self.src.len() {
-            return Err(FsError::corrupt(format!(
-                "file of {} bytes needs {n} blocks, more than the image can list",
-                f.size
-            )));
+            InodeKind::File(f)
         }
-        Ok(n as usize)
+        InodeBody::Symlink(s) => {
+            nlink = s.nlink;
+            xattr = s.xattr.unwrap_or(INVALID_XATTR);
+            InodeKind::Symlink(s.target)
+        }
+        InodeBody::Device(d) => {
+            nlink = d.nlink;
+            xattr = d.xattr.unwrap_or(INVALID_XATTR);
+            if d.block {
+                InodeKind::BlockDev(d.rdev)
+            } else {
+                InodeKind::CharDev(d.rdev)
+            }
+        }
+        InodeBody::Ipc(i) => {
+            nlink = i.nlink;
+            xattr = i.xattr.unwrap_or(INVALID_XATTR);
+            if i.socket {
+                InodeKind::Socket
+            } else {
+                InodeKind::Fifo
+            }
+        }
+    };
+    Ok(Inode {
+        inode_ref,
+        number: h.inode_number,
+        perm: h.permissions & 0o7777,
+        uid,
+        gid,
+        mtime: h.mtime,
+        nlink,
+        xattr,
+        kind,
+    })
+}
+
+/// Number of full (non-fragment) blocks of a file, validated against the
+/// image size so a corrupt size cannot make us allocate gigabytes.
+pub fn full_block_count(cx: &InodeContext<'_>, f: &FileInode) -> Result<usize> {
+    let n = block_count(f.size, cx.sb.block_size, f.has_fragment());
+    // Every block takes at least 4 bytes of block list in the inode table.
+    if n.saturating_mul(4) > cx.image_len {
+        return Err(FsError::corrupt(format!(
+            "file of {} bytes needs {n} blocks, more than the image can list",
+            f.size
+        )));
     }
+    Ok(n as usize)
 }

@@ -7,26 +7,27 @@
 //! entries and data blocks are decoded on demand through the shared
 //! [`BlockCache`], which bounds memory by its byte budget.
 
-use super::format::*;
-use super::inode::{FileInode, Inode, InodeKind};
+use super::blocks::Blocks;
+use super::dir::{DirIter, DirPos, Listings, RawDirEntry};
+use super::inode::{self, DirInode, FileInode, Inode, InodeContext, InodeKind};
+use super::meta::MetaCursor;
+use super::tables::Tables;
 use crate::cache::{Block, BlockCache};
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
+use packfs_format::codec::Compressor;
+use packfs_format::squashfs::metadata::{data_stored_len, make_ref};
+use packfs_format::squashfs::*;
 use std::sync::Arc;
 
+/// An open SquashFS image. Invariant: `sb` passed the checks of
+/// [`SquashFs::open`] (magic, version, compressor, block size, table
+/// positions within `bytes_used`, `bytes_used` within the file), and the
+/// root inode decodes as a directory.
 pub struct SquashFs {
-    pub(crate) src: Box<dyn ImageSource>,
+    blocks: Blocks,
     pub sb: Superblock,
-    pub compressor: Compressor,
-    pub(crate) cache: Arc<BlockCache>,
-    ids: Vec<u32>,
-    /// Absolute positions of the fragment table's metadata blocks.
-    frag_index: Vec<u64>,
-    /// Absolute positions of the xattr id table's metadata blocks, and the
-    /// start of the xattr key/value area.
-    xattr_index: Vec<u64>,
-    pub(crate) xattr_kv_start: u64,
-    xattr_count: u32,
+    tables: Tables,
 }
 
 /// A regular file ready for reading: its inode plus the absolute position of
@@ -46,25 +47,49 @@ impl OpenFile {
     }
 }
 
-/// A table whose entries are spread over metadata blocks indexed by a list of
-/// u64 block positions at `start`: reads that list.
-fn read_index(
-    src: &dyn ImageSource,
-    start: u64,
-    entries: u64,
-    entry_size: u64,
-    what: &str,
-) -> Result<Vec<u64>> {
-    let blocks = (entries * entry_size).div_ceil(METADATA_SIZE as u64);
-    let raw = src.slice(start, (blocks * 8) as usize).map_err(|_| {
-        FsError::corrupt(format!(
-            "{what} index at {start} runs past the end of the image"
-        ))
+/// Checks what the superblock says against itself and the file length.
+fn check_superblock(sb: &Superblock, len: u64) -> Result<Compressor> {
+    if sb.magic != MAGIC {
+        return Err(FsError::corrupt("bad SquashFS magic"));
+    }
+    if (sb.version_major, sb.version_minor) != (4, 0) {
+        return Err(FsError::Unsupported(format!(
+            "SquashFS version {}.{} (only 4.0 is supported)",
+            sb.version_major, sb.version_minor
+        )));
+    }
+    let compressor = Compressor::from_id(sb.compression_id).ok_or_else(|| {
+        FsError::Unsupported(format!("unknown compressor id {}", sb.compression_id))
     })?;
-    Ok(raw
-        .chunks_exact(8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .collect())
+    if !(MIN_BLOCK_LOG..=MAX_BLOCK_LOG).contains(&sb.block_log)
+        || sb.block_size != 1 << sb.block_log
+    {
+        return Err(FsError::corrupt(format!(
+            "block size {} does not match block log {}",
+            sb.block_size, sb.block_log
+        )));
+    }
+    if sb.bytes_used > len {
+        return Err(FsError::corrupt(format!(
+            "superblock says {} bytes are used but the file has {len} (truncated image?)",
+            sb.bytes_used
+        )));
+    }
+    let end = sb.bytes_used;
+    let in_range = |v: u64| v <= end;
+    if !(in_range(sb.inode_table_start)
+        && in_range(sb.directory_table_start)
+        && sb.inode_table_start < sb.directory_table_start
+        && in_range(sb.id_table_start))
+    {
+        return Err(FsError::corrupt(
+            "table positions in the superblock are out of range",
+        ));
+    }
+    if sb.id_count == 0 {
+        return Err(FsError::corrupt("id table is empty"));
+    }
+    Ok(compressor)
 }
 
 impl SquashFs {
@@ -75,96 +100,11 @@ impl SquashFs {
             .map_err(|_| FsError::corrupt("file is shorter than a SquashFS superblock"))?
             .try_into()
             .expect("slice has superblock size");
-        let sb = Superblock::parse(raw);
-        if sb.magic != MAGIC {
-            return Err(FsError::corrupt("bad SquashFS magic"));
-        }
-        if (sb.version_major, sb.version_minor) != (4, 0) {
-            return Err(FsError::Unsupported(format!(
-                "SquashFS version {}.{} (only 4.0 is supported)",
-                sb.version_major, sb.version_minor
-            )));
-        }
-        let compressor = Compressor::from_id(sb.compression_id).ok_or_else(|| {
-            FsError::Unsupported(format!("unknown compressor id {}", sb.compression_id))
-        })?;
-        if !(MIN_BLOCK_LOG..=MAX_BLOCK_LOG).contains(&sb.block_log)
-            || sb.block_size != 1 << sb.block_log
-        {
-            return Err(FsError::corrupt(format!(
-                "block size {} does not match block log {}",
-                sb.block_size, sb.block_log
-            )));
-        }
-        let len = src.len();
-        if sb.bytes_used > len {
-            return Err(FsError::corrupt(format!(
-                "superblock says {} bytes are used but the file has {len} (truncated image?)",
-                sb.bytes_used
-            )));
-        }
-        let end = sb.bytes_used;
-        let in_range = |v: u64| v <= end;
-        if !(in_range(sb.inode_table_start)
-            && in_range(sb.directory_table_start)
-            && sb.inode_table_start < sb.directory_table_start
-            && in_range(sb.id_table_start))
-        {
-            return Err(FsError::corrupt(
-                "table positions in the superblock are out of range",
-            ));
-        }
-        if sb.id_count == 0 {
-            return Err(FsError::corrupt("id table is empty"));
-        }
-
-        // uid/gid table: at most 65536 u32, loaded whole.
-        let id_blocks = read_index(&*src, sb.id_table_start, sb.id_count as u64, 4, "id table")?;
-        let mut fs = SquashFs {
-            src,
-            sb,
-            compressor,
-            cache,
-            ids: Vec::new(),
-            frag_index: Vec::new(),
-            xattr_index: Vec::new(),
-            xattr_kv_start: 0,
-            xattr_count: 0,
-        };
-        let mut ids = Vec::with_capacity(fs.sb.id_count as usize);
-        let per_block = METADATA_SIZE / 4;
-        for pos in id_blocks {
-            let n = (fs.sb.id_count as usize - ids.len()).min(per_block);
-            let mut c = fs.meta_cursor(pos, 0)?;
-            for _ in 0..n {
-                ids.push(c.u32()?);
-            }
-        }
-        fs.ids = ids;
-
-        if fs.sb.fragment_count > 0 && fs.sb.fragment_table_start != INVALID_TABLE {
-            fs.frag_index = read_index(
-                &*fs.src,
-                fs.sb.fragment_table_start,
-                fs.sb.fragment_count as u64,
-                FRAGMENT_ENTRY_SIZE as u64,
-                "fragment table",
-            )?;
-        }
-        if fs.sb.xattr_id_table_start != INVALID_TABLE {
-            let h = fs.src.slice(fs.sb.xattr_id_table_start, 16).map_err(|_| {
-                FsError::corrupt("xattr id table header runs past the end of the image")
-            })?;
-            fs.xattr_kv_start = u64::from_le_bytes(h[0..8].try_into().expect("8"));
-            fs.xattr_count = u32::from_le_bytes(h[8..12].try_into().expect("4"));
-            fs.xattr_index = read_index(
-                &*fs.src,
-                fs.sb.xattr_id_table_start + 16,
-                fs.xattr_count as u64,
-                XATTR_ID_ENTRY_SIZE as u64,
-                "xattr id table",
-            )?;
-        }
+        let sb = Superblock::decode(raw);
+        let compressor = check_superblock(&sb, src.len())?;
+        let blocks = Blocks::new(src, cache, compressor);
+        let tables = Tables::load(&blocks, &sb)?;
+        let fs = SquashFs { blocks, sb, tables };
         let root = fs.inode(fs.sb.root_inode, false)?;
         if !root.is_dir() {
             return Err(FsError::corrupt("root inode is not a directory"));
@@ -173,45 +113,66 @@ impl SquashFs {
     }
 
     pub fn cache(&self) -> &Arc<BlockCache> {
-        &self.cache
+        &self.blocks.cache
+    }
+
+    pub fn compressor(&self) -> Compressor {
+        self.blocks.compressor
     }
 
     pub fn root_ref(&self) -> u64 {
         self.sb.root_inode
     }
 
-    pub(crate) fn id(&self, idx: u16) -> Result<u32> {
-        self.ids
-            .get(idx as usize)
-            .copied()
-            .ok_or_else(|| FsError::corrupt(format!("uid/gid index {idx} out of range")))
+    fn inode_context(&self) -> InodeContext<'_> {
+        InodeContext {
+            sb: &self.sb,
+            tables: &self.tables,
+            image_len: self.blocks.src.len(),
+        }
     }
 
-    pub(crate) fn xattr_entry(&self, idx: u32) -> Result<(u64, u32, u32)> {
-        if idx >= self.xattr_count {
-            return Err(FsError::corrupt(format!("xattr index {idx} out of range")));
+    /// Decodes the inode at `inode_ref`. With `with_blocks`, a regular file's
+    /// block size list is loaded too (needed to read it, not to stat it).
+    pub fn inode(&self, inode_ref: u64, with_blocks: bool) -> Result<Inode> {
+        inode::read_inode(&self.blocks, &self.inode_context(), inode_ref, with_blocks)
+    }
+
+    fn listings(&self) -> Listings<'_> {
+        Listings {
+            blocks: &self.blocks,
+            start: self.sb.directory_table_start,
         }
-        let per_block = (METADATA_SIZE / XATTR_ID_ENTRY_SIZE) as u32;
-        let pos = self.xattr_index[(idx / per_block) as usize];
-        let mut c = self.meta_cursor(pos, (idx % per_block) as usize * XATTR_ID_ENTRY_SIZE)?;
-        Ok((c.u64()?, c.u32()?, c.u32()?))
+    }
+
+    /// Iterates `dir` from `from` (use `DirPos::default()` for the start).
+    pub fn read_dir(&self, d: &DirInode, from: DirPos) -> Result<DirIter<'_>> {
+        self.listings().read_dir(d, from)
+    }
+
+    /// Finds `name` in `dir`, using the directory index when there is one.
+    pub fn lookup_raw(&self, d: &DirInode, name: &[u8]) -> Result<Option<RawDirEntry>> {
+        self.listings().lookup(d, name)
+    }
+
+    /// All xattrs of an inode as (full name, value), in stored order.
+    pub fn xattrs(&self, xattr_idx: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        super::xattr::read_xattrs(
+            &self.blocks,
+            &self.tables,
+            self.sb.xattr_id_table_start,
+            xattr_idx,
+        )
     }
 
     /// Fragment table entry `idx`: (absolute block position, size word).
     fn fragment_entry(&self, idx: u32) -> Result<(u64, u32)> {
-        if idx >= self.sb.fragment_count {
-            return Err(FsError::corrupt(format!(
-                "fragment index {idx} out of range ({} fragments)",
-                self.sb.fragment_count
-            )));
-        }
-        let per_block = (METADATA_SIZE / FRAGMENT_ENTRY_SIZE) as u32;
-        let pos = *self
-            .frag_index
-            .get((idx / per_block) as usize)
-            .ok_or_else(|| FsError::corrupt("fragment table index too short"))?;
-        let mut c = self.meta_cursor(pos, (idx % per_block) as usize * FRAGMENT_ENTRY_SIZE)?;
-        Ok((c.u64()?, c.u32()?))
+        let e = self.tables.fragment_entry(&self.blocks, idx)?;
+        Ok((e.start, e.size))
+    }
+
+    fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
+        self.blocks.data_block(pos, word, limit)
     }
 
     /// Loads a regular file for reading.
@@ -228,7 +189,7 @@ impl SquashFs {
         let mut pos = f.blocks_start;
         for &w in &f.block_sizes {
             starts.push(pos);
-            pos = pos.saturating_add((w & DATA_SIZE_MASK) as u64);
+            pos = pos.saturating_add(data_stored_len(w) as u64);
         }
         if pos > self.sb.bytes_used {
             return Err(FsError::corrupt(format!(
@@ -237,36 +198,6 @@ impl SquashFs {
             )));
         }
         Ok(OpenFile { inode, starts })
-    }
-
-    /// Decodes (through the cache) a data or fragment block stored at `pos`
-    /// with size word `word`, expected to expand to at most `limit` bytes.
-    fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
-        self.cache.get_or_load(pos, || {
-            let stored = (word & DATA_SIZE_MASK) as usize;
-            // One readahead request for the whole block instead of a chain of
-            // synchronous 4 KiB page faults as the decoder walks the map.
-            self.src.will_need(pos, stored);
-            let raw = self.src.slice(pos, stored)?;
-            let data = if word & DATA_UNCOMPRESSED != 0 {
-                let mut out = crate::buffers::take(stored);
-                out.extend_from_slice(raw);
-                out
-            } else {
-                let mut out = crate::buffers::take(limit + 1);
-                crate::codec::decompress(self.compressor, raw, &mut out, limit).map_err(
-                    |source| FsError::BadBlock {
-                        what: format!("data block at offset {pos}"),
-                        source,
-                    },
-                )?;
-                out
-            };
-            Ok(Block {
-                data,
-                next: pos + stored as u64,
-            })
-        })
     }
 
     /// Length of full block `i` of a file.
@@ -316,8 +247,8 @@ impl SquashFs {
                         )));
                     }
                     let at = file.starts[i] + in_block as u64;
-                    self.src.will_need(at, take);
-                    sink(self.src.slice(at, take)?);
+                    self.blocks.src.will_need(at, take);
+                    sink(self.blocks.src.slice(at, take)?);
                 } else {
                     let b = self.data_block(file.starts[i], word, bs as usize)?;
                     if b.data.len() != blen {
@@ -372,7 +303,8 @@ impl SquashFs {
             if w & DATA_SIZE_MASK != 0 && w & DATA_UNCOMPRESSED == 0 {
                 let _ = self.data_block(file.starts[i], w, bs);
             } else if w & DATA_UNCOMPRESSED != 0 {
-                self.src
+                self.blocks
+                    .src
                     .will_need(file.starts[i], (w & DATA_SIZE_MASK) as usize);
             }
         }
@@ -394,10 +326,11 @@ impl SquashFs {
     /// (position, size word). Found by walking the inode table once.
     pub fn all_blocks(&self) -> Result<Vec<(u64, u32)>> {
         let mut out = Vec::new();
-        let mut c = self.meta_cursor(self.sb.inode_table_start, 0)?;
+        let cx = self.inode_context();
+        let mut c = MetaCursor::new(&self.blocks, self.sb.inode_table_start, 0)?;
         while !c.at_area_end(self.sb.directory_table_start) {
             let r = make_ref(c.pos - self.sb.inode_table_start, c.off);
-            let inode = self.decode_inode(&mut c, r, true)?;
+            let inode = inode::decode_inode(&mut c, &cx, r, true)?;
             if let InodeKind::File(f) = &inode.kind {
                 let mut pos = f.blocks_start;
                 for &w in &f.block_sizes {
@@ -422,7 +355,7 @@ impl SquashFs {
         use rayon::prelude::*;
         use std::sync::atomic::{AtomicU64, Ordering};
         let blocks = self.all_blocks()?;
-        let budget = self.cache.budget() as u64;
+        let budget = self.blocks.cache.budget() as u64;
         let loaded = AtomicU64::new(0);
         let count = AtomicU64::new(0);
         let bs = self.sb.block_size as usize;
@@ -434,7 +367,9 @@ impl SquashFs {
                 }
                 if w & DATA_UNCOMPRESSED != 0 {
                     // Stored raw: reads come from the page cache via the map.
-                    self.src.will_need(pos, (w & DATA_SIZE_MASK) as usize);
+                    self.blocks
+                        .src
+                        .will_need(pos, (w & DATA_SIZE_MASK) as usize);
                     return Ok(());
                 }
                 if let Ok(b) = self.data_block(pos, w, bs) {

@@ -4,12 +4,12 @@
 //! saved as a [`Checkpoint`] and resumed from later; the other methods are
 //! streaming `Read`s that can only start at the member's first byte.
 
-use super::format::*;
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
 use miniz_oxide::inflate::core::inflate_flags::TINFL_FLAG_HAS_MORE_INPUT;
 use miniz_oxide::inflate::core::{decompress_with_limit, DecompressorOxide};
 use miniz_oxide::inflate::TINFLStatus;
+use packfs_format::zip::*;
 use std::io::{self, Read};
 use std::sync::Arc;
 use zstd::stream::raw::{Decoder as ZstdDecoder, InBuffer, Operation, OutBuffer};

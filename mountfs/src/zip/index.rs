@@ -17,6 +17,8 @@
 use super::format::*;
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
+use packfs_format::zip::central::parse_central;
+use packfs_format::zip::*;
 use std::sync::atomic::AtomicU64;
 
 pub const S_IFMT: u32 = libc::S_IFMT;
@@ -174,13 +176,12 @@ impl Index {
         let mut methods: Vec<(u16, u64)> = Vec::new();
         let mut at = 0usize;
         while at < cd.len() {
-            let (e, n) = parse_central(&cd[at..]).map_err(|err| match err {
-                FsError::Corrupt(m) => FsError::corrupt(format!(
-                    "central directory entry {} (at {}): {m}",
+            let (e, n) = parse_central(&cd[at..]).map_err(|err| {
+                FsError::corrupt(format!(
+                    "central directory entry {} (at {}): {err}",
                     info.entries,
                     eocd.cd_offset + at as u64
-                )),
-                other => other,
+                ))
             })?;
             at += n;
             info.entries += 1;

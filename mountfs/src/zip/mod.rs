@@ -106,6 +106,7 @@ use checkpoint::Checkpoints;
 use data::{Checkpoint, Member, Stream};
 use format::*;
 use index::{Index, Node};
+use packfs_format::zip::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

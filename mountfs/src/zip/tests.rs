@@ -5,6 +5,7 @@
 use super::*;
 use crate::fs::PackFs;
 use crate::source::MemSource;
+use packfs_format::zip::time::dos_to_unix;
 use std::io::Write;
 
 #[derive(Clone)]

@@ -16,8 +16,11 @@ use super::ImageWriter;
 use crate::io::{Hint, Prefetcher, PREFETCH_BATCHES};
 use crate::walk::{cancelled, Kind, Tree};
 use crate::{PackError, PackOptions};
-use mountfs::codec::{CodecError, Encoder};
-use mountfs::squashfs::format::{Compressor, DATA_UNCOMPRESSED, INVALID_FRAG};
+use packfs_format::codec::Compressor;
+use packfs_format::codec::{CodecError, Encoder};
+use packfs_format::squashfs::metadata::data_word;
+use packfs_format::squashfs::tables::FragmentEntry;
+use packfs_format::squashfs::INVALID_FRAG;
 use rayon::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -260,14 +263,6 @@ fn compress_block(ctx: &Ctx, data: Vec<u8>) -> Result<(Vec<u8>, bool), CodecErro
         Ok((out, true))
     } else {
         Ok((data, false))
-    }
-}
-
-fn size_word(len: usize, compressed: bool) -> u32 {
-    if compressed {
-        len as u32
-    } else {
-        len as u32 | DATA_UNCOMPRESSED
     }
 }
 
@@ -563,7 +558,7 @@ impl<'scope> Writer<'_, '_, '_, 'scope> {
                     self.img.write(&bytes)?;
                     self.out
                         .block_sizes
-                        .push(size_word(bytes.len(), compressed));
+                        .push(data_word(bytes.len(), compressed));
                 }
                 Block::Tail(raw) => cur.tail = Some((raw, hash)),
             }
@@ -675,10 +670,12 @@ impl<'scope> Writer<'_, '_, '_, 'scope> {
             })?;
             let start = self.img.pos();
             self.img.write(&bytes)?;
-            let e = &mut self.out.fragment_entries;
-            e.extend_from_slice(&start.to_le_bytes());
-            e.extend_from_slice(&size_word(bytes.len(), compressed).to_le_bytes());
-            e.extend_from_slice(&0u32.to_le_bytes());
+            FragmentEntry {
+                start,
+                size: data_word(bytes.len(), compressed),
+                unused: 0,
+            }
+            .encode(&mut self.out.fragment_entries);
             self.out.fragment_count += 1;
         }
         Ok(())
@@ -745,7 +742,7 @@ mod tests {
         // "other" was written right after big1: big2's blocks were undone.
         let big1_bytes: u64 = out.block_sizes[b1.sizes_start..b1.sizes_start + 3]
             .iter()
-            .map(|w| (w & mountfs::squashfs::format::DATA_SIZE_MASK) as u64)
+            .map(|w| (w & packfs_format::squashfs::DATA_SIZE_MASK) as u64)
             .sum();
         assert_eq!(o.blocks_start, b1.blocks_start + big1_bytes);
         let (s1, s2, s3) = (

@@ -3,9 +3,11 @@
 
 use super::inode::DirIndex;
 use crate::metadata::MetadataWriter;
-use mountfs::codec::CodecError;
-use mountfs::squashfs::format::{
-    split_ref, DIR_ENTRY_SIZE, DIR_HEADER_MAX_ENTRIES, DIR_HEADER_SIZE, METADATA_SIZE,
+use packfs_format::codec::CodecError;
+use packfs_format::squashfs::dir::{DirEntry, DirHeader};
+use packfs_format::squashfs::metadata::split_ref;
+use packfs_format::squashfs::{
+    DIR_ENTRY_SIZE, DIR_HEADER_MAX_ENTRIES, DIR_HEADER_SIZE, METADATA_SIZE,
 };
 
 /// One child as the listing needs it.
@@ -104,19 +106,19 @@ pub fn write_listing(w: &mut MetadataWriter, entries: &[Entry]) -> Result<Listin
             });
         }
         buf.clear();
-        buf.extend_from_slice(&(run.count as u32 - 1).to_le_bytes());
-        buf.extend_from_slice(&(run.inode_block as u32).to_le_bytes());
-        buf.extend_from_slice(&run.base.to_le_bytes());
+        DirHeader {
+            count: run.count as u32,
+            start_block: run.inode_block as u32,
+            inode_number: run.base,
+        }
+        .encode(&mut buf);
         w.write(&buf)?;
         size += buf.len();
         for e in &entries[run.first..run.first + run.count] {
             let (_, off) = split_ref(e.inode_ref);
             buf.clear();
-            buf.extend_from_slice(&(off as u16).to_le_bytes());
-            buf.extend_from_slice(&((e.number as i64 - run.base as i64) as i16).to_le_bytes());
-            buf.extend_from_slice(&e.basic_type.to_le_bytes());
-            buf.extend_from_slice(&(e.name.len() as u16 - 1).to_le_bytes());
-            buf.extend_from_slice(e.name);
+            let delta = (e.number as i64 - run.base as i64) as i16;
+            DirEntry::encode(off as u16, delta, e.basic_type, e.name, &mut buf);
             w.write(&buf)?;
             size += buf.len();
         }
@@ -132,8 +134,9 @@ pub fn write_listing(w: &mut MetadataWriter, entries: &[Entry]) -> Result<Listin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mountfs::codec::Encoder;
-    use mountfs::squashfs::format::{make_ref, Compressor};
+    use packfs_format::codec::Compressor;
+    use packfs_format::codec::Encoder;
+    use packfs_format::squashfs::metadata::make_ref;
 
     fn names(n: usize) -> Vec<Vec<u8>> {
         (0..n)

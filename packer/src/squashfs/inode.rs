@@ -3,7 +3,11 @@
 //! index) needs storing; extended ones otherwise — the same choice mksquashfs
 //! makes, so the kernel and unsquashfs see familiar images.
 
-use mountfs::squashfs::format::*;
+use packfs_format::squashfs::inode::{
+    BasicDir, BasicFile, Device, DirIndex as IndexRecord, ExtDir, ExtFile, InodeBody, InodeHeader,
+    Ipc, Symlink,
+};
+use packfs_format::squashfs::*;
 
 /// Fields every inode starts with.
 pub struct Common {
@@ -14,27 +18,27 @@ pub struct Common {
     pub number: u32,
 }
 
-fn header(out: &mut Vec<u8>, ty: u16, c: &Common) {
-    out.extend_from_slice(&ty.to_le_bytes());
-    out.extend_from_slice(&c.mode.to_le_bytes());
-    out.extend_from_slice(&c.uid_idx.to_le_bytes());
-    out.extend_from_slice(&c.gid_idx.to_le_bytes());
-    out.extend_from_slice(&c.mtime.to_le_bytes());
-    out.extend_from_slice(&c.number.to_le_bytes());
+/// Appends the header and body of an inode stored as `body`.
+fn put(out: &mut Vec<u8>, c: &Common, body: &InodeBody) {
+    InodeHeader {
+        inode_type: body.inode_type(),
+        permissions: c.mode,
+        uid_idx: c.uid_idx,
+        gid_idx: c.gid_idx,
+        mtime: c.mtime,
+        inode_number: c.number,
+    }
+    .encode(out);
+    body.encode(out);
 }
 
-fn u16le(out: &mut Vec<u8>, v: u16) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-fn u32le(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-fn u64le(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_le_bytes());
+/// The xattr index as an extended-only field: `None` when there is none.
+fn ext_xattr(xattr: u32) -> Option<u32> {
+    (xattr != INVALID_XATTR).then_some(xattr)
 }
 
-/// One directory index entry: where a header whose first name is `name`
-/// sits, so lookups in big directories can skip ahead.
+/// One directory index entry as the writer plans it: where a header whose
+/// first name is `name` sits, so lookups in big directories can skip ahead.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirIndex {
     /// Byte offset of the header from the listing start.
@@ -59,26 +63,27 @@ pub struct Dir<'a> {
 pub fn dir(out: &mut Vec<u8>, c: &Common, d: &Dir) {
     let basic = d.xattr == INVALID_XATTR && d.index.is_empty() && d.file_size <= u16::MAX as u32;
     if basic {
-        header(out, INODE_BASIC_DIR, c);
-        u32le(out, d.start_block);
-        u32le(out, d.nlink);
-        u16le(out, d.file_size as u16);
-        u16le(out, d.offset);
-        u32le(out, d.parent);
+        let body = BasicDir {
+            block: d.start_block,
+            nlink: d.nlink,
+            size: d.file_size as u16,
+            offset: d.offset,
+            parent: d.parent,
+        };
+        put(out, c, &InodeBody::BasicDir(body));
     } else {
-        header(out, INODE_EXT_DIR, c);
-        u32le(out, d.nlink);
-        u32le(out, d.file_size);
-        u32le(out, d.start_block);
-        u32le(out, d.parent);
-        u16le(out, d.index.len() as u16);
-        u16le(out, d.offset);
-        u32le(out, d.xattr);
+        let body = ExtDir {
+            nlink: d.nlink,
+            size: d.file_size,
+            block: d.start_block,
+            parent: d.parent,
+            index_count: d.index.len() as u16,
+            offset: d.offset,
+            xattr: d.xattr,
+        };
+        put(out, c, &InodeBody::ExtDir(body));
         for i in d.index {
-            u32le(out, i.index);
-            u32le(out, i.start_block);
-            u32le(out, i.name.len() as u32 - 1);
-            out.extend_from_slice(&i.name);
+            IndexRecord::encode(i.index, i.start_block, &i.name, out);
         }
     }
 }
@@ -100,44 +105,37 @@ pub fn file(out: &mut Vec<u8>, c: &Common, f: &File) {
         && f.sparse == 0
         && f.size <= u32::MAX as u64
         && f.blocks_start <= u32::MAX as u64;
-    if basic {
-        header(out, INODE_BASIC_FILE, c);
-        u32le(out, f.blocks_start as u32);
-        u32le(out, f.fragment);
-        u32le(out, f.frag_offset);
-        u32le(out, f.size as u32);
+    let body = if basic {
+        InodeBody::BasicFile(BasicFile {
+            blocks_start: f.blocks_start as u32,
+            fragment: f.fragment,
+            fragment_offset: f.frag_offset,
+            size: f.size as u32,
+        })
     } else {
-        header(out, INODE_EXT_FILE, c);
-        u64le(out, f.blocks_start);
-        u64le(out, f.size);
-        u64le(out, f.sparse);
-        u32le(out, f.nlink);
-        u32le(out, f.fragment);
-        u32le(out, f.frag_offset);
-        u32le(out, f.xattr);
-    }
+        InodeBody::ExtFile(ExtFile {
+            blocks_start: f.blocks_start,
+            size: f.size,
+            sparse: f.sparse,
+            nlink: f.nlink,
+            fragment: f.fragment,
+            fragment_offset: f.frag_offset,
+            xattr: f.xattr,
+        })
+    };
+    put(out, c, &body);
     for &b in f.block_sizes {
-        u32le(out, b);
+        out.extend_from_slice(&b.to_le_bytes());
     }
 }
 
 pub fn symlink(out: &mut Vec<u8>, c: &Common, nlink: u32, target: &[u8], xattr: u32) {
-    let ext = xattr != INVALID_XATTR;
-    header(
-        out,
-        if ext {
-            INODE_EXT_SYMLINK
-        } else {
-            INODE_BASIC_SYMLINK
-        },
-        c,
-    );
-    u32le(out, nlink);
-    u32le(out, target.len() as u32);
-    out.extend_from_slice(target);
-    if ext {
-        u32le(out, xattr);
-    }
+    let body = Symlink {
+        nlink,
+        target: target.to_vec(),
+        xattr: ext_xattr(xattr),
+    };
+    put(out, c, &InodeBody::Symlink(body));
 }
 
 /// Devices (`rdev` = Some) and fifos/sockets (`rdev` = None). `basic_type`
@@ -150,23 +148,21 @@ pub fn special(
     rdev: Option<u32>,
     xattr: u32,
 ) {
-    let ext = xattr != INVALID_XATTR;
-    header(
-        out,
-        if ext {
-            basic_type + INODE_EXT_OFFSET
-        } else {
-            basic_type
-        },
-        c,
-    );
-    u32le(out, nlink);
-    if let Some(r) = rdev {
-        u32le(out, r);
-    }
-    if ext {
-        u32le(out, xattr);
-    }
+    let xattr = ext_xattr(xattr);
+    let body = match rdev {
+        Some(rdev) => InodeBody::Device(Device {
+            block: basic_type == INODE_BASIC_BLKDEV,
+            nlink,
+            rdev,
+            xattr,
+        }),
+        None => InodeBody::Ipc(Ipc {
+            socket: basic_type == INODE_BASIC_SOCKET,
+            nlink,
+            xattr,
+        }),
+    };
+    put(out, c, &body);
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! SquashFS 4.0 image writer. Layout (see `mountfs::squashfs::format`):
+//! SquashFS 4.0 image writer. Layout (see `packfs_format::squashfs`):
 //! superblock, compressor options, data + fragment blocks, inode table,
 //! directory table, fragment table, export table, id table, xattr table,
 //! zero padding to 4 KiB. unsquashfs derives each table's extent from the
@@ -13,8 +13,9 @@ mod xattr;
 use crate::metadata::MetadataWriter;
 use crate::walk::{cancelled, Kind, Tree};
 use crate::{PackError, PackOptions};
-use mountfs::codec::{CodecError, Encoder};
-use mountfs::squashfs::format::*;
+use packfs_format::codec::{CodecError, Encoder};
+use packfs_format::squashfs::metadata::make_ref;
+use packfs_format::squashfs::*;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::io::AsRawFd;
@@ -89,7 +90,7 @@ impl<'f> ImageWriter<'f> {
             .seek(SeekFrom::Start(0))
             .map_err(PackError::io(&self.path))?;
         self.out
-            .write_all(&sb.to_bytes())
+            .write_all(&sb.encode())
             .map_err(PackError::io(&self.path))?;
         let file = self
             .out
@@ -121,7 +122,12 @@ fn basic_type(kind: Kind) -> u16 {
     }
 }
 
-/// Writes the whole image for `tree` into `file` (at offset 0).
+/// Writes the whole image for `tree` into `file` (at offset 0), in the
+/// phases below: [`start_image`] (superblock placeholder, compressor
+/// options), `data::write_data` (file data and fragments), [`number_inodes`],
+/// [`encode_metadata`] (inode and directory tables, export entries),
+/// [`write_tables`], then the superblock ([`superblock`]) over the
+/// placeholder.
 pub fn write_image(
     tree: &Tree,
     file: &File,
@@ -135,6 +141,71 @@ pub fn write_image(
     };
     let enc = Encoder::new(opts.compressor, opts.level, opts.block_size).map_err(codec_err)?;
     let mut img = ImageWriter::new(file, path);
+    let mut flags = start_image(&mut img, enc, opts).map_err(|e| e.into_pack(path))?;
+
+    let t = std::time::Instant::now();
+    let data = data::write_data(tree, &mut img, enc, opts, pool)?;
+    log::debug!("data: {:.2} s", t.elapsed().as_secs_f64());
+    let t = std::time::Instant::now();
+    if cancelled(opts) {
+        return Err(PackError::Interrupted);
+    }
+
+    let order = tree.post_order();
+    let (numbers, inode_count) = number_inodes(tree, &order);
+    let meta =
+        encode_metadata(tree, &order, &numbers, inode_count, &data, enc).map_err(codec_err)?;
+    drop((order, numbers));
+    let tables = write_tables(&mut img, enc, tree, &data, meta).map_err(|e| e.into_pack(path))?;
+    if tables.xattr_id_table_start == INVALID_TABLE {
+        flags |= FLAG_NO_XATTRS;
+    }
+    let sb = superblock(opts, flags, inode_count, tree, &data, &tables, img.pos());
+    let bytes_out = img.finish(&sb)?;
+    log::debug!("metadata and tables: {:.2} s", t.elapsed().as_secs_f64());
+    Ok(Written {
+        inodes: inode_count as u64,
+        fragments: data.fragment_count as u64,
+        bytes_in: data.bytes_in,
+        bytes_out,
+        dedup_files: data.dedup_files,
+        dedup_bytes: data.dedup_bytes,
+    })
+}
+
+/// A phase's failure: writing the image or encoding a block.
+enum PhaseError {
+    Pack(PackError),
+    Codec(CodecError),
+}
+
+impl PhaseError {
+    fn into_pack(self, path: &Path) -> PackError {
+        match self {
+            PhaseError::Pack(e) => e,
+            PhaseError::Codec(source) => PackError::Codec {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+}
+
+impl From<PackError> for PhaseError {
+    fn from(e: PackError) -> Self {
+        PhaseError::Pack(e)
+    }
+}
+
+impl From<CodecError> for PhaseError {
+    fn from(e: CodecError) -> Self {
+        PhaseError::Codec(e)
+    }
+}
+
+/// Reserves the superblock and writes the compressor options when the codec
+/// needs them. Returns the superblock flags known so far.
+fn start_image(img: &mut ImageWriter, enc: Encoder, opts: &PackOptions) -> Result<u16, PhaseError> {
     img.write(&[0u8; SUPERBLOCK_SIZE])?;
     let mut flags = FLAG_DUPLICATES | FLAG_EXPORTABLE;
     flags |= if opts.no_fragments {
@@ -145,38 +216,56 @@ pub fn write_image(
     if let Some(payload) = enc.options_payload() {
         flags |= FLAG_COMPRESSOR_OPTIONS;
         let mut w = MetadataWriter::new(enc);
-        w.write(&payload).map_err(codec_err)?;
-        img.write(&w.finish().map_err(codec_err)?.0)?;
+        w.write(&payload)?;
+        img.write(&w.finish()?.0)?;
     }
+    Ok(flags)
+}
 
-    let t = std::time::Instant::now();
-    let data = data::write_data(tree, &mut img, enc, opts, pool)?;
-    log::debug!("data: {:.2} s", t.elapsed().as_secs_f64());
-    let t = std::time::Instant::now();
-    if cancelled(opts) {
-        return Err(PackError::Interrupted);
-    }
-
-    // Inode numbers follow post-order so that every directory's parent
-    // number is known; writing happens in the same order.
-    let order = tree.post_order();
+/// Inode numbers, indexed by the tree's inode index, and their count.
+/// Numbers follow post-order so that every directory's parent number is
+/// known when it is written; [`encode_metadata`] writes in the same order.
+/// Hard links share their inode's number.
+fn number_inodes(tree: &Tree, post_order: &[u32]) -> (Vec<u32>, u32) {
     let mut numbers = vec![0u32; tree.inodes.len()];
     let mut next = 1u32;
-    for &n in &order {
+    for &n in post_order {
         let ino = tree.nodes[n as usize].inode as usize;
         if numbers[ino] == 0 {
             numbers[ino] = next;
             next += 1;
         }
     }
-    let inode_count = next - 1;
+    (numbers, next - 1)
+}
 
+/// The inode and directory tables, encoded in memory, with the export
+/// table's entries and the root's reference.
+struct Metadata {
+    inodes: Vec<u8>,
+    dirs: Vec<u8>,
+    /// Inode references by inode number - 1.
+    export: Vec<u8>,
+    root_inode: u64,
+}
+
+/// Encodes every inode (once per hard-linked inode) and every directory
+/// listing, in post-order: a directory's children are written before it,
+/// so their references are known when its listing is built.
+fn encode_metadata(
+    tree: &Tree,
+    post_order: &[u32],
+    numbers: &[u32],
+    inode_count: u32,
+    data: &data::DataOutput,
+    enc: Encoder,
+) -> Result<Metadata, CodecError> {
     let mut iw = MetadataWriter::new(enc);
     let mut dw = MetadataWriter::new(enc);
     let mut refs = vec![u64::MAX; tree.inodes.len()];
     let mut export = Vec::with_capacity(inode_count as usize * 8);
     let mut buf = Vec::new();
-    for &n in &order {
+    for &n in post_order {
         let ino = tree.nodes[n as usize].inode;
         if refs[ino as usize] != u64::MAX {
             continue; // a further hard link to an inode already written
@@ -204,7 +293,7 @@ pub fn write_image(
                         }
                     })
                     .collect();
-                let l = dir::write_listing(&mut dw, &entries).map_err(codec_err)?;
+                let l = dir::write_listing(&mut dw, &entries)?;
                 let parent = if n == 0 {
                     inode_count + 1 // what mksquashfs records for the root
                 } else {
@@ -264,77 +353,111 @@ pub fn write_image(
         // (indexed by number - 1) fills sequentially.
         debug_assert_eq!(export.len() / 8 + 1, c.number as usize);
         export.extend_from_slice(&r.to_le_bytes());
-        iw.write(&buf).map_err(codec_err)?;
+        iw.write(&buf)?;
     }
-    let root_inode = refs[tree.nodes[0].inode as usize];
-    drop(numbers);
+    Ok(Metadata {
+        inodes: iw.finish()?.0,
+        dirs: dw.finish()?.0,
+        export,
+        root_inode: refs[tree.nodes[0].inode as usize],
+    })
+}
 
+/// Where [`write_tables`] put each table (absolute positions, as the
+/// superblock records them).
+struct TablePositions {
+    root_inode: u64,
+    inode_table_start: u64,
+    directory_table_start: u64,
+    fragment_table_start: u64,
+    export_table_start: u64,
+    id_table_start: u64,
+    /// [`INVALID_TABLE`] when no entry has xattrs.
+    xattr_id_table_start: u64,
+}
+
+/// Writes the metadata areas and lookup tables after the data, in the
+/// order unsquashfs expects (it sizes each table by the start of the next).
+fn write_tables(
+    img: &mut ImageWriter,
+    enc: Encoder,
+    tree: &Tree,
+    data: &data::DataOutput,
+    meta: Metadata,
+) -> Result<TablePositions, PhaseError> {
     let inode_table_start = img.pos();
-    img.write(&iw.finish().map_err(codec_err)?.0)?;
+    img.write(&meta.inodes)?;
     let directory_table_start = img.pos();
-    img.write(&dw.finish().map_err(codec_err)?.0)?;
+    img.write(&meta.dirs)?;
 
     // Without fragments the table is empty but its start still marks the
     // end of the directory table, which is how unsquashfs sizes it.
     let fragment_table_start = if data.fragment_count > 0 {
-        let (b, start) =
-            tables::indexed_table(enc, &data.fragment_entries, img.pos()).map_err(codec_err)?;
+        let (b, start) = tables::indexed_table(enc, &data.fragment_entries, img.pos())?;
         img.write(&b)?;
         start
     } else {
         img.pos()
     };
-    let (b, export_table_start) =
-        tables::indexed_table(enc, &export, img.pos()).map_err(codec_err)?;
+    let (b, export_table_start) = tables::indexed_table(enc, &meta.export, img.pos())?;
     img.write(&b)?;
     let ids: Vec<u8> = tree.ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-    let (b, id_table_start) = tables::indexed_table(enc, &ids, img.pos()).map_err(codec_err)?;
+    let (b, id_table_start) = tables::indexed_table(enc, &ids, img.pos())?;
     img.write(&b)?;
     let xattr_id_table_start = if tree.xattrs.sets.is_empty() {
-        flags |= FLAG_NO_XATTRS;
         INVALID_TABLE
     } else {
-        let (b, start) =
-            xattr::xattr_table(enc, &tree.xattrs.sets, img.pos()).map_err(codec_err)?;
+        let (b, start) = xattr::xattr_table(enc, &tree.xattrs.sets, img.pos())?;
         img.write(&b)?;
         start
     };
-    let bytes_used = img.pos();
+    Ok(TablePositions {
+        root_inode: meta.root_inode,
+        inode_table_start,
+        directory_table_start,
+        fragment_table_start,
+        export_table_start,
+        id_table_start,
+        xattr_id_table_start,
+    })
+}
+
+/// The superblock for an image whose tables are at `t` and whose used
+/// bytes end at `bytes_used`.
+fn superblock(
+    opts: &PackOptions,
+    flags: u16,
+    inode_count: u32,
+    tree: &Tree,
+    data: &data::DataOutput,
+    t: &TablePositions,
+    bytes_used: u64,
+) -> Superblock {
     let mod_time = opts.mtime.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
             .unwrap_or(0)
     });
-    let sb = Superblock {
+    Superblock {
         magic: MAGIC,
         inode_count,
         mod_time,
         block_size: opts.block_size,
         fragment_count: data.fragment_count,
-        compression_id: opts.compressor as u16,
+        compression_id: opts.compressor.id(),
         block_log: opts.block_size.trailing_zeros() as u16,
         flags,
         id_count: tree.ids.len() as u16,
         version_major: 4,
         version_minor: 0,
-        root_inode,
+        root_inode: t.root_inode,
         bytes_used,
-        id_table_start,
-        xattr_id_table_start,
-        inode_table_start,
-        directory_table_start,
-        fragment_table_start,
-        export_table_start,
-    };
-    let bytes_out = img.finish(&sb)?;
-    log::debug!("metadata and tables: {:.2} s", t.elapsed().as_secs_f64());
-    Ok(Written {
-        inodes: inode_count as u64,
-        fragments: data.fragment_count as u64,
-        bytes_in: data.bytes_in,
-        bytes_out,
-        dedup_files: data.dedup_files,
-        dedup_bytes: data.dedup_bytes,
-    })
+        id_table_start: t.id_table_start,
+        xattr_id_table_start: t.xattr_id_table_start,
+        inode_table_start: t.inode_table_start,
+        directory_table_start: t.directory_table_start,
+        fragment_table_start: t.fragment_table_start,
+        export_table_start: t.export_table_start,
+    }
 }

@@ -2,7 +2,7 @@
 //! blocks' absolute positions (fragment, export, id and xattr id tables).
 
 use crate::metadata::MetadataWriter;
-use mountfs::codec::{CodecError, Encoder};
+use packfs_format::codec::{CodecError, Encoder};
 
 /// Encodes `payload` as metadata blocks placed at absolute position `at`,
 /// followed by the index. Returns the bytes and the absolute position of the
@@ -21,7 +21,8 @@ pub fn indexed_table(enc: Encoder, payload: &[u8], at: u64) -> Result<(Vec<u8>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mountfs::squashfs::format::{Compressor, METADATA_SIZE};
+    use packfs_format::codec::Compressor;
+    use packfs_format::squashfs::METADATA_SIZE;
 
     #[test]
     fn index_lists_absolute_block_positions() {

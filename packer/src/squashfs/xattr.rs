@@ -4,8 +4,10 @@
 use super::tables::indexed_table;
 use crate::metadata::MetadataWriter;
 use crate::xattrs::Xattr;
-use mountfs::codec::{CodecError, Encoder};
-use mountfs::squashfs::format::make_ref;
+use packfs_format::codec::{CodecError, Encoder};
+use packfs_format::squashfs::metadata::make_ref;
+use packfs_format::squashfs::tables::{XattrIdEntry, XattrTableHeader};
+use packfs_format::squashfs::xattr::{encode_value, XattrKey};
 
 /// Encodes all sets for placement at absolute position `at`. Returns the
 /// bytes and the absolute position of the header (the superblock's
@@ -24,17 +26,17 @@ pub fn xattr_table(
         let mut size = 0u32;
         for x in set {
             let mut e = Vec::with_capacity(8 + x.name.len() + x.value.len());
-            e.extend_from_slice(&x.kind.to_le_bytes());
-            e.extend_from_slice(&(x.name.len() as u16).to_le_bytes());
-            e.extend_from_slice(&x.name);
-            e.extend_from_slice(&(x.value.len() as u32).to_le_bytes());
-            e.extend_from_slice(&x.value);
+            XattrKey::encode(x.kind, &x.name, &mut e);
+            encode_value(&x.value, &mut e);
             kv.write(&e)?;
             size += (x.full_name_len() + 1 + x.value.len()) as u32;
         }
-        ids.extend_from_slice(&make_ref(block, offset).to_le_bytes());
-        ids.extend_from_slice(&(set.len() as u32).to_le_bytes());
-        ids.extend_from_slice(&size.to_le_bytes());
+        XattrIdEntry {
+            xattr_ref: make_ref(block, offset),
+            count: set.len() as u32,
+            size,
+        }
+        .encode(&mut ids);
     }
     let (mut bytes, _) = kv.finish()?;
     let ids_at = at + bytes.len() as u64;
@@ -44,9 +46,12 @@ pub fn xattr_table(
     let blocks_len = (index_pos - ids_at) as usize;
     bytes.extend_from_slice(&id_part[..blocks_len]);
     let header_pos = at + bytes.len() as u64;
-    bytes.extend_from_slice(&at.to_le_bytes());
-    bytes.extend_from_slice(&(sets.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&0u32.to_le_bytes());
+    XattrTableHeader {
+        kv_start: at,
+        count: sets.len() as u32,
+        unused: 0,
+    }
+    .encode(&mut bytes);
     bytes.extend_from_slice(&id_part[blocks_len..]);
     Ok((bytes, header_pos))
 }

@@ -5,9 +5,9 @@
 //!
 //! [`PackOptions`]: crate::PackOptions
 
-use super::format::{METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
 use crate::PackError;
-use mountfs::squashfs::format::Compressor;
+use packfs_format::codec::Compressor;
+use packfs_format::zip::{METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
 use std::cell::RefCell;
 use std::io;
 

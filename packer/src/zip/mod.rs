@@ -8,7 +8,7 @@
 //! become separate entries; fifos, sockets and devices are skipped with a
 //! warning. Every entry carries its Unix mode (version made by = Unix),
 //! mtime (extended timestamp 0x5455 plus the DOS time in UTC) and owner
-//! (0x7875); see [`format`].
+//! (0x7875); see [`records`].
 //!
 //! Pipeline, with no barrier between entries: the main thread walks the
 //! entries in order and submits each file of at most [`STREAM_ABOVE`]
@@ -54,14 +54,15 @@
 //! RSS: 0.23x the time, 0.98x the size.
 
 mod compress;
-mod format;
+mod records;
 
 use crate::output;
 use crate::walk::{self, cancelled, Kind, Tree};
 use crate::{PackError, PackOptions, PackSummary};
 use compress::{compress_segment, compress_whole, looks_incompressible, Codec};
-use format::{Meta, Sizes, METHOD_STORED, S_IFDIR, S_IFLNK, S_IFREG};
+use packfs_format::zip::METHOD_STORED;
 use rayon::prelude::*;
+use records::{Meta, Sizes, S_IFDIR, S_IFLNK, S_IFREG};
 use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -353,7 +354,7 @@ impl<'f> Out<'f> {
 
     /// Records the entry whose local header is at `offset`.
     fn central(&mut self, m: &Meta, s: &Sizes, offset: u64) {
-        format::central_record(&mut self.central, m, s, offset);
+        records::central_record(&mut self.central, m, s, offset);
         self.entries += 1;
     }
 
@@ -363,7 +364,7 @@ impl<'f> Out<'f> {
         let central = std::mem::take(&mut self.central);
         self.write(&central)?;
         let mut end = Vec::new();
-        format::end_records(&mut end, self.entries, cd_offset, central.len() as u64);
+        records::end_records(&mut end, self.entries, cd_offset, central.len() as u64);
         self.write(&end)?;
         self.flush()?;
         Ok(self.pos)
@@ -539,7 +540,7 @@ impl ZipWriter<'_, '_> {
         let m = self.meta(item)?;
         let offset = self.out.pos;
         let mut hdr = Vec::with_capacity(128 + m.name.len());
-        format::local_header(&mut hdr, &m, &p.sizes, offset, false);
+        records::local_header(&mut hdr, &m, &p.sizes, offset, false);
         self.out.write(&hdr)?;
         self.out.write(&p.data)?;
         self.out.central(&m, &p.sizes, offset);
@@ -557,7 +558,7 @@ impl ZipWriter<'_, '_> {
     fn stream(&mut self, item: &Item) -> Result<(), PackError> {
         let path = self.source(item);
         let size = self.tree.inodes[item.ino as usize].size;
-        let zip64 = format::local_zip64(size);
+        let zip64 = records::local_zip64(size);
         let offset = self.out.pos;
         let start_reported = self.reported;
         let mut file = open(&path)?;
@@ -574,7 +575,7 @@ impl ZipWriter<'_, '_> {
                 method,
                 ..Sizes::default()
             };
-            format::local_header(&mut hdr, &meta, &placeholder, offset, zip64);
+            records::local_header(&mut hdr, &meta, &placeholder, offset, zip64);
             self.out.write(&hdr)?;
             let result = if method == METHOD_STORED {
                 Some(self.copy_stored(&mut file, &path, first, size, start_reported)?)
@@ -598,7 +599,7 @@ impl ZipWriter<'_, '_> {
         expect_eof(&mut file, &path)?;
         let meta = self.meta(item)?;
         let mut hdr = Vec::new();
-        format::local_header(&mut hdr, &meta, &sizes, offset, zip64);
+        records::local_header(&mut hdr, &meta, &sizes, offset, zip64);
         self.out.patch(offset, &hdr)?;
         self.out.central(&meta, &sizes, offset);
         self.bytes_in += size;

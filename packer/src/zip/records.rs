@@ -1,6 +1,7 @@
-//! ZIP records as written: local headers, central directory records, the
-//! extra fields we emit (Zip64 0x0001, extended timestamp 0x5455, Info-ZIP
-//! Unix uid/gid 0x7875), DOS times and the (Zip64) end of central directory.
+//! How packfs fills the ZIP records (defined in `packfs_format::zip`):
+//! local headers, central directory records, the extra fields we emit
+//! (Zip64 0x0001, extended timestamp 0x5455, Info-ZIP Unix uid/gid 0x7875)
+//! and the end records.
 //!
 //! Zip64 is used only where a value does not fit: an entry's extra field
 //! carries exactly the overflowing sizes/offset (the local header's carries
@@ -8,35 +9,16 @@
 //! locator are written only when the entry count, the central directory's
 //! size or its offset do not fit the classic end record.
 
-/// Signatures.
-pub const SIG_LOCAL: u32 = 0x0403_4b50;
-pub const SIG_CENTRAL: u32 = 0x0201_4b50;
-pub const SIG_EOCD: u32 = 0x0605_4b50;
-pub const SIG_EOCD64: u32 = 0x0606_4b50;
-pub const SIG_EOCD64_LOCATOR: u32 = 0x0706_4b50;
-
-#[cfg(test)]
-pub const LOCAL_LEN: usize = 30;
-/// General-purpose flag bit 11: name (and comment) are UTF-8.
-pub const FLAG_UTF8: u16 = 1 << 11;
-/// Version made by: Unix (3) in the high byte, APPNOTE 6.3 in the low byte.
-pub const VERSION_MADE_BY: u16 = (3 << 8) | 63;
-/// 32-bit fields at or above this value are stored as 0xFFFFFFFF with the
-/// real value in the Zip64 extra (0xFFFFFFFF itself is the sentinel).
-pub const MAX32: u64 = 0xFFFF_FFFF;
-/// Entry counts at or above this go to the Zip64 end record (0xFFFF is the
-/// sentinel that sends readers there).
-pub const MAX16: u64 = 0xFFFF;
+use packfs_format::zip::central::CentralHeader;
+use packfs_format::zip::end::{EndRecord, Zip64EndRecord, Zip64Locator};
+use packfs_format::zip::extra::{self, UNIX_EXTRAS_LEN};
+use packfs_format::zip::local::LocalHeader;
+pub use packfs_format::zip::time::dos_datetime;
+use packfs_format::zip::*;
 
 pub const S_IFREG: u32 = 0o100000;
 pub const S_IFDIR: u32 = 0o040000;
 pub const S_IFLNK: u32 = 0o120000;
-/// MS-DOS directory attribute (low byte of the external attributes).
-const DOS_DIR: u32 = 0x10;
-
-pub const METHOD_STORED: u16 = 0;
-pub const METHOD_DEFLATE: u16 = 8;
-pub const METHOD_ZSTD: u16 = 93;
 
 /// What is known about an entry before its data is written.
 #[derive(Clone, Debug)]
@@ -57,16 +39,6 @@ pub struct Sizes {
     pub crc: u32,
     pub compressed: u64,
     pub size: u64,
-}
-
-fn put16(b: &mut Vec<u8>, v: u16) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
 }
 
 fn clamp32(v: u64) -> u32 {
@@ -109,131 +81,89 @@ fn entry_zip64(s: &Sizes, offset: u64) -> bool {
     local_zip64(s.size) || s.compressed >= MAX32 || offset >= MAX32
 }
 
-/// DOS date and time (UTC, so output does not depend on the machine's
-/// time zone; the extended timestamp carries the exact time anyway),
-/// clamped to DOS's 1980..=2107 range.
-pub fn dos_datetime(t: u32) -> (u16, u16) {
-    let secs = t as i64;
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    if y < 1980 {
-        return ((1 << 5) | 1, 0);
-    }
-    if y > 2107 {
-        return ((127 << 9) | (12 << 5) | 31, (23 << 11) | (59 << 5) | 29);
-    }
-    let date = (((y - 1980) << 9) | (m << 5) | d) as u16;
-    let time = (((rem / 3600) << 11) | (((rem / 60) % 60) << 5) | ((rem % 60) / 2)) as u16;
-    (date, time)
-}
-
 /// Extended timestamp (modification time only, as 32 bits: times after
 /// 2038 are read back as unsigned by unzip because the DOS date agrees)
 /// and Info-ZIP's Unix uid/gid field, identical in local and central
 /// headers.
 fn unix_extras(b: &mut Vec<u8>, m: &Meta) {
-    put16(b, 0x5455);
-    put16(b, 5);
-    b.push(1);
-    put32(b, m.mtime);
-    put16(b, 0x7875);
-    put16(b, 11);
-    b.push(1);
-    b.push(4);
-    put32(b, m.uid);
-    b.push(4);
-    put32(b, m.gid);
+    extra::extended_timestamp(b, m.mtime);
+    extra::infozip_unix(b, m.uid, m.gid);
 }
-
-const UNIX_EXTRAS_LEN: u16 = 9 + 15;
 
 /// A local file header. With `zip64` (see [`local_zip64`]) both sizes go
 /// into a Zip64 extra and the 32-bit fields hold 0xFFFFFFFF. Its length
 /// depends only on `m` and `zip64`, so a header written with placeholder
 /// sizes can be overwritten in place.
 pub fn local_header(b: &mut Vec<u8>, m: &Meta, s: &Sizes, offset: u64, zip64: bool) {
-    let (date, time) = dos_datetime(m.mtime);
-    put32(b, SIG_LOCAL);
-    put16(b, version_needed(s.method, zip64 || entry_zip64(s, offset)));
-    put16(b, flags(m.name));
-    put16(b, s.method);
-    put16(b, time);
-    put16(b, date);
-    put32(b, s.crc);
-    if zip64 {
-        put32(b, MAX32 as u32);
-        put32(b, MAX32 as u32);
+    let (dos_date, dos_time) = dos_datetime(m.mtime);
+    let (csize, size) = if zip64 {
+        (MAX32 as u32, MAX32 as u32)
     } else {
-        put32(b, s.compressed as u32);
-        put32(b, s.size as u32);
+        (s.compressed as u32, s.size as u32)
+    };
+    LocalHeader {
+        version_needed: version_needed(s.method, zip64 || entry_zip64(s, offset)),
+        flags: flags(m.name),
+        method: s.method,
+        dos_time,
+        dos_date,
+        crc: s.crc,
+        csize,
+        size,
+        name_len: m.name.len() as u16,
+        extra_len: UNIX_EXTRAS_LEN + if zip64 { 20 } else { 0 },
     }
-    put16(b, m.name.len() as u16);
-    put16(b, UNIX_EXTRAS_LEN + if zip64 { 20 } else { 0 });
+    .encode(b);
     b.extend_from_slice(m.name);
     if zip64 {
-        put16(b, 0x0001);
-        put16(b, 16);
-        put64(b, s.size);
-        put64(b, s.compressed);
+        extra::zip64(b, &[s.size, s.compressed]);
     }
     unix_extras(b, m);
 }
 
 /// A central directory record.
 pub fn central_record(b: &mut Vec<u8>, m: &Meta, s: &Sizes, offset: u64) {
-    let (date, time) = dos_datetime(m.mtime);
-    let mut z64 = Vec::new();
-    if s.size >= MAX32 {
-        put64(&mut z64, s.size);
-    }
-    if s.compressed >= MAX32 {
-        put64(&mut z64, s.compressed);
-    }
-    if offset >= MAX32 {
-        put64(&mut z64, offset);
-    }
-    put32(b, SIG_CENTRAL);
-    put16(b, VERSION_MADE_BY);
-    put16(b, version_needed(s.method, entry_zip64(s, offset)));
-    put16(b, flags(m.name));
-    put16(b, s.method);
-    put16(b, time);
-    put16(b, date);
-    put32(b, s.crc);
-    put32(b, clamp32(s.compressed));
-    put32(b, clamp32(s.size));
-    put16(b, m.name.len() as u16);
+    let (dos_date, dos_time) = dos_datetime(m.mtime);
+    let z64: Vec<u64> = [
+        (s.size >= MAX32, s.size),
+        (s.compressed >= MAX32, s.compressed),
+        (offset >= MAX32, offset),
+    ]
+    .into_iter()
+    .filter_map(|(over, v)| over.then_some(v))
+    .collect();
     let z64_len = if z64.is_empty() {
         0
     } else {
-        4 + z64.len() as u16
+        4 + 8 * z64.len() as u16
     };
-    put16(b, UNIX_EXTRAS_LEN + z64_len);
-    put16(b, 0); // comment length
-    put16(b, 0); // disk number start
-    put16(b, 0); // internal attributes
     let dos = if m.mode & 0o170000 == S_IFDIR {
         DOS_DIR
     } else {
         0
     };
-    put32(b, (m.mode << 16) | dos);
-    put32(b, clamp32(offset));
+    CentralHeader {
+        made_by: VERSION_MADE_BY,
+        version_needed: version_needed(s.method, entry_zip64(s, offset)),
+        flags: flags(m.name),
+        method: s.method,
+        dos_time,
+        dos_date,
+        crc: s.crc,
+        csize: clamp32(s.compressed),
+        size: clamp32(s.size),
+        name_len: m.name.len() as u16,
+        extra_len: UNIX_EXTRAS_LEN + z64_len,
+        comment_len: 0,
+        disk_start: 0,
+        internal: 0,
+        external: (m.mode << 16) | dos,
+        local_offset: clamp32(offset),
+    }
+    .encode(b);
     b.extend_from_slice(m.name);
     if !z64.is_empty() {
-        put16(b, 0x0001);
-        put16(b, z64.len() as u16);
-        b.extend_from_slice(&z64);
+        extra::zip64(b, &z64);
     }
     unix_extras(b, m);
 }
@@ -245,31 +175,36 @@ pub fn central_record(b: &mut Vec<u8>, m: &Meta, s: &Sizes, offset: u64) {
 pub fn end_records(b: &mut Vec<u8>, entries: u64, cd_offset: u64, cd_size: u64) {
     let zip64 = entries >= MAX16 || cd_offset >= MAX32 || cd_size >= MAX32;
     if zip64 {
-        let rec = cd_offset + cd_size;
-        put32(b, SIG_EOCD64);
-        put64(b, 44); // size of the rest of the record
-        put16(b, VERSION_MADE_BY);
-        put16(b, 45);
-        put32(b, 0); // this disk
-        put32(b, 0); // disk with the central directory
-        put64(b, entries);
-        put64(b, entries);
-        put64(b, cd_size);
-        put64(b, cd_offset);
-        put32(b, SIG_EOCD64_LOCATOR);
-        put32(b, 0);
-        put64(b, rec);
-        put32(b, 1); // total disks
+        Zip64EndRecord {
+            record_size: (EOCD64_LEN - 12) as u64,
+            made_by: VERSION_MADE_BY,
+            version_needed: 45,
+            disk: 0,
+            cd_disk: 0,
+            entries_here: entries,
+            entries,
+            cd_size,
+            cd_offset,
+        }
+        .encode(b);
+        Zip64Locator {
+            record_disk: 0,
+            record_offset: cd_offset + cd_size,
+            total_disks: 1,
+        }
+        .encode(b);
     }
     let n = entries.min(MAX16) as u16;
-    put32(b, SIG_EOCD);
-    put16(b, 0);
-    put16(b, 0);
-    put16(b, n);
-    put16(b, n);
-    put32(b, clamp32(cd_size));
-    put32(b, clamp32(cd_offset));
-    put16(b, 0); // comment length
+    EndRecord {
+        disk: 0,
+        cd_disk: 0,
+        entries_here: n,
+        entries: n,
+        cd_size: clamp32(cd_size),
+        cd_offset: clamp32(cd_offset),
+        comment_len: 0,
+    }
+    .encode(b);
 }
 
 #[cfg(test)]

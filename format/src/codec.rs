@@ -1,4 +1,5 @@
-//! Block codecs: the compressors SquashFS names, in both directions.
+//! Block codecs: the compressors SquashFS names, in both directions. This
+//! module depends on no format module; SquashFS stores a [`Compressor`]'s id.
 //!
 //! Decompression is bounded: callers pass the largest size the block may
 //! expand to (the block size, or 8 KiB for metadata) and anything larger is an
@@ -6,8 +7,49 @@
 //! Compression keeps per-thread codec contexts, because creating a zstd or
 //! deflate context per 128 KiB block costs more than compressing it.
 
-use crate::squashfs::format::Compressor;
 use std::cell::RefCell;
+
+/// The compressors SquashFS names, by the id its superblock stores.
+/// (ZIP names its methods differently; `packer` maps these onto them.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Compressor {
+    Gzip = 1,
+    Lzma = 2,
+    Lzo = 3,
+    Xz = 4,
+    Lz4 = 5,
+    Zstd = 6,
+}
+
+impl Compressor {
+    pub fn from_id(id: u16) -> Option<Self> {
+        Some(match id {
+            1 => Self::Gzip,
+            2 => Self::Lzma,
+            3 => Self::Lzo,
+            4 => Self::Xz,
+            5 => Self::Lz4,
+            6 => Self::Zstd,
+            _ => return None,
+        })
+    }
+
+    /// The id stored in a SquashFS superblock.
+    pub fn id(self) -> u16 {
+        self as u16
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Gzip => "gzip",
+            Self::Lzma => "lzma",
+            Self::Lzo => "lzo",
+            Self::Xz => "xz",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

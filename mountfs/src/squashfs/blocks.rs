@@ -1,0 +1,95 @@
+//! The image's blocks, decoded through the shared cache: the one place the
+//! SquashFS reader touches the [`ImageSource`], the [`BlockCache`] and the
+//! codec. Everything above works on decoded blocks.
+
+use crate::cache::{Block, BlockCache};
+use crate::error::{FsError, Result};
+use crate::source::ImageSource;
+use packfs_format::codec::{decompress, Compressor};
+use packfs_format::squashfs::metadata::{data_is_raw, data_stored_len, MetaHeader};
+use packfs_format::squashfs::METADATA_SIZE;
+use std::sync::Arc;
+
+/// Cache keys of metadata blocks carry this bit so that a corrupt image whose
+/// tables point into data blocks can never alias a cached data block.
+const META_KEY: u64 = 1 << 63;
+
+/// The image source, its decoded-block cache and the image's compressor.
+pub struct Blocks {
+    pub(crate) src: Box<dyn ImageSource>,
+    pub(crate) cache: Arc<BlockCache>,
+    pub compressor: Compressor,
+}
+
+impl Blocks {
+    pub fn new(src: Box<dyn ImageSource>, cache: Arc<BlockCache>, compressor: Compressor) -> Self {
+        Blocks {
+            src,
+            cache,
+            compressor,
+        }
+    }
+
+    /// The decoded metadata block whose header sits at absolute position `pos`.
+    pub fn meta_block(&self, pos: u64) -> Result<Arc<Block>> {
+        self.cache.get_or_load(pos | META_KEY, || {
+            let hdr = self.src.slice(pos, MetaHeader::SIZE)?;
+            let hdr = MetaHeader::decode([hdr[0], hdr[1]]);
+            let stored = hdr.stored_len as usize;
+            let raw = self.src.slice(pos + MetaHeader::SIZE as u64, stored)?;
+            let data = if !hdr.compressed {
+                if stored > METADATA_SIZE {
+                    return Err(FsError::corrupt(format!(
+                        "metadata block at {pos} is {stored} bytes, more than {METADATA_SIZE}"
+                    )));
+                }
+                let mut out = crate::buffers::take(stored);
+                out.extend_from_slice(raw);
+                out
+            } else {
+                let mut out = crate::buffers::take(METADATA_SIZE + 1);
+                decompress(self.compressor, raw, &mut out, METADATA_SIZE).map_err(|source| {
+                    FsError::BadBlock {
+                        what: format!("metadata block at offset {pos}"),
+                        source,
+                    }
+                })?;
+                out
+            };
+            Ok(Block {
+                data,
+                next: pos + MetaHeader::SIZE as u64 + stored as u64,
+            })
+        })
+    }
+
+    /// Decodes (through the cache) a data or fragment block stored at `pos`
+    /// with size word `word`, expected to expand to at most `limit` bytes.
+    pub fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
+        self.cache.get_or_load(pos, || {
+            let stored = data_stored_len(word) as usize;
+            // One readahead request for the whole block instead of a chain of
+            // synchronous 4 KiB page faults as the decoder walks the map.
+            self.src.will_need(pos, stored);
+            let raw = self.src.slice(pos, stored)?;
+            let data = if data_is_raw(word) {
+                let mut out = crate::buffers::take(stored);
+                out.extend_from_slice(raw);
+                out
+            } else {
+                let mut out = crate::buffers::take(limit + 1);
+                decompress(self.compressor, raw, &mut out, limit).map_err(|source| {
+                    FsError::BadBlock {
+                        what: format!("data block at offset {pos}"),
+                        source,
+                    }
+                })?;
+                out
+            };
+            Ok(Block {
+                data,
+                next: pos + stored as u64,
+            })
+        })
+    }
+}
