@@ -18,11 +18,11 @@
 mod args;
 mod cold;
 mod iostat;
+mod mounts;
 mod passthrough;
 mod plot;
 mod report;
 mod rng;
-mod sides;
 mod tree;
 mod verify;
 mod workload;
@@ -31,9 +31,9 @@ pub use args::BenchArgs;
 
 use anyhow::{bail, Context};
 use args::{Latency, Workload};
+use mounts::OwnMount;
 use passthrough::{CounterSnapshot, EmulatedMount};
 use report::{Report, Run};
-use sides::OwnMount;
 use std::path::{Path, PathBuf};
 use tree::{Kind, Tree};
 use workload::{Outcome, Plan, PlanOptions};

@@ -1,4 +1,5 @@
-//! The sides of the comparison and the mounts behind them.
+//! The mounts the bench makes for itself, and the helpers to wait for and
+//! remove a mount (shared with the latency-emulating passthrough).
 //!
 //! packfs's own mount is a `packfs mount --foreground` child of the bench:
 //! its pid is known exactly (for `/proc/<pid>/io`), a cold run can restart
