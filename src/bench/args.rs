@@ -221,3 +221,17 @@ pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `packfs bench ARGS...` as clap parses it, for the phases' unit tests.
+#[cfg(test)]
+pub fn parse(argv: &[&str]) -> BenchArgs {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: BenchArgs,
+    }
+    Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied()))
+        .unwrap()
+        .a
+}

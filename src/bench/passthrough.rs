@@ -464,7 +464,7 @@ impl EmulatedMount {
             source: source.to_path_buf(),
             lat: *lat,
             session: None,
-            dir: super::sides::scratch_dir("pt")?,
+            dir: super::mounts::scratch_dir("pt")?,
             counters: Arc::new(Counters::default()),
         };
         m.start()?;
@@ -488,7 +488,7 @@ impl EmulatedMount {
             M::DefaultPermissions,
             M::NoAtime,
         ];
-        let before = super::sides::dev(self.dir.path())?;
+        let before = super::mounts::dev(self.dir.path())?;
         let session = fuser::spawn_mount(fs, self.dir.path(), &opts).with_context(|| {
             format!(
                 "mounting the latency-emulating passthrough of {} at {}",
@@ -497,7 +497,7 @@ impl EmulatedMount {
             )
         })?;
         self.session = Some(session);
-        super::sides::wait_mounted(self.dir.path(), before, None)
+        super::mounts::wait_mounted(self.dir.path(), before, None)
     }
 
     /// Unmounts; the kernel forgets every cached page and attribute of it.

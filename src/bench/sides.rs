@@ -1,190 +1,230 @@
-//! The sides of the comparison and the mounts behind them.
-//!
-//! packfs's own mount is a `packfs mount --foreground` child of the bench:
-//! its pid is known exactly (for `/proc/<pid>/io`), a cold run can restart
-//! it (emptying its block cache), and it is unmounted at the end whatever
-//! happens. Readiness is the mountpoint's `st_dev` changing, which is what
-//! a user of the mount would observe.
+//! The sides of the comparison: the raw tree, packfs's own mount of the
+//! image and existing mounts named with --mountpoint. How each is set up,
+//! where its workloads read, and how a cold run makes it cold.
 
+use super::args::Latency;
+use super::cold;
+use super::mounts::OwnMount;
+use super::passthrough::{CounterSnapshot, EmulatedMount};
+use super::plan::{Ctx, SideSpec};
 use anyhow::{bail, Context};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// A scratch directory for mountpoints, removed on drop.
-pub fn scratch_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix(&format!("packfs-bench-{what}-"))
-        .tempdir()
-        .context("creating a scratch mountpoint")
+pub enum SideKind {
+    Raw {
+        emu: Option<EmulatedMount>,
+    },
+    Packfs {
+        mount: OwnMount,
+        /// The passthrough of the image's directory (with --emulate-latency);
+        /// declared after `mount` so that it is unmounted after it.
+        emu: Option<EmulatedMount>,
+    },
+    External {
+        path: PathBuf,
+    },
 }
 
-pub fn dev(p: &Path) -> anyhow::Result<u64> {
-    Ok(std::fs::metadata(p)
-        .with_context(|| format!("{}", p.display()))?
-        .dev())
+pub struct Side {
+    pub label: String,
+    pub kind: SideKind,
 }
 
-/// Waits (up to 20 s) for `mp`'s device to differ from `before`; fails early
-/// if `child` (the server) exits.
-pub fn wait_mounted(mp: &Path, before: u64, mut child: Option<&mut Child>) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if std::fs::metadata(mp).is_ok_and(|m| m.dev() != before) {
-            return Ok(());
+impl Side {
+    /// Where this side's workloads read.
+    pub fn root<'a>(&'a self, raw: &'a Path) -> &'a Path {
+        match &self.kind {
+            SideKind::Raw { emu: Some(e) } => e.path(),
+            SideKind::Raw { emu: None } => raw,
+            SideKind::Packfs { mount, .. } => mount.path(),
+            SideKind::External { path } => path,
         }
-        if let Some(c) = child.as_deref_mut() {
-            if let Some(st) = c.try_wait()? {
-                bail!(
-                    "the mount server exited ({st}) before {} was mounted",
-                    mp.display()
-                );
+    }
+
+    /// The passthrough's counters now, for a side read through one.
+    pub fn passthrough(&self) -> Option<CounterSnapshot> {
+        match &self.kind {
+            SideKind::Raw { emu: Some(e) } | SideKind::Packfs { emu: Some(e), .. } => {
+                Some(e.counters.snapshot())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Phase 2: sets up the sides `specs` lists, in that order: mounts the
+/// latency-emulating passthroughs and packfs's own mount, resolves the
+/// external mounts. Hands the sides over mounted; dropping them unmounts
+/// (as does an error here, for those already mounted).
+pub fn open(
+    specs: Vec<SideSpec>,
+    ctx: &Ctx,
+    latency: Option<&Latency>,
+    mount_threads: Option<usize>,
+    cache_size: Option<u64>,
+) -> anyhow::Result<Vec<Side>> {
+    let mut sides: Vec<Side> = Vec::new();
+    for spec in specs {
+        let side = match spec {
+            SideSpec::Raw => Side {
+                label: "raw".into(),
+                kind: SideKind::Raw {
+                    emu: latency
+                        .map(|l| EmulatedMount::mount(&ctx.raw, l))
+                        .transpose()?,
+                },
+            },
+            SideSpec::Packfs => {
+                let img = ctx.image.as_ref().context("--image is required")?;
+                own_mount(img, latency, mount_threads, cache_size)?
+            }
+            SideSpec::External { spec, label, path } => {
+                let path = std::fs::canonicalize(&path)
+                    .with_context(|| format!("--mountpoint {}", path.display()))?;
+                if sides.iter().any(|s| s.label == label) {
+                    bail!("--mountpoint {spec}: label {label:?} is used twice");
+                }
+                Side {
+                    label,
+                    kind: SideKind::External { path },
+                }
+            }
+        };
+        sides.push(side);
+    }
+    Ok(sides)
+}
+
+/// packfs's own mount of `img`. With a latency to emulate, the image is
+/// mounted as seen through a passthrough of its directory, so that every
+/// read of the image that misses the page cache pays the read latency, as
+/// an image on a network filesystem would.
+fn own_mount(
+    img: &Path,
+    latency: Option<&Latency>,
+    mount_threads: Option<usize>,
+    cache_size: Option<u64>,
+) -> anyhow::Result<Side> {
+    let (emu, path) = match latency {
+        Some(l) => {
+            let dir = img.parent().unwrap_or(Path::new("/"));
+            let e = EmulatedMount::mount(dir, l)?;
+            let p = e.path().join(img.file_name().unwrap_or_default());
+            (Some(e), p)
+        }
+        None => (None, img.to_path_buf()),
+    };
+    let mount = OwnMount::new(&path, mount_threads, cache_size)?;
+    Ok(Side {
+        label: "packfs".into(),
+        kind: SideKind::Packfs { mount, emu },
+    })
+}
+
+/// Files whose pages a fadvise-based cold start evicts: the raw tree's, the
+/// image, and the raw tree's paths under every external mount (the only
+/// handle the bench has on a cache it does not own).
+fn evict_list(ctx: &Ctx, sides: &[Side]) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = ctx.tree.files().map(|e| ctx.raw.join(&e.rel)).collect();
+    v.extend(ctx.image.iter().cloned());
+    for s in sides {
+        if let SideKind::External { path } = &s.kind {
+            v.extend(ctx.tree.files().map(|e| path.join(&e.rel)));
+        }
+    }
+    v
+}
+
+/// Makes side `i` cold: remounts what the bench owns (emptying the packfs
+/// daemon's block cache and the kernel's caches of the passthrough) and
+/// evicts the page cache. Every side's files are evicted, not only side
+/// `i`'s, so that with fadvise a cold run starts from about what
+/// drop_caches would leave, whichever sides ran before it.
+pub fn make_cold(ctx: &Ctx, sides: &mut [Side], i: usize) -> anyhow::Result<()> {
+    let files = evict_list(ctx, sides);
+    let evict = || cold::evict(ctx.method, files.iter().map(PathBuf::as_path));
+    match &mut sides[i].kind {
+        SideKind::Raw { emu } => {
+            if let Some(e) = emu {
+                e.stop();
+            }
+            evict()?;
+            if let Some(e) = emu {
+                e.start()?;
             }
         }
-        if Instant::now() > deadline {
-            bail!("{} was not mounted within 20 s", mp.display());
+        // Unmounted top-down and remounted bottom-up: the daemon reads the
+        // image through the passthrough.
+        SideKind::Packfs { mount, emu } => {
+            mount.stop()?;
+            if let Some(e) = emu {
+                e.stop();
+            }
+            evict()?;
+            if let Some(e) = emu {
+                e.start()?;
+            }
+            mount.start()?;
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `fusermount3 -u` (or fusermount, or umount(2) as root).
-pub fn umount(mp: &Path) -> anyhow::Result<()> {
-    for bin in ["fusermount3", "fusermount"] {
-        match Command::new(bin)
-            .arg("-u")
-            .arg(mp)
-            .stderr(Stdio::piped())
-            .output()
-        {
-            Ok(o) if o.status.success() => return Ok(()),
-            Ok(o) => bail!(
-                "{bin} -u {}: {}",
-                mp.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            Err(_) => continue,
-        }
-    }
-    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
-    // SAFETY: valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-        bail!(
-            "umount {}: {}",
-            mp.display(),
-            std::io::Error::last_os_error()
-        );
+        SideKind::External { .. } => evict()?,
     }
     Ok(())
 }
 
-/// packfs's own mount of the image, served by a child process.
-pub struct OwnMount {
-    image: PathBuf,
-    args: Vec<String>,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl OwnMount {
-    pub fn new(
-        image: &Path,
-        threads: Option<usize>,
-        cache_size: Option<u64>,
-    ) -> anyhow::Result<Self> {
-        let mut args = Vec::new();
-        if let Some(t) = threads {
-            args.push("-j".to_string());
-            args.push(t.to_string());
+    fn external(label: &str, path: &str) -> Side {
+        Side {
+            label: label.into(),
+            kind: SideKind::External { path: path.into() },
         }
-        if let Some(c) = cache_size {
-            args.push("--cache-size".into());
-            args.push(c.to_string());
-        }
-        let mut m = OwnMount {
-            image: image.to_path_buf(),
-            args,
-            dir: scratch_dir("mnt")?,
-            child: None,
+    }
+
+    #[test]
+    fn cold_start_evicts_raw_files_image_and_files_under_external_mounts() {
+        let raw = Side {
+            label: "raw".into(),
+            kind: SideKind::Raw { emu: None },
         };
-        m.start()?;
-        Ok(m)
+        let sides = [raw, external("k", "/k"), external("f", "/f")];
+        let paths: Vec<PathBuf> = ["/raw/a", "/img.sqfs", "/k/a", "/f/a"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(evict_list(&Ctx::for_test(Some("/img.sqfs")), &sides), paths);
+        assert_eq!(evict_list(&Ctx::for_test(None), &sides[..1]), paths[..1]);
     }
 
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Mounts the image (the mount must be stopped).
-    pub fn start(&mut self) -> anyhow::Result<()> {
-        let before = dev(self.path())?;
-        // The daemon's log goes to a file: read back if mounting fails,
-        // dropped otherwise (fuser logs a harmless error when it finds the
-        // mount already gone at exit).
-        let mut log = tempfile::tempfile().context("creating the mount's log file")?;
-        // /proc/self/exe, not the path: a long run must survive the binary
-        // being rebuilt under it. arg0 keeps `pgrep -f "packfs mount"` working.
-        use std::os::unix::process::CommandExt;
-        let mut child = Command::new("/proc/self/exe")
-            .arg0("packfs")
-            .arg("mount")
-            .arg("--foreground")
-            .args(&self.args)
-            .arg(&self.image)
-            .arg(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log.try_clone()?)
-            .spawn()
-            .context("starting packfs mount")?;
-        if let Err(e) = wait_mounted(self.dir.path(), before, Some(&mut child)) {
-            let _ = child.kill();
-            let _ = child.wait();
-            use std::io::{Read, Seek};
-            let mut text = String::new();
-            let _ = log.rewind().and_then(|_| log.read_to_string(&mut text));
-            let e = if text.trim().is_empty() {
-                e
-            } else {
-                e.context(text.trim().to_string())
-            };
-            return Err(e.context(format!("mounting {}", self.image.display())));
-        }
-        self.child = Some(child);
-        Ok(())
-    }
-
-    /// Unmounts and waits for the server to exit.
-    pub fn stop(&mut self) -> anyhow::Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
+    #[test]
+    fn sides_read_under_their_own_root() {
+        let raw = Side {
+            label: "raw".into(),
+            kind: SideKind::Raw { emu: None },
         };
-        let r = umount(self.dir.path());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if child.try_wait()?.is_some() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        r
+        assert_eq!(raw.root(Path::new("/raw")), Path::new("/raw"));
+        assert_eq!(external("k", "/k").root(Path::new("/raw")), Path::new("/k"));
+        assert!(raw.passthrough().is_none());
     }
-}
 
-impl Drop for OwnMount {
-    fn drop(&mut self) {
-        if let Err(e) = self.stop() {
-            eprintln!("packfs bench: {e:#}");
-        }
+    #[test]
+    fn external_labels_must_differ() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().to_path_buf();
+        let spec = |label: &str| SideSpec::External {
+            spec: format!("{label}={}", p.display()),
+            label: label.into(),
+            path: p.clone(),
+        };
+        let ctx = Ctx::for_test(None);
+        let open_all = |specs| open(specs, &ctx, None, None, None);
+        let sides = open_all(vec![spec("a"), spec("b")]).unwrap();
+        let labels: Vec<&str> = sides.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["a", "b"]);
+        let Err(e) = open_all(vec![spec("a"), spec("a")]) else {
+            panic!("a label used twice was accepted");
+        };
+        assert!(e.to_string().ends_with("label \"a\" is used twice"), "{e}");
     }
 }

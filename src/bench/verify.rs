@@ -6,23 +6,55 @@
 //! the contents of [`SAMPLED`] files chosen by the seed are compared byte
 //! for byte (all files when there are fewer).
 
+use super::plan::Ctx;
 use super::rng::Rng;
+use super::sides::Side;
 use super::tree::{Kind, Tree};
-use anyhow::Context;
+use anyhow::{bail, Context};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub const SAMPLED: usize = 64;
 
+/// Phase 3: refuses to measure unless every side after the raw one holds
+/// the raw tree's files; with --no-verify, says that nothing was checked.
+/// Hands nothing on: the run either goes on to measuring or ends here.
+pub fn check_sides(ctx: &Ctx, sides: &[Side], no_verify: bool, seed: u64) -> anyhow::Result<()> {
+    if no_verify {
+        eprintln!("packfs bench: --no-verify: not checking that the sides hold the same files");
+        return Ok(());
+    }
+    for s in sides.iter().skip(1) {
+        let root = s.root(&ctx.raw);
+        let diffs = differences(&ctx.tree, &ctx.raw, root, seed)
+            .with_context(|| format!("verifying side {}", s.label))?;
+        if !diffs.is_empty() {
+            bail!("{}", refusal(&ctx.raw, &s.label, root, &diffs));
+        }
+    }
+    Ok(())
+}
+
+/// The refusal, naming the first few differences: enough to see whether the
+/// image is stale or of another tree without flooding the terminal.
+fn refusal(raw: &Path, label: &str, root: &Path, diffs: &[String]) -> String {
+    let shown: Vec<&str> = diffs.iter().take(8).map(String::as_str).collect();
+    format!(
+        "the raw tree {} and side {:?} ({}) do not hold the same files ({} difference{}):\n    {}{}\nrefusing to report a speed-up; rebuild the image from this tree, or pass --no-verify to measure anyway",
+        raw.display(),
+        label,
+        root.display(),
+        diffs.len(),
+        if diffs.len() == 1 { "" } else { "s" },
+        shown.join("\n    "),
+        if diffs.len() > shown.len() { "\n    ..." } else { "" }
+    )
+}
+
 /// Differences between the raw tree and the tree under `side`, described
 /// for a person; empty when they match.
-pub fn differences(
-    raw: &Tree,
-    raw_root: &Path,
-    side: &Path,
-    seed: u64,
-) -> anyhow::Result<Vec<String>> {
+fn differences(raw: &Tree, raw_root: &Path, side: &Path, seed: u64) -> anyhow::Result<Vec<String>> {
     let other = Tree::scan(side).with_context(|| format!("listing {}", side.display()))?;
     let mut diffs = Vec::new();
     for kind in [Kind::File, Kind::Dir, Kind::Symlink] {
@@ -100,4 +132,63 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sides::SideKind;
+    use super::*;
+
+    fn diffs(n: usize) -> Vec<String> {
+        (1..=n)
+            .map(|i| format!("f{i}: missing from the image"))
+            .collect()
+    }
+
+    #[test]
+    fn refusal_names_at_most_eight_differences() {
+        let (raw, root) = (Path::new("/r"), Path::new("/m"));
+        assert_eq!(
+            refusal(raw, "kernel", root, &diffs(1)),
+            "the raw tree /r and side \"kernel\" (/m) do not hold the same files (1 difference):\n    \
+             f1: missing from the image\nrefusing to report a speed-up; rebuild the image from this \
+             tree, or pass --no-verify to measure anyway"
+        );
+        let text = refusal(raw, "kernel", root, &diffs(9));
+        assert!(text.contains("(9 differences):\n    f1: "), "{text}");
+        assert!(
+            text.contains("f8: missing from the image\n    ...\nrefusing"),
+            "{text}"
+        );
+        assert!(!text.contains("f9"), "{text}");
+    }
+
+    #[test]
+    fn a_side_with_other_contents_is_refused_unless_no_verify() {
+        let (raw, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(raw.path().join("a"), "raw").unwrap();
+        std::fs::write(other.path().join("a"), "RAW").unwrap();
+        let mut ctx = Ctx::for_test(None);
+        ctx.raw = raw.path().to_path_buf();
+        ctx.tree = Tree::scan(raw.path()).unwrap();
+        let side = |path: &Path| Side {
+            label: "other".into(),
+            kind: SideKind::External {
+                path: path.to_path_buf(),
+            },
+        };
+        let raw_side = Side {
+            label: "raw".into(),
+            kind: SideKind::Raw { emu: None },
+        };
+        let sides = [raw_side, side(other.path())];
+        let e = check_sides(&ctx, &sides, false, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("(1 difference):\n    a: contents differ\n"),
+            "{e}"
+        );
+        assert!(check_sides(&ctx, &sides, true, 1).is_ok());
+        std::fs::write(other.path().join("a"), "raw").unwrap();
+        assert!(check_sides(&ctx, &sides, false, 1).is_ok());
+    }
 }

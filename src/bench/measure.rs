@@ -1,0 +1,198 @@
+//! The timed part of a bench: the grid of runs, each a workload replayed
+//! on one side, cold or warm, with the storage counters read around it.
+
+use super::args::{BenchArgs, Workload};
+use super::assemble;
+use super::plan::Ctx;
+use super::report::Run;
+use super::sides::{self, Side, SideKind};
+use super::storage;
+use super::workload::{self, Plan};
+use anyhow::Context;
+
+/// One run of the grid: one epoch of one workload on one side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cell {
+    /// Index into the plans.
+    pub plan: usize,
+    pub threads: usize,
+    /// 1-based.
+    pub repeat: usize,
+    /// Index into the sides.
+    pub side: usize,
+    /// 1-based.
+    pub epoch: usize,
+}
+
+impl Cell {
+    /// The first epoch of each repetition starts cold; the rest run on
+    /// whatever it left cached.
+    pub fn cold(&self) -> bool {
+        self.epoch == 1
+    }
+}
+
+/// The runs in the order they are taken. The sides of one repetition run
+/// back to back, so each ratio compares runs taken close together; a side's
+/// epochs run in a row, so its warm epochs find what its cold one cached.
+pub fn schedule(
+    plans: usize,
+    threads: &[usize],
+    repeat: usize,
+    sides: usize,
+    epochs: usize,
+) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for plan in 0..plans {
+        for &threads in threads {
+            for repeat in 1..=repeat {
+                for side in 0..sides {
+                    for epoch in 1..=epochs {
+                        cells.push(Cell {
+                            plan,
+                            threads,
+                            repeat,
+                            side,
+                            epoch,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    cells
+}
+
+/// Phase 4: takes every run of the grid, printing a progress line after
+/// each. Hands the runs to the report, their ratios to raw not filled in.
+pub fn measure(
+    ctx: &Ctx,
+    sides: &mut [Side],
+    plans: &[(Workload, Plan)],
+    a: &BenchArgs,
+) -> anyhow::Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for c in schedule(plans.len(), &a.threads, a.repeat, sides.len(), a.epochs) {
+        let (w, plan) = &plans[c.plan];
+        let r = run_cell(ctx, sides, *w, plan, c)?;
+        eprintln!("{}", progress_line(&r));
+        runs.push(r);
+    }
+    Ok(runs)
+}
+
+/// One run: makes the side cold on a first epoch, replays the plan under
+/// the side's root, and records what it did next to the counters' growth.
+fn run_cell(
+    ctx: &Ctx,
+    sides: &mut [Side],
+    w: Workload,
+    plan: &Plan,
+    c: Cell,
+) -> anyhow::Result<Run> {
+    let before = if c.cold() {
+        // Read before the remount: a cold run is charged for it.
+        let pre = storage::before_cold(ctx, &sides[c.side]);
+        sides::make_cold(ctx, sides, c.side)
+            .with_context(|| format!("making side {} cold", sides[c.side].label))?;
+        pre
+    } else {
+        storage::snapshot(ctx, &sides[c.side], true)
+    };
+    let side = &sides[c.side];
+    let out = workload::execute(plan, side.root(&ctx.raw), c.threads);
+    let after = storage::snapshot(ctx, side, false);
+    let is_raw = matches!(side.kind, SideKind::Raw { .. });
+    let used = storage::storage(&before, &after, w, is_raw);
+    Ok(assemble::make_run(&side.label, w, c, out, used))
+}
+
+/// The line on stderr after each run, so a long bench shows its progress.
+fn progress_line(r: &Run) -> String {
+    format!(
+        "packfs bench: {:<8} {:<10} {:>3} thr  {} {}  {:.3} s{}",
+        r.side,
+        r.workload,
+        r.threads,
+        if r.cold { "cold" } else { "warm" },
+        r.epoch,
+        r.seconds,
+        if r.errors > 0 {
+            format!("  ({} errors)", r.errors)
+        } else {
+            String::new()
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::report::Storage;
+    use super::super::workload::Outcome;
+    use super::*;
+
+    #[test]
+    fn every_repetition_of_every_side_starts_cold() {
+        let cells = schedule(2, &[1, 8], 2, 3, 2);
+        assert_eq!(cells.len(), 2 * 2 * 2 * 3 * 2);
+        let key = |c: &Cell| (c.plan, c.threads, c.repeat, c.side, c.epoch);
+        // Strictly increasing in that key, and as many as the grid holds: the
+        // whole grid, workload outermost and epoch innermost.
+        assert!(cells.windows(2).all(|p| key(&p[0]) < key(&p[1])));
+        assert_eq!(
+            cells[..4].iter().map(key).collect::<Vec<_>>(),
+            [
+                (0, 1, 1, 0, 1),
+                (0, 1, 1, 0, 2),
+                (0, 1, 1, 1, 1),
+                (0, 1, 1, 1, 2)
+            ]
+        );
+        for c in &cells {
+            assert_eq!(c.cold(), c.epoch == 1);
+        }
+        assert_eq!(cells.iter().filter(|c| c.cold()).count(), 2 * 2 * 2 * 3);
+    }
+
+    #[test]
+    fn thread_counts_are_swept_in_the_order_given() {
+        let t: Vec<usize> = schedule(1, &[4, 1], 1, 1, 1)
+            .iter()
+            .map(|c| c.threads)
+            .collect();
+        assert_eq!(t, [4, 1]);
+    }
+
+    #[test]
+    fn progress_line_says_side_workload_state_and_errors() {
+        let out = |errors| Outcome {
+            seconds: 1.23456,
+            errors,
+            ..Outcome::default()
+        };
+        let cell = Cell {
+            plan: 0,
+            threads: 4,
+            repeat: 1,
+            side: 1,
+            epoch: 2,
+        };
+        let r = assemble::make_run(
+            "packfs",
+            Workload::Shuffle,
+            cell,
+            out(0),
+            Storage::default(),
+        );
+        assert_eq!(
+            progress_line(&r),
+            "packfs bench: packfs   shuffle      4 thr  warm 2  1.235 s"
+        );
+        let cold = Cell { epoch: 1, ..cell };
+        let r = assemble::make_run("raw", Workload::Walk, cold, out(3), Storage::default());
+        assert_eq!(
+            progress_line(&r),
+            "packfs bench: raw      walk         4 thr  cold 1  1.235 s  (3 errors)"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! The mounts the bench makes for itself, and the helpers to wait for and
+//! remove a mount (shared with the latency-emulating passthrough).
+//!
+//! packfs's own mount is a `packfs mount --foreground` child of the bench:
+//! its pid is known exactly (for `/proc/<pid>/io`), a cold run can restart
+//! it (emptying its block cache), and it is unmounted at the end whatever
+//! happens. Readiness is the mountpoint's `st_dev` changing, which is what
+//! a user of the mount would observe.
+
+use anyhow::{bail, Context};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A scratch directory for mountpoints, removed on drop.
+pub fn scratch_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("packfs-bench-{what}-"))
+        .tempdir()
+        .context("creating a scratch mountpoint")
+}
+
+pub fn dev(p: &Path) -> anyhow::Result<u64> {
+    Ok(std::fs::metadata(p)
+        .with_context(|| format!("{}", p.display()))?
+        .dev())
+}
+
+/// Waits (up to 20 s) for `mp`'s device to differ from `before`; fails early
+/// if `child` (the server) exits.
+pub fn wait_mounted(mp: &Path, before: u64, mut child: Option<&mut Child>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if std::fs::metadata(mp).is_ok_and(|m| m.dev() != before) {
+            return Ok(());
+        }
+        if let Some(c) = child.as_deref_mut() {
+            if let Some(st) = c.try_wait()? {
+                bail!(
+                    "the mount server exited ({st}) before {} was mounted",
+                    mp.display()
+                );
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{} was not mounted within 20 s", mp.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `fusermount3 -u` (or fusermount, or umount(2) as root).
+pub fn umount(mp: &Path) -> anyhow::Result<()> {
+    for bin in ["fusermount3", "fusermount"] {
+        match Command::new(bin)
+            .arg("-u")
+            .arg(mp)
+            .stderr(Stdio::piped())
+            .output()
+        {
+            Ok(o) if o.status.success() => return Ok(()),
+            Ok(o) => bail!(
+                "{bin} -u {}: {}",
+                mp.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(_) => continue,
+        }
+    }
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+        bail!(
+            "umount {}: {}",
+            mp.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// packfs's own mount of the image, served by a child process.
+pub struct OwnMount {
+    image: PathBuf,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl OwnMount {
+    pub fn new(
+        image: &Path,
+        threads: Option<usize>,
+        cache_size: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let mut args = Vec::new();
+        if let Some(t) = threads {
+            args.push("-j".to_string());
+            args.push(t.to_string());
+        }
+        if let Some(c) = cache_size {
+            args.push("--cache-size".into());
+            args.push(c.to_string());
+        }
+        let mut m = OwnMount {
+            image: image.to_path_buf(),
+            args,
+            dir: scratch_dir("mnt")?,
+            child: None,
+        };
+        m.start()?;
+        Ok(m)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Mounts the image (the mount must be stopped).
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        let before = dev(self.path())?;
+        // The daemon's log goes to a file: read back if mounting fails,
+        // dropped otherwise (fuser logs a harmless error when it finds the
+        // mount already gone at exit).
+        let mut log = tempfile::tempfile().context("creating the mount's log file")?;
+        // /proc/self/exe, not the path: a long run must survive the binary
+        // being rebuilt under it. arg0 keeps `pgrep -f "packfs mount"` working.
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("/proc/self/exe")
+            .arg0("packfs")
+            .arg("mount")
+            .arg("--foreground")
+            .args(&self.args)
+            .arg(&self.image)
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.try_clone()?)
+            .spawn()
+            .context("starting packfs mount")?;
+        if let Err(e) = wait_mounted(self.dir.path(), before, Some(&mut child)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            use std::io::{Read, Seek};
+            let mut text = String::new();
+            let _ = log.rewind().and_then(|_| log.read_to_string(&mut text));
+            let e = if text.trim().is_empty() {
+                e
+            } else {
+                e.context(text.trim().to_string())
+            };
+            return Err(e.context(format!("mounting {}", self.image.display())));
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Unmounts and waits for the server to exit.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let r = umount(self.dir.path());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if child.try_wait()?.is_some() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        r
+    }
+}
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("packfs bench: {e:#}");
+        }
+    }
+}

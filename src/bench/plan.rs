@@ -1,0 +1,312 @@
+//! From the command line to what will be measured, before anything is
+//! mounted or timed.
+//!
+//! Every refusal that needs no mount happens here, so a bad invocation
+//! costs a directory scan at most and leaves nothing mounted behind.
+
+use super::args::{self, BenchArgs, Latency, Workload};
+use super::cold;
+use super::iostat;
+use super::tree::{Kind, Tree};
+use super::workload::{Plan, PlanOptions};
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+
+/// The facts of this invocation that every later phase reads.
+pub struct Ctx {
+    /// The raw tree, canonical.
+    pub raw: PathBuf,
+    /// The image, canonical; None when only --mountpoint sides are measured.
+    pub image: Option<PathBuf>,
+    /// The raw tree's listing, which every workload and check is planned from.
+    pub tree: Tree,
+    pub method: cold::Method,
+    /// Block devices under the raw tree and the image, for /proc/diskstats.
+    pub raw_dev: Option<(u32, u32)>,
+    pub image_dev: Option<(u32, u32)>,
+}
+
+#[cfg(test)]
+impl Ctx {
+    /// A context for the phases' unit tests: the raw tree /raw holds the
+    /// file `a` (100 bytes) and the symlink `l`; no block device is counted.
+    pub fn for_test(image: Option<&str>) -> Ctx {
+        use super::tree::Entry;
+        let e = |rel: &str, kind, size| Entry {
+            rel: rel.into(),
+            kind,
+            size,
+        };
+        Ctx {
+            raw: "/raw".into(),
+            image: image.map(PathBuf::from),
+            tree: Tree {
+                entries: vec![
+                    e("", Kind::Dir, 0),
+                    e("a", Kind::File, 100),
+                    e("l", Kind::Symlink, 0),
+                ],
+            },
+            method: cold::Method::Fadvise,
+            raw_dev: None,
+            image_dev: None,
+        }
+    }
+}
+
+/// What [`prepare`] hands to the rest of the run.
+pub struct Prepared {
+    pub ctx: Ctx,
+    /// Each workload once, in the order first named on the command line.
+    pub plans: Vec<(Workload, Plan)>,
+    pub latency: Option<Latency>,
+}
+
+/// A side to set up, decided from the arguments alone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SideSpec {
+    /// The raw tree (read through the passthrough with --emulate-latency).
+    Raw,
+    /// packfs's own mount of --image.
+    Packfs,
+    /// An existing mount named with --mountpoint, not resolved yet.
+    External {
+        /// As given, for error messages.
+        spec: String,
+        label: String,
+        path: PathBuf,
+    },
+}
+
+/// Phase 1: checks the arguments, resolves the raw tree and the image,
+/// scans the tree, plans every workload from it and picks how runs are made
+/// cold. Hands the context, the plans and the latency to emulate to the
+/// side set-up; nothing is mounted yet.
+pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
+    args::validate(a)?;
+    let latency = a
+        .emulate_latency
+        .as_deref()
+        .map(Latency::parse)
+        .transpose()?;
+    let (raw, image) = resolve_paths(a)?;
+    let tree = Tree::scan(&raw).context("scanning the raw tree")?;
+    check_tree(&a.workload, &tree, &raw, &a.python)?;
+    let plans = plan_workloads(a, &tree)?;
+    let method = cold::choose(a.cold)?;
+    let ctx = Ctx {
+        raw_dev: iostat::device_of(&raw),
+        image_dev: image.as_deref().and_then(iostat::device_of),
+        raw,
+        image,
+        tree,
+        method,
+    };
+    Ok(Prepared {
+        ctx,
+        plans,
+        latency,
+    })
+}
+
+/// --raw and --image, canonical: the report names where the data really is,
+/// and the passthrough of the image's directory (--emulate-latency) mounts
+/// the directory that holds the file, not the one a symlink sits in.
+fn resolve_paths(a: &BenchArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let raw =
+        std::fs::canonicalize(&a.raw).with_context(|| format!("--raw {}", a.raw.display()))?;
+    let image = match &a.image {
+        Some(p) => {
+            let p = std::fs::canonicalize(p).with_context(|| format!("--image {}", p.display()))?;
+            if !p.is_file() {
+                bail!("--image {}: not a regular file", p.display());
+            }
+            Some(p)
+        }
+        None => None,
+    };
+    Ok((raw, image))
+}
+
+/// Whether `w` reads the contents of regular files.
+fn reads_files(w: Workload) -> bool {
+    matches!(
+        w,
+        Workload::Sequential | Workload::Shuffle | Workload::Sample
+    )
+}
+
+/// Refuses workloads the raw tree cannot serve, which would otherwise be
+/// found out only after mounting and measuring: the reading workloads need
+/// a regular file, `import` needs the interpreter.
+fn check_tree(
+    workloads: &[Workload],
+    tree: &Tree,
+    raw: &Path,
+    python: &Path,
+) -> anyhow::Result<()> {
+    if workloads.iter().any(|&w| reads_files(w)) && tree.count(Kind::File) == 0 {
+        bail!("{}: no regular file to read", raw.display());
+    }
+    if workloads.contains(&Workload::Import) && !raw.join(python).exists() {
+        bail!(
+            "--workload import: {} does not exist (is --raw a venv? see --python)",
+            raw.join(python).display()
+        );
+    }
+    Ok(())
+}
+
+/// Plans each workload once, from the raw tree, in the order first named;
+/// a workload named twice is measured once.
+fn plan_workloads(a: &BenchArgs, tree: &Tree) -> anyhow::Result<Vec<(Workload, Plan)>> {
+    let popts = PlanOptions {
+        seed: a.seed,
+        samples: a.samples,
+        sample_size: a.sample_size,
+        sample_min_size: a.sample_min_size,
+        python: &a.python,
+        modules: &a.import,
+    };
+    let mut plans: Vec<(Workload, Plan)> = Vec::new();
+    for &w in &a.workload {
+        if !plans.iter().any(|(x, _)| *x == w) {
+            plans.push((w, Plan::new(w, tree, &popts)?));
+        }
+    }
+    Ok(plans)
+}
+
+/// The sides in the order they are set up, measured and reported: raw
+/// first (every ratio is against it), then packfs's own mount of the image
+/// unless --mountpoint names the mounts to measure without --self-mount,
+/// then each --mountpoint as given.
+pub fn side_specs(a: &BenchArgs) -> Vec<SideSpec> {
+    let mut specs = vec![SideSpec::Raw];
+    if a.mountpoints.is_empty() || a.self_mount {
+        specs.push(SideSpec::Packfs);
+    }
+    for (i, spec) in a.mountpoints.iter().enumerate() {
+        let e = args::parse_mountpoint(spec, i);
+        specs.push(SideSpec::External {
+            spec: spec.clone(),
+            label: e.label,
+            path: e.path,
+        });
+    }
+    specs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tree::Entry;
+    use super::*;
+
+    fn entry(rel: &str, kind: Kind, size: u64) -> Entry {
+        Entry {
+            rel: PathBuf::from(rel),
+            kind,
+            size,
+        }
+    }
+
+    /// A root directory holding `d/` and, unless `empty`, two files.
+    fn tree(empty: bool) -> Tree {
+        let mut entries = vec![entry("", Kind::Dir, 0), entry("d", Kind::Dir, 0)];
+        if !empty {
+            entries.push(entry("d/a", Kind::File, 3 << 20));
+            entries.push(entry("d/b", Kind::File, 10));
+        }
+        Tree { entries }
+    }
+
+    fn external(spec: &str, label: &str, path: &str) -> SideSpec {
+        SideSpec::External {
+            spec: spec.into(),
+            label: label.into(),
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn own_mount_unless_mountpoints_name_the_sides() {
+        let a = args::parse(&["--raw", "r", "--image", "i"]);
+        assert_eq!(side_specs(&a), [SideSpec::Raw, SideSpec::Packfs]);
+
+        let a = args::parse(&["--raw", "r", "--mountpoint", "/m", "--mountpoint", "k=/k"]);
+        assert_eq!(
+            side_specs(&a),
+            [
+                SideSpec::Raw,
+                external("/m", "mount", "/m"),
+                external("k=/k", "k", "/k")
+            ]
+        );
+
+        let a = args::parse(&[
+            "--raw",
+            "r",
+            "--image",
+            "i",
+            "--self-mount",
+            "--mountpoint",
+            "/a",
+            "--mountpoint",
+            "/b",
+        ]);
+        assert_eq!(
+            side_specs(&a),
+            [
+                SideSpec::Raw,
+                SideSpec::Packfs,
+                external("/a", "mount", "/a"),
+                external("/b", "mount2", "/b")
+            ]
+        );
+    }
+
+    #[test]
+    fn each_workload_is_planned_once_in_first_named_order() {
+        let a = args::parse(&["--raw", "r", "--workload", "shuffle,walk,shuffle,sample"]);
+        let plans = plan_workloads(&a, &tree(false)).unwrap();
+        let names: Vec<&str> = plans.iter().map(|(w, _)| w.name()).collect();
+        assert_eq!(names, ["shuffle", "walk", "sample"]);
+        // Plans come from the raw listing: both files shuffled, both dirs walked.
+        assert_eq!(plans[0].1.items(1), 2);
+        assert_eq!(plans[1].1.items(1), 2);
+        assert_eq!(plans[2].1.items(1), 1000);
+    }
+
+    #[test]
+    fn reading_workloads_need_a_file_and_import_its_interpreter() {
+        let dir = tempfile::tempdir().unwrap();
+        let (raw, py) = (dir.path(), Path::new("bin/python"));
+        assert!(check_tree(&[Workload::Walk], &tree(true), raw, py).is_ok());
+        for w in [Workload::Sequential, Workload::Shuffle, Workload::Sample] {
+            let e = check_tree(&[Workload::Walk, w], &tree(true), raw, py).unwrap_err();
+            assert!(e.to_string().ends_with(": no regular file to read"), "{e}");
+            assert!(check_tree(&[w], &tree(false), raw, py).is_ok());
+        }
+        let e = check_tree(&[Workload::Import], &tree(false), raw, py).unwrap_err();
+        assert!(e.to_string().contains("bin/python does not exist"), "{e}");
+        std::fs::create_dir(raw.join("bin")).unwrap();
+        std::fs::write(raw.join("bin/python"), "").unwrap();
+        assert!(check_tree(&[Workload::Import], &tree(true), raw, py).is_ok());
+    }
+
+    #[test]
+    fn image_must_be_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let a = args::parse(&["--raw", d, "--image", d]);
+        let e = resolve_paths(&a).unwrap_err();
+        assert!(e.to_string().ends_with(": not a regular file"), "{e}");
+
+        let img = dir.path().join("x.sqfs");
+        std::fs::write(&img, "").unwrap();
+        let a = args::parse(&["--raw", d, "--image", img.to_str().unwrap()]);
+        let (raw, image) = resolve_paths(&a).unwrap();
+        assert_eq!(raw, std::fs::canonicalize(d).unwrap());
+        assert_eq!(image, Some(std::fs::canonicalize(&img).unwrap()));
+    }
+}
