@@ -154,7 +154,7 @@ fn readdir_resumes_from_any_cookie() {
     ));
 }
 
-/// Image-order readahead (`PackFs::follow_units`): a reader stepping from
+/// Image-order readahead (`mountfs::readahead`): a reader stepping from
 /// one fragment block to the next gets the following ones decoded in the
 /// background; a reader jumping around does not.
 #[test]

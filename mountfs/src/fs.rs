@@ -3,7 +3,7 @@
 //!
 //! [`Image`] is implemented once per image format (SquashFS, ZIP). [`PackFs`]
 //! wraps an image with what is format-independent: a small cache of prepared
-//! files, sequential-read detection with prefetch, and counters.
+//! files, readahead (decided in [`crate::readahead`]), and counters.
 //!
 //! Reads are addressed by node, not by an open-file handle: the FUSE adapter
 //! declines OPEN (ENOSYS), which makes the kernel stop sending OPEN and
@@ -18,6 +18,7 @@
 //! always the root, as FUSE requires.
 
 use crate::error::{FsError, Result};
+use crate::readahead::{Readahead, TrackedFile};
 use lru::LruCache;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -120,11 +121,13 @@ pub trait Image: Send + Sync + 'static {
     ) -> Result<()>;
     fn open(&self, node: NodeId) -> Result<Self::Handle>;
     fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>>;
-    /// Warms the cache for `offset..offset+len` (called off the request path).
+    /// Warms the cache for `offset..offset+len` (called off the request
+    /// path, when and as far as [`crate::readahead`] decides).
     fn prefetch(&self, _h: &Self::Handle, _offset: u64, _len: u64) {}
     /// The storage unit holding the end of the file when units are shared
     /// between files and numbered in image order (a SquashFS fragment block),
-    /// for image-order readahead; `None` when the format has no such units.
+    /// for image-order readahead ([`crate::readahead`]); `None` when the
+    /// format has no such units.
     fn shared_unit(&self, _h: &Self::Handle) -> Option<u64> {
         None
     }
@@ -141,14 +144,6 @@ pub trait Image: Send + Sync + 'static {
     fn parent_ino(&self, dir: NodeId) -> Result<u64>;
 }
 
-struct OpenHandle<H> {
-    handle: H,
-    /// Offset just past the last read: a read starting here is sequential.
-    next: AtomicU64,
-    /// Everything below this offset has been handed to the prefetcher.
-    prefetched: AtomicU64,
-}
-
 /// Counters for `packfs bench` and the stats line on unmount.
 #[derive(Debug, Default)]
 pub struct FsCounters {
@@ -162,32 +157,23 @@ pub struct PackFs<I: Image> {
     pub image: Arc<I>,
     /// Recently read files, prepared for reading. Bounded by entry count;
     /// an entry is small except for huge files (12 bytes per data block).
-    open_files: Mutex<LruCache<NodeId, Arc<OpenHandle<I::Handle>>>>,
-    /// How far ahead of a sequential reader to decode, in bytes (0 = off).
-    pub readahead: u64,
-    prefetch_pool: Option<crate::pool::Pool>,
-    /// Image-order readahead state (see [`PackFs::follow_units`]): the shared
-    /// unit of the last file read, and the end of the last window handed to
-    /// the pool.
-    last_unit: AtomicU64,
-    units_prefetched: AtomicU64,
+    open_files: Mutex<LruCache<NodeId, Arc<TrackedFile<I::Handle>>>>,
+    /// Per-file and image-order readahead, with its worker pool.
+    readahead: Readahead<I>,
     pub counters: FsCounters,
 }
 
 impl<I: Image> PackFs<I> {
+    /// `readahead` bytes ahead of sequential readers, decoded by
+    /// `prefetch_threads` workers (no readahead when either is 0).
     pub fn new(image: I, readahead: u64, prefetch_threads: usize) -> Self {
-        let prefetch_pool = (readahead > 0 && prefetch_threads > 0)
-            .then(|| crate::pool::Pool::new(prefetch_threads, "packfs-prefetch").ok())
-            .flatten();
+        let image = Arc::new(image);
         PackFs {
-            image: Arc::new(image),
             open_files: Mutex::new(LruCache::new(
                 std::num::NonZeroUsize::new(OPEN_FILES).expect("non-zero"),
             )),
-            readahead,
-            prefetch_pool,
-            last_unit: AtomicU64::new(u64::MAX),
-            units_prefetched: AtomicU64::new(0),
+            readahead: Readahead::new(image.clone(), readahead, prefetch_threads),
+            image,
             counters: FsCounters::default(),
         }
     }
@@ -252,16 +238,12 @@ impl<I: Image> PackFs<I> {
     }
 
     /// The prepared form of a regular file, from the LRU or freshly made.
-    fn prepared(&self, node: NodeId) -> Result<Arc<OpenHandle<I::Handle>>> {
+    fn prepared(&self, node: NodeId) -> Result<Arc<TrackedFile<I::Handle>>> {
         if let Some(h) = lock(&self.open_files).get(&node) {
             return Ok(h.clone());
         }
         let handle = self.note(self.image.open(node))?;
-        let h = Arc::new(OpenHandle {
-            handle,
-            next: AtomicU64::new(0),
-            prefetched: AtomicU64::new(0),
-        });
+        let h = Arc::new(TrackedFile::new(handle));
         lock(&self.open_files).put(node, h.clone());
         Ok(h)
     }
@@ -274,84 +256,21 @@ impl<I: Image> PackFs<I> {
     /// Reads from a regular file. A read from the start of a file, or one
     /// that starts where the previous one ended, is sequential: the blocks
     /// after it are decoded in the background so the next request finds them
-    /// in the cache. (Whole-file reads are what datasets and imports do; a
-    /// random reader rarely starts at offset 0 twice.)
+    /// in the cache (see [`crate::readahead`]).
     pub fn read(&self, node: NodeId, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.prepared(node)?;
         let data = self.note(self.image.read(&h.handle, offset, size))?;
-        let end = offset + data.len() as u64;
-        let sequential = h.next.swap(end, Ordering::Relaxed) == offset;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .read_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        // A short read is the end of the file: nothing after it to fetch.
-        if sequential && data.len() == size as usize {
-            self.schedule_prefetch(&h, end);
-        }
-        if offset == 0 {
-            self.follow_units(&h);
-        }
+        self.readahead.after_read(&h, offset, size, data.len());
         Ok(data)
     }
 
-    /// Image-order readahead. Small files share storage units (SquashFS
-    /// fragment blocks) laid out in the order the packer walked the tree, so
-    /// a reader going through the tree in order moves from unit `u` to
-    /// `u + 1`. On such a step the next units are decoded in the background,
-    /// on the other cores, while the reader is busy with the files of unit
-    /// `u`: without this, every unit's decompression sits on the request
-    /// path of the first file that needs it. Random readers rarely step by
-    /// exactly one, and a false start costs at most a window of decodes.
-    fn follow_units(&self, h: &Arc<OpenHandle<I::Handle>>) {
-        let (Some(pool), Some(unit)) = (&self.prefetch_pool, self.image.shared_unit(&h.handle))
-        else {
-            return;
-        };
-        let last = self.last_unit.swap(unit, Ordering::Relaxed);
-        if last == u64::MAX || unit != last + 1 {
-            return;
-        }
-        let window = (self.readahead / self.image.block_size().max(1) as u64).clamp(2, 16);
-        let upto = unit + window;
-        // Skip what the previous step already handed out, but only when that
-        // window overlaps this one: a reader starting again lower in the
-        // image (a second stream, a new epoch) gets its own window.
-        let handed = self.units_prefetched.swap(upto, Ordering::Relaxed);
-        let from = if (unit..upto).contains(&handed) {
-            handed + 1
-        } else {
-            unit + 1
-        };
-        for u in from..=upto {
-            let image = self.image.clone();
-            pool.spawn(move || image.prefetch_unit(u));
-        }
-    }
-
-    fn schedule_prefetch(&self, h: &Arc<OpenHandle<I::Handle>>, from: u64) {
-        let Some(pool) = &self.prefetch_pool else {
-            return;
-        };
-        let target = from + self.readahead;
-        let done = h.prefetched.load(Ordering::Relaxed).max(from);
-        // Only hand out work in whole blocks, and only what is not yet handed out.
-        if target <= done + self.image.block_size() as u64 {
-            return;
-        }
-        if h.prefetched
-            .compare_exchange(
-                h.prefetched.load(Ordering::Relaxed),
-                target,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
-            return; // another thread is scheduling for this handle
-        }
-        let (image, h) = (self.image.clone(), h.clone());
-        pool.spawn(move || image.prefetch(&h.handle, done, target - done));
+    /// How far ahead of a sequential reader blocks are decoded, in bytes.
+    pub fn readahead(&self) -> u64 {
+        self.readahead.bytes()
     }
 
     pub fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {

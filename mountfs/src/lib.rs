@@ -5,7 +5,7 @@ pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod mount;
-pub mod pool;
+pub mod readahead;
 pub mod source;
 pub mod squashfs;
 pub mod zip;

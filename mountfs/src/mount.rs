@@ -4,6 +4,7 @@ use crate::cache::BlockCache;
 use crate::error::{FsError, Result};
 use crate::fs::{Image, PackFs};
 use crate::fuse::FuseAdapter;
+use crate::readahead::StreamReadahead;
 use crate::source::{ImageSource, MmapSource};
 use crate::squashfs::SquashFs;
 use crate::zip::ZipFs;
@@ -40,6 +41,7 @@ pub fn open_squashfs(path: &Path, cache_bytes: usize) -> Result<SquashFs> {
             path.display()
         )));
     }
+    let src = StreamReadahead::new(src);
     SquashFs::open(Box::new(src), Arc::new(BlockCache::new(cache_bytes))).map_err(|e| match e {
         FsError::Corrupt(m) => FsError::Corrupt(format!("{}: {m}", path.display())),
         FsError::Unsupported(m) => FsError::Unsupported(format!("{}: {m}", path.display())),

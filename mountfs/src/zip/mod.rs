@@ -190,7 +190,7 @@ impl ZipFs {
 
     /// Maps `path` and opens it, naming the file in errors.
     pub fn open_path(path: &Path, cache_bytes: usize) -> Result<ZipFs> {
-        let src = crate::source::MmapSource::open(path)?;
+        let src = crate::readahead::StreamReadahead::new(crate::source::MmapSource::open(path)?);
         ZipFs::open(Box::new(src), Arc::new(BlockCache::new(cache_bytes))).map_err(|e| match e {
             FsError::Corrupt(m) => FsError::Corrupt(format!("{}: {m}", path.display())),
             FsError::Unsupported(m) => FsError::Unsupported(format!("{}: {m}", path.display())),
