@@ -18,6 +18,7 @@
 //! always the root, as FUSE requires.
 
 use crate::error::{FsError, Result};
+pub use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::readahead::{Readahead, TrackedFile};
 use lru::LruCache;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,119 +30,6 @@ const OPEN_FILES: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub type NodeId = u64;
-pub const ROOT: NodeId = 1;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FileKind {
-    File,
-    Dir,
-    Symlink,
-    BlockDevice,
-    CharDevice,
-    Fifo,
-    Socket,
-}
-
-impl FileKind {
-    /// The `S_IFMT` bits for this kind.
-    pub fn mode_bits(self) -> u32 {
-        match self {
-            FileKind::File => libc::S_IFREG,
-            FileKind::Dir => libc::S_IFDIR,
-            FileKind::Symlink => libc::S_IFLNK,
-            FileKind::BlockDevice => libc::S_IFBLK,
-            FileKind::CharDevice => libc::S_IFCHR,
-            FileKind::Fifo => libc::S_IFIFO,
-            FileKind::Socket => libc::S_IFSOCK,
-        }
-    }
-}
-
-/// What `stat` shows for a node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attr {
-    pub node: NodeId,
-    /// `st_ino`: shared by hard links, unique otherwise.
-    pub ino: u64,
-    pub kind: FileKind,
-    /// Permission bits (with suid/sgid/sticky), no type bits.
-    pub perm: u16,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub size: u64,
-    /// Seconds since the epoch (may be negative for ZIP entries).
-    pub mtime: i64,
-    /// Device number for device nodes, in Linux `new_encode_dev` form.
-    pub rdev: u32,
-}
-
-impl Attr {
-    /// 512-byte blocks, as `stat` reports them.
-    pub fn blocks(&self) -> u64 {
-        self.size.div_ceil(512)
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: Vec<u8>,
-    pub node: NodeId,
-    pub ino: u64,
-    pub kind: FileKind,
-    /// Cookie to pass to `readdir` to continue after this entry.
-    pub cookie: u64,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StatFs {
-    pub blocks: u64,
-    pub files: u64,
-    pub block_size: u32,
-    pub name_max: u32,
-}
-
-/// One image format, read-only. All methods are called concurrently.
-pub trait Image: Send + Sync + 'static {
-    /// A regular file prepared for reading.
-    type Handle: Send + Sync + 'static;
-
-    fn getattr(&self, node: NodeId) -> Result<Attr>;
-    fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr>;
-    /// Lists `dir` starting after `cookie` (0 = from the start; the caller
-    /// adds "." and ".."). `sink` returns false when its buffer is full.
-    fn readdir(
-        &self,
-        dir: NodeId,
-        cookie: u64,
-        sink: &mut dyn FnMut(DirEntry) -> bool,
-    ) -> Result<()>;
-    fn open(&self, node: NodeId) -> Result<Self::Handle>;
-    fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>>;
-    /// Warms the cache for `offset..offset+len` (called off the request
-    /// path, when and as far as [`crate::readahead`] decides).
-    fn prefetch(&self, _h: &Self::Handle, _offset: u64, _len: u64) {}
-    /// The storage unit holding the end of the file when units are shared
-    /// between files and numbered in image order (a SquashFS fragment block),
-    /// for image-order readahead ([`crate::readahead`]); `None` when the
-    /// format has no such units.
-    fn shared_unit(&self, _h: &Self::Handle) -> Option<u64> {
-        None
-    }
-    /// Decodes shared unit `unit` into the cache (called off the request
-    /// path; errors are left for the read that needs the unit).
-    fn prefetch_unit(&self, _unit: u64) {}
-    fn readlink(&self, node: NodeId) -> Result<Vec<u8>>;
-    fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
-    fn statfs(&self) -> StatFs;
-    /// Preferred read unit (the block size), used to size prefetches.
-    fn block_size(&self) -> u32;
-    /// `st_ino` of a directory's parent (for ".." in readdir; the kernel
-    /// resolves ".." itself, so no node id is needed).
-    fn parent_ino(&self, dir: NodeId) -> Result<u64>;
 }
 
 /// Counters for `packfs bench` and the stats line on unmount.

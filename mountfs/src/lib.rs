@@ -4,6 +4,7 @@ pub mod cache;
 pub mod error;
 pub mod fs;
 pub mod fuse;
+pub mod image;
 pub mod mount;
 pub mod readahead;
 pub mod source;

@@ -256,21 +256,21 @@ macro_rules! each {
 impl Image for AnyImage {
     type Handle = AnyHandle;
 
-    fn getattr(&self, node: crate::fs::NodeId) -> Result<crate::fs::Attr> {
+    fn getattr(&self, node: crate::image::NodeId) -> Result<crate::image::Attr> {
         each!(self, i => i.getattr(node))
     }
-    fn lookup(&self, parent: crate::fs::NodeId, name: &[u8]) -> Result<crate::fs::Attr> {
+    fn lookup(&self, parent: crate::image::NodeId, name: &[u8]) -> Result<crate::image::Attr> {
         each!(self, i => i.lookup(parent, name))
     }
     fn readdir(
         &self,
-        dir: crate::fs::NodeId,
+        dir: crate::image::NodeId,
         cookie: u64,
-        sink: &mut dyn FnMut(crate::fs::DirEntry) -> bool,
+        sink: &mut dyn FnMut(crate::image::DirEntry) -> bool,
     ) -> Result<()> {
         each!(self, i => i.readdir(dir, cookie, sink))
     }
-    fn open(&self, node: crate::fs::NodeId) -> Result<AnyHandle> {
+    fn open(&self, node: crate::image::NodeId) -> Result<AnyHandle> {
         match self {
             AnyImage::SquashFs(i) => Ok(AnyHandle::SquashFs(Image::open(i, node)?)),
             AnyImage::Zip(i) => Ok(AnyHandle::Zip(Image::open(i, node)?)),
@@ -290,19 +290,19 @@ impl Image for AnyImage {
             _ => {}
         }
     }
-    fn readlink(&self, node: crate::fs::NodeId) -> Result<Vec<u8>> {
+    fn readlink(&self, node: crate::image::NodeId) -> Result<Vec<u8>> {
         each!(self, i => i.readlink(node))
     }
-    fn xattrs(&self, node: crate::fs::NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn xattrs(&self, node: crate::image::NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         each!(self, i => Image::xattrs(i, node))
     }
-    fn statfs(&self) -> crate::fs::StatFs {
+    fn statfs(&self) -> crate::image::StatFs {
         each!(self, i => i.statfs())
     }
     fn block_size(&self) -> u32 {
         each!(self, i => Image::block_size(i))
     }
-    fn parent_ino(&self, dir: crate::fs::NodeId) -> Result<u64> {
+    fn parent_ino(&self, dir: crate::image::NodeId) -> Result<u64> {
         each!(self, i => i.parent_ino(dir))
     }
 }

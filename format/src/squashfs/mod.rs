@@ -22,7 +22,7 @@
 //!
 //! | module | records |
 //! |---|---|
-//! | [`superblock`] | the 96-byte [`Superblock`] |
+//! | [`superblock`] | the 96-byte [`superblock::Superblock`] |
 //! | [`metadata`] | metadata block header words, references, data block size words |
 //! | [`inode`] | [`inode::InodeHeader`] and one body per inode kind, the directory index |
 //! | [`dir`] | directory listing headers and entries |
@@ -35,8 +35,6 @@ pub mod metadata;
 pub mod superblock;
 pub mod tables;
 pub mod xattr;
-
-pub use superblock::Superblock;
 
 /// `hsqs` read as a little-endian u32.
 pub const MAGIC: u32 = 0x7371_7368;

@@ -4,7 +4,6 @@
 //! the Unicode Path field. Unknown ids are skipped, and a malformed tail is
 //! ignored, as unzip does.
 
-use super::central::CentralEntry;
 use crate::bytes::{le16, le32, le64, put_u16, put_u32, put_u64, put_u8};
 
 pub const ZIP64: u16 = 0x0001;
@@ -47,75 +46,89 @@ pub fn infozip_unix(out: &mut Vec<u8>, uid: u32, gid: u32) {
     put_u32(out, gid);
 }
 
-/// Walks the extra fields of a central record, applying those we know to `e`.
-pub fn apply_extras(e: &mut CentralEntry, mut x: &[u8]) {
-    while x.len() >= 4 {
+/// Zip64 extended information, decoded: the values present, in order,
+/// are those of the fields whose 32-bit slot was saturated (`want`: size,
+/// compressed size, local offset, in that order), then an optional u32
+/// disk number when `want_disk`.
+pub fn decode_zip64(d: &[u8], want: [bool; 3], want_disk: bool) -> ([Option<u64>; 3], Option<u32>) {
+    let mut at = 0;
+    let mut vals = [None; 3];
+    for (v, w) in vals.iter_mut().zip(want) {
+        if w {
+            if let Some(f) = d.get(at..at + 8) {
+                *v = Some(le64(f, 0));
+                at += 8;
+            }
+        }
+    }
+    let disk = if want_disk {
+        d.get(at..at + 4).map(|f| le32(f, 0))
+    } else {
+        None
+    };
+    (vals, disk)
+}
+
+/// Extended timestamp: the modification time when flag bit 0 says one is there.
+pub fn decode_extended_timestamp(d: &[u8]) -> Option<u32> {
+    (d.len() >= 5 && d[0] & 1 != 0).then(|| le32(d, 1))
+}
+
+/// Old Info-ZIP Unix (0x5855) and PKWARE Unix (0x000d): (mtime, uid/gid if present).
+pub fn decode_old_unix(d: &[u8]) -> Option<(u32, Option<(u32, u32)>)> {
+    if d.len() < 8 {
+        return None;
+    }
+    let ids = (d.len() >= 12).then(|| (le16(d, 8) as u32, le16(d, 10) as u32));
+    Some((le32(d, 4), ids))
+}
+
+/// Info-ZIP Unix version 1: uid and gid of 1 to 8 bytes each (values that
+/// do not fit 32 bits are refused).
+pub fn decode_infozip_unix(d: &[u8]) -> Option<(u32, u32)> {
+    if d.len() < 3 || d[0] != 1 {
+        return None;
+    }
+    let read_id = |at: usize| -> Option<(u32, usize)> {
+        let n = *d.get(at)? as usize;
+        let v = d.get(at + 1..at + 1 + n)?;
+        if n > 8 {
+            return None;
+        }
+        let mut buf = [0u8; 8];
+        buf[..n].copy_from_slice(v);
+        let v = u64::from_le_bytes(buf);
+        Some((u32::try_from(v).ok()?, at + 1 + n))
+    };
+    let (uid, at) = read_id(1)?;
+    let (gid, _) = read_id(at)?;
+    Some((uid, gid))
+}
+
+/// Info-ZIP Unicode Path: the UTF-8 name, valid only when its CRC-32 of
+/// the stored name matches `raw_name` (else the name was changed by a tool
+/// that did not update this field).
+pub fn decode_unicode_path(d: &[u8], raw_name: &[u8]) -> Option<Vec<u8>> {
+    if d.len() < 5 || d[0] != 1 {
+        return None;
+    }
+    let ok = crc32fast::hash(raw_name) == le32(d, 1) && std::str::from_utf8(&d[5..]).is_ok();
+    ok.then(|| d[5..].to_vec())
+}
+
+/// The extra fields of a record as (id, data), in order; a malformed tail
+/// ends the walk, as unzip does.
+pub fn fields(mut x: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if x.len() < 4 {
+            return None;
+        }
         let id = le16(x, 0);
         let n = le16(x, 2) as usize;
-        let Some(d) = x.get(4..4 + n) else { break };
-        match id {
-            ZIP64 => {
-                // Present only for the fields saturated in the record.
-                let mut at = 0;
-                let mut next = |v: &mut u64| {
-                    if let Some(f) = d.get(at..at + 8) {
-                        *v = le64(f, 0);
-                        at += 8;
-                        true
-                    } else {
-                        false
-                    }
-                };
-                if e.size == 0xFFFF_FFFF && next(&mut e.size) {
-                    e.zip64 = true;
-                }
-                if e.csize == 0xFFFF_FFFF && next(&mut e.csize) {
-                    e.zip64 = true;
-                }
-                if e.local_offset == 0xFFFF_FFFF && next(&mut e.local_offset) {
-                    e.zip64 = true;
-                }
-                if e.disk == 0xFFFF {
-                    if let Some(f) = d.get(at..at + 4) {
-                        e.disk = le32(f, 0);
-                    }
-                }
-            }
-            EXTENDED_TIMESTAMP if d.len() >= 5 && d[0] & 1 != 0 => e.ut_mtime = Some(le32(d, 1)),
-            INFOZIP_UNIX_OLD | PKWARE_UNIX if d.len() >= 8 => {
-                e.old_unix_mtime = Some(le32(d, 4));
-                if d.len() >= 12 && e.uid_gid.is_none() {
-                    e.uid_gid = Some((le16(d, 8) as u32, le16(d, 10) as u32));
-                }
-            }
-            INFOZIP_UNIX if d.len() >= 3 && d[0] == 1 => {
-                let read_id = |at: usize| -> Option<(u32, usize)> {
-                    let n = *d.get(at)? as usize;
-                    let v = d.get(at + 1..at + 1 + n)?;
-                    if n > 8 {
-                        return None;
-                    }
-                    let mut buf = [0u8; 8];
-                    buf[..n].copy_from_slice(v);
-                    let v = u64::from_le_bytes(buf);
-                    Some((u32::try_from(v).ok()?, at + 1 + n))
-                };
-                if let Some((uid, at)) = read_id(1) {
-                    if let Some((gid, _)) = read_id(at) {
-                        e.uid_gid = Some((uid, gid));
-                    }
-                }
-            }
-            UNICODE_PATH if d.len() >= 5 && d[0] == 1 => {
-                let crc = le32(d, 1);
-                if crc32fast::hash(&e.raw_name) == crc && std::str::from_utf8(&d[5..]).is_ok() {
-                    e.unicode_name = Some(d[5..].to_vec());
-                }
-            }
-            _ => {}
-        }
+        let d = x.get(4..4 + n)?;
         x = &x[4 + n..];
-    }
+        Some((id, d))
+    })
 }
 
 #[cfg(test)]
@@ -123,46 +136,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn written_extras_read_back() {
+    fn written_extras_decode() {
         let mut x = Vec::new();
         zip64(&mut x, &[5_000_000_000, 7]);
         extended_timestamp(&mut x, 4_000_000_000);
         infozip_unix(&mut x, 1234, 5678);
         assert_eq!(x.len(), 4 + 16 + UNIX_EXTRAS_LEN as usize);
-        x.extend_from_slice(&[0xAA, 0xBB, 200, 0, 1]); // truncated field: ignored
-        let mut e = CentralEntry {
-            size: 0xFFFF_FFFF,
-            csize: 0xFFFF_FFFF,
-            local_offset: 3,
-            ..Default::default()
-        };
-        apply_extras(&mut e, &x);
-        assert_eq!((e.size, e.csize, e.local_offset), (5_000_000_000, 7, 3));
-        assert!(e.zip64);
-        assert_eq!(e.ut_mtime, Some(4_000_000_000));
-        assert_eq!(e.uid_gid, Some((1234, 5678)));
-    }
-
-    #[test]
-    fn unicode_path_extra_needs_matching_crc() {
-        let raw = b"x?y".to_vec();
-        let mut extra = vec![0x75, 0x70];
-        let uname = "xäy".as_bytes();
-        extra.extend_from_slice(&((5 + uname.len()) as u16).to_le_bytes());
-        extra.push(1);
-        extra.extend_from_slice(&crc32fast::hash(&raw).to_le_bytes());
-        extra.extend_from_slice(uname);
-        let mut e = CentralEntry {
-            raw_name: raw.clone(),
-            ..Default::default()
-        };
-        apply_extras(&mut e, &extra);
-        assert_eq!(e.unicode_name.as_deref(), Some(uname));
-        let mut e2 = CentralEntry {
-            raw_name: b"other".to_vec(),
-            ..Default::default()
-        };
-        apply_extras(&mut e2, &extra);
-        assert_eq!(e2.unicode_name, None);
+        x.extend_from_slice(&[0xAA, 0xBB, 200, 0, 1]); // truncated field: ends the walk
+        let f: Vec<(u16, &[u8])> = fields(&x).collect();
+        assert_eq!(f.len(), 3);
+        assert_eq!(f[0].0, ZIP64);
+        assert_eq!(
+            decode_zip64(f[0].1, [true, true, false], false),
+            ([Some(5_000_000_000), Some(7), None], None)
+        );
+        assert_eq!(decode_extended_timestamp(f[1].1), Some(4_000_000_000));
+        assert_eq!(decode_infozip_unix(f[2].1), Some((1234, 5678)));
     }
 }

@@ -11,13 +11,15 @@
 //! | module | records |
 //! |---|---|
 //! | [`local`] | [`local::LocalHeader`] |
-//! | [`central`] | [`central::CentralHeader`], and [`central::CentralEntry`]: a record with its extra fields applied |
+//! | [`central`] | [`central::CentralHeader`] |
+//! | [`entry`] | [`entry::CentralEntry`]: a central record with its extra fields applied |
 //! | [`extra`] | extra fields: Zip64, extended timestamp, Info-ZIP Unix, Unicode Path |
 //! | [`end`] | end of central directory, Zip64 end record and locator |
 //! | [`time`] | DOS date and time |
 
 pub mod central;
 pub mod end;
+pub mod entry;
 pub mod extra;
 pub mod local;
 pub mod time;

@@ -69,9 +69,9 @@
 //! symbol during a cold read of the Linux tree on 2 cores and the daemon
 //! burned 11 s of CPU where the decoding needed 2.
 //!
-//! [`Image::prefetch`]: crate::fs::Image::prefetch
-//! [`Image::shared_unit`]: crate::fs::Image::shared_unit
-//! [`Image::prefetch_unit`]: crate::fs::Image::prefetch_unit
+//! [`Image::prefetch`]: crate::image::Image::prefetch
+//! [`Image::shared_unit`]: crate::image::Image::shared_unit
+//! [`Image::prefetch_unit`]: crate::image::Image::prefetch_unit
 //! [`ImageSource::will_need`]: crate::source::ImageSource::will_need
 //! [`MmapSource`]: crate::source::MmapSource
 
@@ -84,7 +84,7 @@ pub use files::TrackedFile;
 pub use pool::Pool;
 pub use streams::StreamReadahead;
 
-use crate::fs::Image;
+use crate::image::Image;
 use std::sync::Arc;
 
 /// Readahead for one mounted image: per-file windows and image-order unit

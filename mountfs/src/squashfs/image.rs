@@ -7,7 +7,7 @@ use super::dir::DirPos;
 use super::inode::{Inode, InodeKind};
 use super::reader::{OpenFile, SquashFs};
 use crate::error::{FsError, Result};
-use crate::fs::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use packfs_format::squashfs::*;
 
 impl SquashFs {

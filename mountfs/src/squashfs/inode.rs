@@ -10,7 +10,8 @@ use crate::error::{FsError, Result};
 use packfs_format::bytes::Input;
 use packfs_format::squashfs::inode::{InodeBody, InodeHeader};
 use packfs_format::squashfs::metadata::{block_count, split_ref};
-use packfs_format::squashfs::{Superblock, INVALID_FRAG, INVALID_XATTR};
+use packfs_format::squashfs::superblock::Superblock;
+use packfs_format::squashfs::{INVALID_FRAG, INVALID_XATTR};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {

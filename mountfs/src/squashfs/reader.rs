@@ -17,6 +17,7 @@ use crate::error::{FsError, Result};
 use crate::source::ImageSource;
 use packfs_format::codec::Compressor;
 use packfs_format::squashfs::metadata::{data_stored_len, make_ref};
+use packfs_format::squashfs::superblock::Superblock;
 use packfs_format::squashfs::*;
 use std::sync::Arc;
 

@@ -6,10 +6,11 @@ use super::blocks::Blocks;
 use super::meta::MetaCursor;
 use crate::error::{FsError, Result};
 use packfs_format::bytes::Input;
+use packfs_format::squashfs::superblock::Superblock;
 use packfs_format::squashfs::tables::{
     entry_at, index_len, FragmentEntry, XattrIdEntry, XattrTableHeader,
 };
-use packfs_format::squashfs::{Superblock, INVALID_TABLE, METADATA_SIZE};
+use packfs_format::squashfs::{INVALID_TABLE, METADATA_SIZE};
 
 pub struct Tables {
     ids: Vec<u32>,

@@ -10,8 +10,8 @@
 
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
-use packfs_format::zip::central::CentralEntry;
 use packfs_format::zip::end::{find_eocd, EndRecord, Zip64EndRecord, Zip64Locator};
+use packfs_format::zip::entry::CentralEntry;
 use packfs_format::zip::local::LocalHeader;
 use packfs_format::zip::time::dos_to_unix;
 use packfs_format::zip::*;
@@ -249,7 +249,7 @@ pub fn normalise(name: &[u8], out: &mut Vec<u8>) -> Result<bool, BadName> {
 mod tests {
     use super::*;
     use crate::source::MemSource;
-    use packfs_format::zip::extra::apply_extras;
+    use packfs_format::zip::entry::apply_extras;
     use packfs_format::zip::time::{dos_as_utc, DOS_1980_01_01};
 
     fn eocd(entries: u16, cd_size: u32, cd_off: u32, comment: &[u8]) -> Vec<u8> {

@@ -5,91 +5,38 @@
 //! sorted by name. Node index 0 is the root; node id = index + 1, so entry
 //! nodes start at id 2.
 //!
-//! Build: central records are parsed once; their normalised paths (components
-//! joined by NUL so that plain byte order is component-wise order) go to a
-//! temporary arena. Sorting the entries by (path, central order) gives a
-//! depth-first pre-order with siblings by name; one walk with a stack of open
-//! directories then synthesises missing directories, resolves duplicates
-//! (last wins) and file/directory clashes (directory wins), and a counting
-//! pass lays the children ranges. O(n log n) for the sort, O(n) otherwise; no
-//! per-entry hash map or string.
+//! [`Index::build`] runs in phases, each a function with its own tests:
+//!
+//! 1. `read_central`: the central records, parsed once, become pending
+//!    nodes in central order; their normalised paths (components joined by
+//!    NUL so that plain byte order is component-wise order) go to a
+//!    temporary arena.
+//! 2. `tree::preorder`: sorting the entries by (path, central order) gives
+//!    a depth-first pre-order with siblings by name.
+//! 3. `tree::build_tree`: one walk over that order with a stack of open
+//!    directories synthesises missing directories, resolves duplicates
+//!    (last wins) and file/directory clashes (directory wins), and emits
+//!    the nodes, every parent before its children.
+//! 4. `layout::lay_out_children`: a counting pass lays the children ranges.
+//! 5. `layout::date_synthesised_dirs`: directories without an entry take
+//!    their newest child's time.
+//! 6. `tally`: the counts `packfs info` shows.
+//!
+//! O(n log n) for the sort, O(n) otherwise; no per-entry hash map or string.
 
 use super::format::*;
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
-use packfs_format::zip::central::parse_central;
+use packfs_format::zip::entry::{parse_central, CentralEntry};
 use packfs_format::zip::*;
 use std::sync::atomic::AtomicU64;
 
-pub const S_IFMT: u32 = libc::S_IFMT;
+mod layout;
+mod node;
+mod tree;
 
-/// One node (72 bytes). Files and symlinks use the data fields; a
-/// directory has no data, so its `csize` holds its children range in
-/// `Index::children` (start << 32 | len) and its `crc` its number of
-/// subdirectories (for nlink).
-#[derive(Debug)]
-pub struct Node {
-    pub local_offset: u64,
-    pub csize: u64,
-    pub size: u64,
-    /// Resolved data offset (0 = not yet; data never starts at 0). Bit 63 is
-    /// set once a stored member's CRC has been verified.
-    pub data_off: AtomicU64,
-    pub mtime: i64,
-    pub name_off: u32,
-    pub parent: u32,
-    pub crc: u32,
-    pub uid: u32,
-    pub gid: u32,
-    /// `S_IFMT` bits and permissions.
-    pub mode: u32,
-    pub name_len: u16,
-    pub method: u16,
-    pub flags: u16,
-}
-
-pub const NODE_SYNTH: u16 = 1 << 15;
-pub const NODE_ENCRYPTED: u16 = 1 << 14;
-pub const NODE_LZMA_EOS: u16 = 1 << 1;
-
-impl Node {
-    fn dir(parent: u32, name: (u32, u16), uid: u32, gid: u32) -> Node {
-        Node {
-            local_offset: 0,
-            csize: 0,
-            size: 0,
-            data_off: AtomicU64::new(0),
-            mtime: i64::MIN,
-            name_off: name.0,
-            parent,
-            crc: 0,
-            uid,
-            gid,
-            mode: libc::S_IFDIR | 0o755,
-            name_len: name.1,
-            method: 0,
-            flags: NODE_SYNTH,
-        }
-    }
-    pub fn is_dir(&self) -> bool {
-        self.mode & S_IFMT == libc::S_IFDIR
-    }
-    pub fn is_symlink(&self) -> bool {
-        self.mode & S_IFMT == libc::S_IFLNK
-    }
-    pub fn child_start(&self) -> u32 {
-        (self.csize >> 32) as u32
-    }
-    pub fn child_len(&self) -> u32 {
-        self.csize as u32
-    }
-    pub fn subdirs(&self) -> u32 {
-        self.crc
-    }
-    pub fn encrypted(&self) -> bool {
-        self.flags & NODE_ENCRYPTED != 0
-    }
-}
+use node::Pending;
+pub use node::{Node, NODE_ENCRYPTED, NODE_LZMA_EOS, NODE_SYNTH, S_IFMT};
 
 /// Archive statistics for `packfs info`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -123,13 +70,6 @@ pub struct Index {
     pub info: ZipInfo,
 }
 
-struct Pending {
-    node: Node,
-    path_off: u64,
-    path_len: u32,
-    is_dir: bool,
-}
-
 fn name_err(e: BadName) -> &'static str {
     match e {
         BadName::Empty => "empty name",
@@ -154,303 +94,29 @@ impl Index {
             .unwrap_or(&[])
     }
 
-    /// Reads and indexes the central directory.
+    /// Reads and indexes the central directory: the phases of the module
+    /// documentation, in order.
     pub fn build(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Index> {
-        let eocd = read_eocd(src)?;
-        let cd = src
-            .slice(eocd.cd_offset, eocd.cd_size as usize)
-            .map_err(|_| {
-                FsError::corrupt(format!(
-                    "central directory ({} bytes at {}) is past the end of the file",
-                    eocd.cd_size, eocd.cd_offset
-                ))
-            })?;
-        let cap = eocd.entries.min(eocd.cd_size / CENTRAL_LEN as u64) as usize;
-        let mut info = ZipInfo {
-            zip64: eocd.zip64,
-            prefix_bytes: eocd.shift,
-            ..Default::default()
-        };
-        let mut paths: Vec<u8> = Vec::new();
-        let mut pend: Vec<Pending> = Vec::with_capacity(cap);
-        let mut methods: Vec<(u16, u64)> = Vec::new();
-        let mut at = 0usize;
-        while at < cd.len() {
-            let (e, n) = parse_central(&cd[at..]).map_err(|err| {
-                FsError::corrupt(format!(
-                    "central directory entry {} (at {}): {err}",
-                    info.entries,
-                    eocd.cd_offset + at as u64
-                ))
-            })?;
-            at += n;
-            info.entries += 1;
-            info.zip64 |= e.zip64;
-            match methods.iter_mut().find(|(m, _)| *m == e.method) {
-                Some((_, c)) => *c += 1,
-                None => methods.push((e.method, 1)),
-            }
-            if e.disk != 0 {
-                return Err(FsError::Unsupported(
-                    "multi-disk (spanned) ZIP archives".into(),
-                ));
-            }
-            let name = decode_name(&e);
-            let off = paths.len() as u64;
-            let is_dir_name = match normalise(&name, &mut paths) {
-                Ok(d) => d,
-                Err(why) => {
-                    log::warn!(
-                        "zip: skipping entry {:?}: {}",
-                        String::from_utf8_lossy(&name),
-                        name_err(why)
-                    );
-                    info.skipped += 1;
-                    continue;
-                }
-            };
-            let path_len = u32::try_from(paths.len() as u64 - off)
-                .map_err(|_| FsError::corrupt("entry name too long"))?;
-            let unix = e.unix_mode();
-            let ftype = unix.map(|m| m & S_IFMT).unwrap_or(0);
-            let is_dir = is_dir_name
-                || ftype == libc::S_IFDIR
-                || (unix.is_none() && e.external & 0x10 != 0 && e.size == 0);
-            let kind = if is_dir {
-                libc::S_IFDIR
-            } else if ftype == libc::S_IFLNK {
-                libc::S_IFLNK
-            } else {
-                libc::S_IFREG
-            };
-            let perm = match unix.map(|m| m & 0o7777) {
-                Some(p) if p != 0 || ftype != 0 => p,
-                _ if kind == libc::S_IFDIR => 0o755,
-                _ if kind == libc::S_IFLNK => 0o777,
-                _ => 0o644,
-            };
-            let (uid, gid) = e.uid_gid.unwrap_or(default_owner);
-            let local_offset = e
-                .local_offset
-                .checked_add(eocd.shift)
-                .ok_or_else(|| FsError::corrupt("local header offset overflows"))?;
-            let mut flags = e.flags & NODE_LZMA_EOS;
-            if e.encrypted() {
-                flags |= NODE_ENCRYPTED;
-                info.encrypted += 1;
-            }
-            pend.push(Pending {
-                node: Node {
-                    local_offset,
-                    csize: if is_dir { 0 } else { e.csize },
-                    size: if is_dir { 0 } else { e.size },
-                    data_off: AtomicU64::new(0),
-                    mtime: entry_mtime(&e),
-                    name_off: 0,
-                    parent: 0,
-                    crc: e.crc,
-                    uid,
-                    gid,
-                    mode: kind | perm,
-                    name_len: 0,
-                    method: e.method,
-                    flags,
-                },
-                path_off: off,
-                path_len,
-                is_dir,
-            });
-        }
-        methods.sort_unstable();
-        info.methods = methods
-            .into_iter()
-            .map(|(m, c)| (m, method_name(m), c))
-            .collect();
-
-        // Depth-first pre-order, later central entries after earlier ones.
-        let path = |p: &Pending| -> &[u8] {
-            &paths[p.path_off as usize..p.path_off as usize + p.path_len as usize]
-        };
-        let mut order: Vec<u32> = (0..pend.len() as u32).collect();
-        {
-            use rayon::slice::ParallelSliceMut;
-            order.par_sort_unstable_by(|&a, &b| {
-                path(&pend[a as usize])
-                    .cmp(path(&pend[b as usize]))
-                    .then(a.cmp(&b))
-            });
-        }
-
-        let mut names: Vec<u8> = Vec::new();
-        let mut add_name = |c: &[u8]| -> Result<(u32, u16)> {
-            let off = u32::try_from(names.len())
-                .map_err(|_| FsError::Unsupported("more than 4 GiB of names".into()))?;
-            names.extend_from_slice(c);
-            Ok((off, c.len() as u16))
-        };
-        let mut nodes: Vec<Node> = Vec::with_capacity(pend.len() + pend.len() / 8 + 1);
-        nodes.push(Node::dir(0, (0, 0), default_owner.0, default_owner.1));
-        // Open directories: (their path in `paths`, node index). The root's path is empty.
-        let mut stack: Vec<(u64, u32, u32)> = vec![(0, 0, 0)];
-        // The previous node emitted: (its path in `paths`, node index).
-        let mut last: Option<(u64, u32, u32)> = None;
-        let slice = |o: u64, l: u32| &paths[o as usize..o as usize + l as usize];
-        for &pi in &order {
-            let p = &pend[pi as usize];
-            let full = path(p);
-            // Close directories that are not a prefix of this path.
-            while stack.len() > 1 {
-                let (o, l, _) = *stack.last().expect("non-empty");
-                let l = l as usize;
-                if full.len() > l && full[l] == 0 && &full[..l] == slice(o, l as u32) {
-                    break;
-                }
-                stack.pop();
-            }
-            // Open the missing directories between the stack top and the entry.
-            loop {
-                let (_, l, parent) = *stack.last().expect("root stays");
-                let comp_start = if l == 0 { 0 } else { l as usize + 1 };
-                let Some(rel) = full[comp_start..].iter().position(|&b| b == 0) else {
-                    break;
-                };
-                let comp_end = comp_start + rel;
-                let comp = &full[comp_start..comp_end];
-                // The previous node may be a file of this very path: the
-                // directory wins.
-                let clash = last
-                    .filter(|&(o, l, _)| l as usize == comp_end && slice(o, l) == &full[..comp_end])
-                    .map(|(_, _, li)| li);
-                let idx = match clash {
-                    Some(li) => {
-                        let n = &mut nodes[li as usize];
-                        log::warn!(
-                            "zip: {:?} is both a file and a directory: the directory wins, the file is hidden",
-                            String::from_utf8_lossy(&full[..comp_end]).replace('\0', "/")
-                        );
-                        info.skipped += 1;
-                        let keep = (n.name_off, n.name_len);
-                        *n = Node::dir(n.parent, keep, default_owner.0, default_owner.1);
-                        li
-                    }
-                    None => {
-                        let idx = nodes.len() as u32;
-                        nodes.push(Node::dir(
-                            parent,
-                            add_name(comp)?,
-                            default_owner.0,
-                            default_owner.1,
-                        ));
-                        idx
-                    }
-                };
-                stack.push((p.path_off, comp_end as u32, idx));
-                last = Some((p.path_off, comp_end as u32, idx));
-            }
-            let (_, l, parent) = *stack.last().expect("root stays");
-            let comp = &full[if l == 0 { 0 } else { l as usize + 1 }..];
-            let dup = last
-                .filter(|&(o, l, _)| slice(o, l) == full)
-                .map(|(_, _, li)| li);
-            let mut node = Node {
-                data_off: AtomicU64::new(0),
-                ..p.node
-            };
-            node.parent = parent;
-            let idx = match dup {
-                Some(li) => {
-                    log::warn!(
-                        "zip: duplicate entry {:?}: the last one in the central directory wins",
-                        String::from_utf8_lossy(full).replace('\0', "/")
-                    );
-                    info.skipped += 1;
-                    if stack.len() > 1 && stack.last().is_some_and(|s| s.2 == li) {
-                        stack.pop();
-                    }
-                    let old = &nodes[li as usize];
-                    node.name_off = old.name_off;
-                    node.name_len = old.name_len;
-                    node.parent = old.parent;
-                    nodes[li as usize] = node;
-                    li
-                }
-                None => {
-                    let (o, l) = add_name(comp)?;
-                    node.name_off = o;
-                    node.name_len = l;
-                    let idx = nodes.len() as u32;
-                    nodes.push(node);
-                    idx
-                }
-            };
-            if p.is_dir {
-                stack.push((p.path_off, p.path_len, idx));
-            }
-            last = Some((p.path_off, p.path_len, idx));
-        }
+        let Central {
+            pend,
+            paths,
+            mut info,
+        } = read_central(src, default_owner)?;
+        let order = tree::preorder(&pend, &paths);
+        let tree::Tree {
+            mut nodes,
+            mut names,
+            skipped,
+        } = tree::build_tree(&pend, &order, &paths, default_owner)?;
+        info.skipped += skipped;
+        // The paths are only needed to build the tree; free them before the
+        // children array is allocated.
+        drop(order);
         drop(pend);
         drop(paths);
-
-        // Children ranges: counting sort by parent, stable, so by name.
-        let n = nodes.len();
-        if n > u32::MAX as usize {
-            return Err(FsError::Unsupported("more than 4G entries".into()));
-        }
-        let mut counts = vec![0u32; n];
-        for node in &nodes[1..] {
-            counts[node.parent as usize] += 1;
-        }
-        let mut start = 0u32;
-        let mut starts = Vec::with_capacity(n);
-        for (i, c) in counts.iter().enumerate() {
-            starts.push(start);
-            let node = &mut nodes[i];
-            if node.is_dir() {
-                node.csize = ((start as u64) << 32) | *c as u64;
-                node.crc = 0;
-            }
-            start += *c;
-        }
-        drop(counts);
-        let mut children = vec![0u32; n - 1];
-        for i in 1..n {
-            let par = nodes[i].parent as usize;
-            children[starts[par] as usize] = i as u32;
-            starts[par] += 1;
-            if nodes[i].is_dir() {
-                nodes[par].crc += 1;
-            }
-        }
-        drop(starts);
-        // Synthesised directories take their newest child's time (children
-        // follow parents in pre-order, so walk backwards).
-        for i in (0..n).rev() {
-            if nodes[i].is_dir() && nodes[i].flags & NODE_SYNTH != 0 {
-                let s = nodes[i].child_start() as usize;
-                let newest = children[s..s + nodes[i].child_len() as usize]
-                    .iter()
-                    .map(|&c| nodes[c as usize].mtime)
-                    .max()
-                    .unwrap_or(0);
-                nodes[i].mtime = if newest == i64::MIN { 0 } else { newest };
-            }
-        }
-        for node in &nodes[1..] {
-            if node.is_dir() {
-                info.dirs += 1;
-                if node.flags & NODE_SYNTH != 0 {
-                    info.synthesised_dirs += 1;
-                }
-            } else {
-                if node.is_symlink() {
-                    info.symlinks += 1;
-                } else {
-                    info.files += 1;
-                }
-                info.uncompressed_bytes += node.size;
-                info.compressed_bytes += node.csize;
-            }
-        }
+        let children = layout::lay_out_children(&mut nodes)?;
+        layout::date_synthesised_dirs(&mut nodes, &children);
+        tally(&nodes, &mut info);
         nodes.shrink_to_fit();
         names.shrink_to_fit();
         info.index_bytes =
@@ -461,5 +127,473 @@ impl Index {
             names,
             info,
         })
+    }
+}
+
+/// Phase 1's output.
+struct Central {
+    /// One per accepted record, in central directory order.
+    pend: Vec<Pending>,
+    /// The arena the pending paths point into.
+    paths: Vec<u8>,
+    /// `entries`, `zip64`, `prefix_bytes`, `encrypted` and `methods` final;
+    /// `skipped` so far (the rejected names).
+    info: ZipInfo,
+}
+
+/// Phase 1: reads the end records and walks the central directory once.
+///
+/// Input: the image. Output: a [`Pending`] per record whose name survives
+/// [`normalise`], in central order, with its path in the arena: non-empty,
+/// no NUL, no `..`, `.` or empty components, none longer than 255 bytes.
+/// Records with a bad name are logged and counted as skipped. Fails on the
+/// first record that does not parse (naming its number and offset), on a
+/// record on another disk, and on a local header offset that overflows once
+/// shifted by the prepended bytes.
+fn read_central(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Central> {
+    let eocd = read_eocd(src)?;
+    let cd = src
+        .slice(eocd.cd_offset, eocd.cd_size as usize)
+        .map_err(|_| {
+            FsError::corrupt(format!(
+                "central directory ({} bytes at {}) is past the end of the file",
+                eocd.cd_size, eocd.cd_offset
+            ))
+        })?;
+    // The record count may lie; the directory's size bounds how many
+    // records can really be there.
+    let cap = eocd.entries.min(eocd.cd_size / CENTRAL_LEN as u64) as usize;
+    let mut info = ZipInfo {
+        zip64: eocd.zip64,
+        prefix_bytes: eocd.shift,
+        ..Default::default()
+    };
+    let mut paths: Vec<u8> = Vec::new();
+    let mut pend: Vec<Pending> = Vec::with_capacity(cap);
+    let mut methods: Vec<(u16, u64)> = Vec::new();
+    let mut at = 0usize;
+    while at < cd.len() {
+        let (e, n) = parse_central(&cd[at..]).map_err(|err| {
+            FsError::corrupt(format!(
+                "central directory entry {} (at {}): {err}",
+                info.entries,
+                eocd.cd_offset + at as u64
+            ))
+        })?;
+        at += n;
+        info.entries += 1;
+        info.zip64 |= e.zip64;
+        match methods.iter_mut().find(|(m, _)| *m == e.method) {
+            Some((_, c)) => *c += 1,
+            None => methods.push((e.method, 1)),
+        }
+        if e.disk != 0 {
+            return Err(FsError::Unsupported(
+                "multi-disk (spanned) ZIP archives".into(),
+            ));
+        }
+        let name = decode_name(&e);
+        let off = paths.len() as u64;
+        let is_dir_name = match normalise(&name, &mut paths) {
+            Ok(d) => d,
+            Err(why) => {
+                log::warn!(
+                    "zip: skipping entry {:?}: {}",
+                    String::from_utf8_lossy(&name),
+                    name_err(why)
+                );
+                info.skipped += 1;
+                continue;
+            }
+        };
+        let path_len = u32::try_from(paths.len() as u64 - off)
+            .map_err(|_| FsError::corrupt("entry name too long"))?;
+        let (node, is_dir) = entry_node(&e, is_dir_name, default_owner, eocd.shift)?;
+        if node.encrypted() {
+            info.encrypted += 1;
+        }
+        pend.push(Pending {
+            node,
+            path_off: off,
+            path_len,
+            is_dir,
+        });
+    }
+    methods.sort_unstable();
+    info.methods = methods
+        .into_iter()
+        .map(|(m, c)| (m, method_name(m), c))
+        .collect();
+    Ok(Central { pend, paths, info })
+}
+
+/// One central record as a node, with what unzip would extract: returns the
+/// node (no name or parent yet) and whether it is a directory.
+///
+/// A directory is a name ending in `/`, a Unix directory mode, or, without
+/// a Unix mode, the DOS directory attribute on an empty entry; it carries
+/// no sizes. Anything else is a symlink when its Unix mode says so, else a
+/// regular file. Permissions are the Unix mode's as they are; without one,
+/// 0755 for directories and 0644 for the rest. Owner from the uid/gid
+/// extra, else `default_owner`. The local header offset is moved by
+/// `shift`, the bytes prepended to the archive.
+fn entry_node(
+    e: &CentralEntry,
+    is_dir_name: bool,
+    default_owner: (u32, u32),
+    shift: u64,
+) -> Result<(Node, bool)> {
+    let unix = e.unix_mode();
+    let ftype = unix.map(|m| m & S_IFMT).unwrap_or(0);
+    let is_dir = is_dir_name
+        || ftype == libc::S_IFDIR
+        || (unix.is_none() && e.external & 0x10 != 0 && e.size == 0);
+    let kind = if is_dir {
+        libc::S_IFDIR
+    } else if ftype == libc::S_IFLNK {
+        libc::S_IFLNK
+    } else {
+        libc::S_IFREG
+    };
+    let perm = match unix.map(|m| m & 0o7777) {
+        Some(p) if p != 0 || ftype != 0 => p,
+        _ if kind == libc::S_IFDIR => 0o755,
+        _ if kind == libc::S_IFLNK => 0o777,
+        _ => 0o644,
+    };
+    let (uid, gid) = e.uid_gid.unwrap_or(default_owner);
+    let local_offset = e
+        .local_offset
+        .checked_add(shift)
+        .ok_or_else(|| FsError::corrupt("local header offset overflows"))?;
+    let mut flags = e.flags & NODE_LZMA_EOS;
+    if e.encrypted() {
+        flags |= NODE_ENCRYPTED;
+    }
+    let node = Node {
+        local_offset,
+        csize: if is_dir { 0 } else { e.csize },
+        size: if is_dir { 0 } else { e.size },
+        data_off: AtomicU64::new(0),
+        mtime: entry_mtime(e),
+        name_off: 0,
+        parent: 0,
+        crc: e.crc,
+        uid,
+        gid,
+        mode: kind | perm,
+        name_len: 0,
+        method: e.method,
+        flags,
+    };
+    Ok((node, is_dir))
+}
+
+/// Phase 6: the counts of the finished tree for `packfs info`.
+///
+/// Input: the nodes (root first, which is not counted). Output: `files`,
+/// `dirs`, `symlinks`, `synthesised_dirs` and the byte totals of `info`
+/// incremented; directories contribute no bytes.
+fn tally(nodes: &[Node], info: &mut ZipInfo) {
+    for node in &nodes[1..] {
+        if node.is_dir() {
+            info.dirs += 1;
+            if node.flags & NODE_SYNTH != 0 {
+                info.synthesised_dirs += 1;
+            }
+        } else {
+            if node.is_symlink() {
+                info.symlinks += 1;
+            } else {
+                info.files += 1;
+            }
+            info.uncompressed_bytes += node.size;
+            info.compressed_bytes += node.csize;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::MemSource;
+    use packfs_format::zip::time::DOS_1980_01_01;
+
+    /// The central record of `e` (its name from `raw_name`, then `extra`).
+    fn record(e: &CentralEntry, extra: &[u8]) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&SIG_CENTRAL.to_le_bytes());
+        r.extend_from_slice(&e.made_by.to_le_bytes());
+        r.extend_from_slice(&20u16.to_le_bytes());
+        r.extend_from_slice(&e.flags.to_le_bytes());
+        r.extend_from_slice(&e.method.to_le_bytes());
+        r.extend_from_slice(&e.dos_time.to_le_bytes());
+        r.extend_from_slice(&e.dos_date.to_le_bytes());
+        r.extend_from_slice(&e.crc.to_le_bytes());
+        r.extend_from_slice(&(e.csize as u32).to_le_bytes());
+        r.extend_from_slice(&(e.size as u32).to_le_bytes());
+        r.extend_from_slice(&(e.raw_name.len() as u16).to_le_bytes());
+        r.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+        r.extend_from_slice(&0u16.to_le_bytes()); // comment length
+        r.extend_from_slice(&(e.disk as u16).to_le_bytes());
+        r.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
+        r.extend_from_slice(&e.external.to_le_bytes());
+        r.extend_from_slice(&(e.local_offset as u32).to_le_bytes());
+        r.extend_from_slice(&e.raw_name);
+        r.extend_from_slice(extra);
+        r
+    }
+
+    /// An archive of only a central directory, after `prefix` bytes that
+    /// its offsets do not count.
+    fn image(prefix: usize, records: &[Vec<u8>]) -> MemSource {
+        let cd = records.concat();
+        let mut img = vec![b'#'; prefix];
+        img.extend_from_slice(&cd);
+        img.extend_from_slice(&SIG_EOCD.to_le_bytes());
+        img.extend_from_slice(&[0; 4]);
+        img.extend_from_slice(&(records.len() as u16).to_le_bytes());
+        img.extend_from_slice(&(records.len() as u16).to_le_bytes());
+        img.extend_from_slice(&(cd.len() as u32).to_le_bytes());
+        img.extend_from_slice(&0u32.to_le_bytes());
+        img.extend_from_slice(&[0, 0]);
+        MemSource(img)
+    }
+
+    /// A Unix entry named `name` with mode `mode` (type included).
+    fn unix(name: &str, mode: u32) -> CentralEntry {
+        CentralEntry {
+            made_by: ((HOST_UNIX as u16) << 8) | 30,
+            method: METHOD_DEFLATE,
+            dos_date: DOS_1980_01_01.0,
+            dos_time: DOS_1980_01_01.1,
+            csize: 7,
+            size: 11,
+            crc: 0x1234,
+            external: mode << 16,
+            raw_name: name.as_bytes().to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// An entry from a DOS host (no Unix mode) with attributes `attrs`.
+    fn dos(name: &str, attrs: u32, size: u64) -> CentralEntry {
+        CentralEntry {
+            made_by: 20,
+            size,
+            external: attrs,
+            ..unix(name, 0)
+        }
+    }
+
+    fn node_of(e: &CentralEntry) -> (Node, bool) {
+        entry_node(e, e.raw_name.ends_with(b"/"), (1000, 100), 0).unwrap()
+    }
+
+    fn path<'a>(c: &'a Central, p: &Pending) -> &'a [u8] {
+        &c.paths[p.path_off as usize..][..p.path_len as usize]
+    }
+
+    #[test]
+    fn records_become_pending_nodes_in_central_order() {
+        let mut a = unix("b/x", libc::S_IFREG | 0o644);
+        a.local_offset = 100;
+        let mut b = unix("a/", libc::S_IFDIR | 0o755);
+        b.method = METHOD_STORED;
+        let mut c = unix("./b//y", libc::S_IFREG | 0o644);
+        c.local_offset = 200;
+        let got = read_central(
+            &image(5, &[record(&a, &[]), record(&b, &[]), record(&c, &[])]),
+            (0, 0),
+        )
+        .unwrap();
+        let paths: Vec<_> = got.pend.iter().map(|p| path(&got, p)).collect();
+        assert_eq!(paths, [&b"b\0x"[..], b"a", b"b\0y"]);
+        let dirs: Vec<_> = got.pend.iter().map(|p| p.is_dir).collect();
+        assert_eq!(dirs, [false, true, false]);
+        // Offsets count from the archive's start, after the 5-byte prefix.
+        assert_eq!(got.pend[0].node.local_offset, 105);
+        assert_eq!(got.pend[2].node.local_offset, 205);
+        assert_eq!(
+            got.info,
+            ZipInfo {
+                entries: 3,
+                prefix_bytes: 5,
+                methods: vec![
+                    (METHOD_STORED, method_name(METHOD_STORED), 1),
+                    (METHOD_DEFLATE, method_name(METHOD_DEFLATE), 2)
+                ],
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_names_are_skipped_and_counted() {
+        let long = "n".repeat(256);
+        let names = ["../evil", "", "/", "ok", &long, "x\0y", "a/../b"];
+        let recs: Vec<_> = names
+            .iter()
+            .map(|n| record(&unix(n, libc::S_IFREG | 0o644), &[]))
+            .collect();
+        let got = read_central(&image(0, &recs), (0, 0)).unwrap();
+        assert_eq!(got.pend.len(), 1);
+        assert_eq!(path(&got, &got.pend[0]), b"ok");
+        // Rejected names leave nothing in the arena.
+        assert_eq!(got.paths, b"ok");
+        assert_eq!((got.info.entries, got.info.skipped), (7, 6));
+        // Skipped entries still count their method.
+        assert_eq!(got.info.methods, [(METHOD_DEFLATE, "deflate", 7)]);
+    }
+
+    #[test]
+    fn a_record_that_does_not_parse_is_named_by_number_and_offset() {
+        let first = record(&unix("a", libc::S_IFREG | 0o644), &[]);
+        let mut second = record(&unix("b", libc::S_IFREG | 0o644), &[]);
+        second[0] ^= 0xFF;
+        let at = 3 + first.len();
+        let Err(FsError::Corrupt(m)) = read_central(&image(3, &[first, second]), (0, 0)) else {
+            panic!("a bad signature must fail");
+        };
+        assert_eq!(
+            m,
+            format!("central directory entry 1 (at {at}): bad central directory record signature")
+        );
+    }
+
+    #[test]
+    fn a_record_on_another_disk_is_unsupported() {
+        let mut e = unix("a", libc::S_IFREG | 0o644);
+        e.disk = 1;
+        let Err(FsError::Unsupported(m)) = read_central(&image(0, &[record(&e, &[])]), (0, 0))
+        else {
+            panic!("multi-disk must fail");
+        };
+        assert_eq!(m, "multi-disk (spanned) ZIP archives");
+    }
+
+    #[test]
+    fn unix_modes_give_type_and_permissions_as_they_are() {
+        let cases = [
+            ("f", libc::S_IFREG | 0o640, libc::S_IFREG | 0o640),
+            // A type with no permission bits is kept as it is.
+            ("z", libc::S_IFREG, libc::S_IFREG),
+            // Permission bits with no type: a regular file.
+            ("p", 0o600, libc::S_IFREG | 0o600),
+            ("l", libc::S_IFLNK | 0o777, libc::S_IFLNK | 0o777),
+            ("l0", libc::S_IFLNK, libc::S_IFLNK),
+            ("d", libc::S_IFDIR | 0o750, libc::S_IFDIR | 0o750),
+            ("s", libc::S_IFREG | 0o4755, libc::S_IFREG | 0o4755),
+            // A trailing slash makes a directory whatever the type says.
+            ("t/", libc::S_IFREG | 0o644, libc::S_IFDIR | 0o644),
+        ];
+        for (name, mode, want) in cases {
+            let (n, is_dir) = node_of(&unix(name, mode));
+            assert_eq!(n.mode, want, "{name}");
+            assert_eq!(is_dir, want & S_IFMT == libc::S_IFDIR, "{name}");
+        }
+    }
+
+    #[test]
+    fn without_a_unix_mode_directories_get_0755_and_the_rest_0644() {
+        let cases = [
+            (dos("f", 0, 5), libc::S_IFREG | 0o644),
+            (dos("d/", 0, 0), libc::S_IFDIR | 0o755),
+            // The DOS directory attribute counts only on an empty entry.
+            (dos("da", 0x10, 0), libc::S_IFDIR | 0o755),
+            (dos("da5", 0x10, 5), libc::S_IFREG | 0o644),
+            // A Unix host with no mode recorded is treated the same.
+            (unix("u", 0), libc::S_IFREG | 0o644),
+        ];
+        for (e, want) in cases {
+            assert_eq!(node_of(&e).0.mode, want, "{:?}", e.raw_name);
+        }
+        // With a Unix mode the DOS attribute is ignored.
+        let mut e = unix("m", libc::S_IFREG | 0o644);
+        e.external |= 0x10;
+        e.size = 0;
+        assert_eq!(node_of(&e).0.mode, libc::S_IFREG | 0o644);
+    }
+
+    #[test]
+    fn entry_node_takes_sizes_owner_flags_and_time_from_the_record() {
+        let mut e = unix("f", libc::S_IFREG | 0o644);
+        e.flags = FLAG_LZMA_EOS | FLAG_DESCRIPTOR | FLAG_UTF8;
+        e.ut_mtime = Some(1_600_000_000);
+        e.local_offset = 40;
+        let (n, _) = entry_node(&e, false, (1000, 100), 2).unwrap();
+        assert_eq!(
+            (n.csize, n.size, n.crc, n.method, n.local_offset),
+            (7, 11, 0x1234, METHOD_DEFLATE, 42)
+        );
+        assert_eq!((n.uid, n.gid, n.mtime), (1000, 100, 1_600_000_000));
+        // Of the record's flags only the LZMA end marker is kept.
+        assert_eq!(n.flags, NODE_LZMA_EOS);
+        assert_eq!((n.name_len, n.parent), (0, 0));
+        assert_eq!(n.mtime, entry_mtime(&e));
+
+        e.uid_gid = Some((5, 6));
+        e.flags = FLAG_ENCRYPTED;
+        let (n, _) = node_of(&e);
+        assert_eq!((n.uid, n.gid), (5, 6));
+        assert!(n.encrypted());
+        let mut aes = unix("a", libc::S_IFREG | 0o644);
+        aes.method = METHOD_AES;
+        assert!(node_of(&aes).0.encrypted());
+
+        // A directory has no data, whatever the record says.
+        let (d, is_dir) = node_of(&unix("d/", libc::S_IFDIR | 0o755));
+        assert!(is_dir);
+        assert_eq!((d.csize, d.size, d.crc), (0, 0, 0x1234));
+
+        e.local_offset = u64::MAX - 1;
+        let Err(FsError::Corrupt(m)) = entry_node(&e, false, (0, 0), 2) else {
+            panic!("an overflowing offset must fail");
+        };
+        assert_eq!(m, "local header offset overflows");
+    }
+
+    #[test]
+    fn encrypted_entries_are_counted() {
+        let mut e = unix("secret", libc::S_IFREG | 0o644);
+        e.flags = FLAG_ENCRYPTED;
+        let plain = unix("plain", libc::S_IFREG | 0o644);
+        let got = read_central(&image(0, &[record(&e, &[]), record(&plain, &[])]), (0, 0)).unwrap();
+        assert_eq!(got.info.encrypted, 1);
+    }
+
+    #[test]
+    fn tally_counts_nodes_below_the_root_and_bytes_of_non_directories() {
+        let node = |mode: u32, flags: u16, size: u64, csize: u64| {
+            let mut n = Node::dir(0, (0, 0), 0, 0);
+            (n.mode, n.flags, n.size, n.csize) = (mode, flags, size, csize);
+            n
+        };
+        let nodes = [
+            node(libc::S_IFDIR | 0o755, NODE_SYNTH, 0, 1 << 32),
+            node(libc::S_IFDIR | 0o755, NODE_SYNTH, 0, 3),
+            node(libc::S_IFDIR | 0o755, 0, 0, 7 << 32),
+            node(libc::S_IFREG | 0o644, 0, 100, 40),
+            node(libc::S_IFREG | 0o644, NODE_ENCRYPTED, 10, 12),
+            node(libc::S_IFLNK | 0o777, 0, 5, 5),
+        ];
+        // Counts are added to what `info` already holds.
+        let mut info = ZipInfo {
+            files: 1,
+            ..Default::default()
+        };
+        tally(&nodes, &mut info);
+        assert_eq!(
+            info,
+            ZipInfo {
+                files: 3,
+                dirs: 2,
+                symlinks: 1,
+                synthesised_dirs: 1,
+                uncompressed_bytes: 115,
+                compressed_bytes: 57,
+                ..Default::default()
+            }
+        );
     }
 }

@@ -100,7 +100,7 @@ pub use index::ZipInfo;
 
 use crate::cache::{Block, BlockCache};
 use crate::error::{FsError, Result};
-use crate::fs::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::source::ImageSource;
 use checkpoint::Checkpoints;
 use data::{Checkpoint, Member, Stream};

@@ -15,6 +15,7 @@ use crate::walk::{cancelled, Kind, Tree};
 use crate::{PackError, PackOptions};
 use packfs_format::codec::{CodecError, Encoder};
 use packfs_format::squashfs::metadata::make_ref;
+use packfs_format::squashfs::superblock::Superblock;
 use packfs_format::squashfs::*;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};

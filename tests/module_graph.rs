@@ -1,0 +1,240 @@
+//! Layering, checked: within each library crate, no module imports a module
+//! that imports it back, directly or through others. A cycle is how the
+//! SquashFS reader once grew `impl SquashFs` blocks in six files that all
+//! reached back into each other; this test keeps the layers one-way.
+//!
+//! A reference is any `crate::a::b` or `super::x` path outside comments and
+//! outside `#[cfg(test)]` modules (a test module naturally reaches into the
+//! module it tests), resolved to the longest module path it names.
+//! Declaring a child (`mod x;`) is not a reference; re-exporting one
+//! (`pub use x::Y`) is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Module path ("a::b") of each source file under `src`.
+fn modules(src: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(
+                parts.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            out.insert(parts.join("::"), text);
+        }
+    }
+    out
+}
+
+/// The code of a file without comments and without its test module.
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        let t = l.trim_start();
+        if t.starts_with("#[cfg(test)]") {
+            // Skip the annotated item: up to the matching closing brace, or
+            // the line when it has none (`mod tests;`).
+            let mut depth = 0i32;
+            let mut opened = false;
+            for l in lines.by_ref() {
+                depth += l.matches('{').count() as i32 - l.matches('}').count() as i32;
+                opened |= l.contains('{');
+                if (opened && depth <= 0) || (!opened && l.trim_end().ends_with(';')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push_str(l.split("//").next().unwrap_or(""));
+        out.push('\n');
+    }
+    out
+}
+
+/// Module paths named from inside module `me` (the longest known prefix of
+/// each `crate::` or `super::` path).
+fn references(me: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let parent = |m: &str| {
+        m.rsplit_once("::")
+            .map_or(String::new(), |(p, _)| p.to_string())
+    };
+    let child = |m: &str| {
+        if me.is_empty() {
+            m.to_string()
+        } else {
+            format!("{me}::{m}")
+        }
+    };
+    // `use x::...` where `x` is a child module of `me` (a relative path).
+    for (i, _) in code.match_indices("use ") {
+        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let first: String = code[i + 4..]
+            .trim_start_matches('{')
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !first.is_empty() && known.contains(&child(&first)) {
+            out.insert(child(&first));
+        }
+    }
+    for (kw, base) in [
+        ("crate::", String::new()),
+        ("super::", parent(me)),
+        ("self::", me.to_string()),
+    ] {
+        for (i, _) in code.match_indices(kw) {
+            // `super::` inside `crate::a::super::`-like text does not occur;
+            // a preceding identifier character means another path segment.
+            if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let mut path = base.clone();
+            let rest = &code[i + kw.len()..];
+            let mut rest = rest;
+            // Nested `super::super::`.
+            while let Some(r) = rest.strip_prefix("super::") {
+                path = parent(&path);
+                rest = r;
+            }
+            let mut best = path.clone();
+            for seg in rest.split("::").map(|s| {
+                s.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap()
+            }) {
+                if seg.is_empty() {
+                    break;
+                }
+                let cand = if path.is_empty() {
+                    seg.to_string()
+                } else {
+                    format!("{path}::{seg}")
+                };
+                if !known.contains(&cand) {
+                    break;
+                }
+                path = cand;
+                best = path.clone();
+            }
+            if best != me {
+                out.insert(best);
+            }
+        }
+    }
+    out
+}
+
+/// A cycle in the graph, if any, as a list of modules.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let at = path.iter().position(|p| p == n).unwrap();
+                let mut c = path[at..].to_vec();
+                c.push(n.to_string());
+                return Some(c);
+            }
+            _ => {}
+        }
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, graph, &mut state, &mut Vec::new()) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn graph_of(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(src);
+    let known: BTreeSet<String> = mods.keys().cloned().collect();
+    mods.iter()
+        .map(|(m, text)| (m.clone(), references(m, &code(text), &known)))
+        .collect()
+}
+
+#[test]
+fn library_crates_have_no_module_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for krate in ["format", "mountfs", "packer"] {
+        let g = graph_of(&root.join(krate).join("src"));
+        assert!(g.len() > 5, "{krate}: modules not found");
+        if let Some(c) = find_cycle(&g) {
+            panic!("{krate}: import cycle {}", c.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_checker_sees_a_cycle() {
+    // Two modules that reach into each other, one through `super::`.
+    let mut g = BTreeMap::new();
+    let known: BTreeSet<String> = ["a", "a::b", "c"].map(String::from).into();
+    g.insert("a".into(), references("a", "use crate::a::b::X;\n", &known));
+    g.insert("a::b".into(), references("a::b", "use super::Y;\n", &known));
+    g.insert(
+        "c".into(),
+        references("c", "fn f() { crate::a::b::g() }\n", &known),
+    );
+    assert_eq!(g["a"], ["a::b".to_string()].into());
+    assert_eq!(g["a::b"], ["a".to_string()].into());
+    assert!(find_cycle(&g).is_some());
+    g.insert(
+        "a::b".into(),
+        references("a::b", "// use super::Y;\n", &known),
+    );
+    g.insert(
+        "a::b".into(),
+        references("a::b", &code("// use super::Y;\n"), &known),
+    );
+    assert!(find_cycle(&g).is_none());
+    // A parent re-exporting from a child that uses the parent's items.
+    g.insert("a".into(), references("a", "pub use b::X;\n", &known));
+    g.insert("a::b".into(), references("a::b", "use super::*;\n", &known));
+    assert!(find_cycle(&g).is_some());
+    // Test modules are not references.
+    let c = code("use crate::c;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\nfn x() {}\n");
+    assert!(c.contains("use crate::c;") && !c.contains("super") && c.contains("fn x"));
+}
