@@ -23,9 +23,11 @@ pub fn detect(src: &dyn ImageSource, path: &Path) -> Result<Format> {
     let head = src
         .slice(0, 4.min(src.len() as usize))
         .map_err(|_| FsError::UnknownFormat(path.display().to_string()))?;
-    match head {
-        b"hsqs" => Ok(Format::SquashFs),
-        b"PK\x03\x04" | b"PK\x05\x06" => Ok(Format::Zip),
+    let magic = <[u8; 4]>::try_from(head).map(u32::from_le_bytes);
+    match magic {
+        Ok(packfs_format::squashfs::MAGIC) => Ok(Format::SquashFs),
+        // A ZIP starts with its first member, or with its end record when empty.
+        Ok(packfs_format::zip::SIG_LOCAL | packfs_format::zip::SIG_EOCD) => Ok(Format::Zip),
         _ => Err(FsError::UnknownFormat(path.display().to_string())),
     }
 }

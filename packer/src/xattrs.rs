@@ -120,7 +120,7 @@ impl XattrSets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use packfs_format::squashfs::{XATTR_SECURITY, XATTR_USER};
+    use packfs_format::squashfs::XATTR_USER;
 
     #[test]
     fn identical_sets_are_stored_once() {
@@ -137,15 +137,5 @@ mod tests {
         assert_eq!(s.intern(a), Some(0));
         assert_eq!(s.intern(Vec::new()), None);
         assert_eq!(s.sets.len(), 2);
-    }
-
-    #[test]
-    fn names_split_by_namespace() {
-        assert_eq!(split_name(b"user.x"), Some((XATTR_USER, &b"x"[..])));
-        assert_eq!(
-            split_name(b"security.selinux"),
-            Some((XATTR_SECURITY, &b"selinux"[..]))
-        );
-        assert_eq!(split_name(b"system.posix_acl_access"), None);
     }
 }
