@@ -3,6 +3,33 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// How a mount reads its image file (`--io`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Io {
+    /// Positional reads: a storage error or a truncated image is EIO for
+    /// the files it affects, and the mount keeps serving the rest.
+    #[default]
+    Pread,
+    /// A memory map: a storage error or a truncated image kills the daemon
+    /// (SIGBUS). For comparison only.
+    Mmap,
+}
+
+impl Io {
+    pub fn mode(self) -> mountfs::source::IoMode {
+        match self {
+            Io::Pread => mountfs::source::IoMode::Pread,
+            Io::Mmap => mountfs::source::IoMode::Mmap,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Io::Pread => "pread",
+            Io::Mmap => "mmap",
+        }
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "packfs",
@@ -120,6 +147,9 @@ pub enum Command {
         /// Extra FUSE mount options, comma-separated; repeatable.
         #[arg(short = 'o')]
         options: Vec<String>,
+        /// How the image file is read.
+        #[arg(long, value_enum, default_value_t = Io::Pread)]
+        io: Io,
     },
     /// Unmount a packfs mount.
     Umount { mountpoint: PathBuf },
@@ -130,6 +160,9 @@ pub enum Command {
         mounts: Vec<String>,
         #[arg(long, value_parser = crate::size::parse_size)]
         cache_size: Option<u64>,
+        /// How the image files are read (as for `mount --io`).
+        #[arg(long, value_enum, default_value_t = Io::Pread)]
+        io: Io,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },

@@ -10,7 +10,7 @@ use common::*;
 use mountfs::cache::BlockCache;
 use mountfs::fs::{FileKind, PackFs, ROOT};
 use mountfs::readahead::StreamReadahead;
-use mountfs::source::MmapSource;
+use mountfs::source::FileSource;
 use mountfs::zip::ZipFs;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -98,7 +98,7 @@ fn set_mtime(p: &Path, secs: i64) {
 
 fn open_zip(p: &Path) -> PackFs<ZipFs> {
     let z = ZipFs::open(
-        Box::new(StreamReadahead::new(MmapSource::open(p).unwrap())),
+        Box::new(StreamReadahead::new(FileSource::open(p).unwrap())),
         Arc::new(BlockCache::new(8 << 20)),
     )
     .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -374,7 +374,7 @@ fn seven_zip_deflate64_archives_match_unzip_and_7z() {
     // from a checkpoint, so backward reads restart it at the member start.
     let fs = PackFs::new(
         ZipFs::open(
-            Box::new(StreamReadahead::new(MmapSource::open(&img).unwrap())),
+            Box::new(StreamReadahead::new(FileSource::open(&img).unwrap())),
             Arc::new(BlockCache::new(64 << 10)),
         )
         .unwrap(),
@@ -584,7 +584,7 @@ fn truncated_zip_fails_to_open_with_a_clear_error() {
     let cut = t.path().join("cut.zip");
     std::fs::write(&cut, &data[..data.len() / 2]).unwrap();
     let err = ZipFs::open(
-        Box::new(StreamReadahead::new(MmapSource::open(&cut).unwrap())),
+        Box::new(StreamReadahead::new(FileSource::open(&cut).unwrap())),
         Arc::new(BlockCache::new(1 << 20)),
     )
     .err()

@@ -24,8 +24,8 @@ impl ImageSource for Shared {
     fn len(&self) -> u64 {
         self.0.len()
     }
-    fn slice(&self, off: u64, len: usize) -> mountfs::Result<&[u8]> {
-        self.0.slice(off, len)
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> mountfs::Result<()> {
+        self.0.read_at(off, buf)
     }
 }
 

@@ -5,7 +5,7 @@ use crate::error::{FsError, Result};
 use crate::fs::{Image, PackFs};
 use crate::fuse::FuseAdapter;
 use crate::readahead::StreamReadahead;
-use crate::source::{ImageSource, MmapSource};
+use crate::source::{open_image, ImageSource, IoMode};
 use crate::squashfs::SquashFs;
 use crate::zip::ZipFs;
 use std::path::Path;
@@ -18,37 +18,28 @@ pub enum Format {
     Zip,
 }
 
-/// Recognises an image by its magic bytes.
-pub fn detect(src: &dyn ImageSource, path: &Path) -> Result<Format> {
-    let head = src
-        .slice(0, 4.min(src.len() as usize))
-        .map_err(|_| FsError::UnknownFormat(path.display().to_string()))?;
-    let magic = <[u8; 4]>::try_from(head).map(u32::from_le_bytes);
-    match magic {
-        Ok(packfs_format::squashfs::MAGIC) => Ok(Format::SquashFs),
+/// Recognises an image by its magic bytes; `name` is for the error.
+pub fn detect(src: &dyn ImageSource, name: &str) -> Result<Format> {
+    let mut head = [0u8; 4];
+    if src.len() < 4 || src.read_at(0, &mut head).is_err() {
+        return Err(FsError::UnknownFormat(name.to_string()));
+    }
+    match u32::from_le_bytes(head) {
+        packfs_format::squashfs::MAGIC => Ok(Format::SquashFs),
         // A ZIP starts with its first member, or with its end record when empty.
-        Ok(packfs_format::zip::SIG_LOCAL | packfs_format::zip::SIG_EOCD) => Ok(Format::Zip),
-        _ => Err(FsError::UnknownFormat(path.display().to_string())),
+        packfs_format::zip::SIG_LOCAL | packfs_format::zip::SIG_EOCD => Ok(Format::Zip),
+        _ => Err(FsError::UnknownFormat(name.to_string())),
     }
 }
 
-/// Opens a SquashFS image with a fresh cache of `cache_bytes`, adding the
-/// path to any error.
-pub fn open_squashfs(path: &Path, cache_bytes: usize) -> Result<SquashFs> {
-    let src = MmapSource::open(path)?;
-    let fmt = detect(&src, path)?;
-    if fmt != Format::SquashFs {
-        return Err(FsError::Unsupported(format!(
-            "{}: {fmt:?} images are not handled here",
-            path.display()
-        )));
-    }
-    let src = StreamReadahead::new(src);
-    SquashFs::open(Box::new(src), Arc::new(BlockCache::new(cache_bytes))).map_err(|e| match e {
-        FsError::Corrupt(m) => FsError::Corrupt(format!("{}: {m}", path.display())),
-        FsError::Unsupported(m) => FsError::Unsupported(format!("{}: {m}", path.display())),
+/// Prefixes structural errors with the image's name (the CLI prints them as
+/// they are, and a user with several images needs to know which one).
+fn named(name: &str) -> impl Fn(FsError) -> FsError + '_ {
+    move |e| match e {
+        FsError::Corrupt(m) => FsError::Corrupt(format!("{name}: {m}")),
+        FsError::Unsupported(m) => FsError::Unsupported(format!("{name}: {m}")),
         other => other,
-    })
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -209,15 +200,34 @@ pub enum AnyHandle {
 }
 
 impl AnyImage {
-    /// Opens `path`, detecting its format, with a block cache of `cache_bytes`.
+    /// Opens the image file at `path` with positional reads, detecting its
+    /// format, with a block cache of `cache_bytes`.
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
-        let src = MmapSource::open(path)?;
-        match detect(&src, path) {
-            Ok(Format::SquashFs) => Ok(AnyImage::SquashFs(open_squashfs(path, cache_bytes)?)),
-            Ok(Format::Zip) => Ok(AnyImage::Zip(ZipFs::open_path(path, cache_bytes)?)),
+        Self::open_with(path, cache_bytes, IoMode::default())
+    }
+
+    /// [`AnyImage::open`] reading the file as `io` says.
+    pub fn open_with(path: &Path, cache_bytes: usize, io: IoMode) -> Result<Self> {
+        // Sequential streams over the image get readahead (see readahead/).
+        let src = StreamReadahead::new(open_image(path, io)?);
+        Self::from_source(Box::new(src), &path.display().to_string(), cache_bytes)
+    }
+
+    /// Opens an image from any source (a file, memory, a fault-injecting
+    /// test source, a remote object), detecting its format; `name` (a path
+    /// or URL) prefixes errors.
+    pub fn from_source(src: Box<dyn ImageSource>, name: &str, cache_bytes: usize) -> Result<Self> {
+        let cache = Arc::new(BlockCache::new(cache_bytes));
+        match detect(&*src, name) {
+            Ok(Format::SquashFs) => SquashFs::open(src, cache)
+                .map(AnyImage::SquashFs)
+                .map_err(named(name)),
+            Ok(Format::Zip) => ZipFs::open(src, cache)
+                .map(AnyImage::Zip)
+                .map_err(named(name)),
             // Anything else may still be a zip: self-extracting archives and
             // zips with data in front start with something other than "PK".
-            Err(unknown) => ZipFs::open_path(path, cache_bytes)
+            Err(unknown) => ZipFs::open(src, cache)
                 .map(AnyImage::Zip)
                 .map_err(|_| unknown),
         }

@@ -1,27 +1,78 @@
 //! The I/O boundary: everything the readers know of the image file goes
-//! through [`ImageSource`], a byte-range view. Production uses a read-only
-//! memory map; tests plug in in-memory, failing or counting sources.
+//! through [`ImageSource`], positional reads into the caller's buffer.
+//! Production reads the file with `pread` ([`FileSource`]); a memory map
+//! ([`MmapSource`]) is kept as an opt-in; tests plug in in-memory, failing
+//! or counting sources, and a remote object can be one too.
 //!
-//! Invariant: `slice(off, len)` returns exactly `len` bytes or an error; it
-//! never returns a short slice, so parsers can index the result freely.
+//! Why reads into buffers and not slices of a map: a mapped image turns
+//! every storage fault into a signal. Truncate the image under a mount
+//! (`cp new.sqfs img.sqfs` does, in place), or let a Lustre client be
+//! evicted while a page is being faulted in, and the daemon dies of SIGBUS,
+//! taking the whole mount with it. A failed or short `pread` is an error
+//! value: the affected read gets EIO, with one log line naming the image and
+//! the offset, and every other file keeps working. A trait that fills a
+//! buffer also fits a source with latency (an object store), which a trait
+//! lending slices of memory does not.
+//!
+//! Invariant: `read_at(off, buf)` fills all of `buf` or returns an error; a
+//! short read is an error, never a partly filled buffer the caller trusts.
 
 use crate::error::{FsError, Result};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub trait ImageSource: Send + Sync {
-    /// Image length in bytes.
+    /// Image length in bytes (as found when the source was opened).
     fn len(&self) -> u64;
-    /// The bytes `off..off+len`, or `FsError::Corrupt` when out of range.
-    fn slice(&self, off: u64, len: usize) -> Result<&[u8]>;
+    /// Fills `buf` with the bytes at `off..off + buf.len()`. Out of range is
+    /// `FsError::Corrupt` (the image points outside itself); a failed or
+    /// short read of a range that should exist is `FsError::Io`.
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()>;
     /// Hint that `off..off+len` will be read soon (readahead). Default: nothing.
     fn will_need(&self, _off: u64, _len: usize) {}
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The `len` bytes at `off`, in a buffer from [`crate::buffers`] (give
+    /// it back with `buffers::recycle`, or let a cached block own it).
+    fn read_vec(&self, off: u64, len: usize) -> Result<Vec<u8>> {
+        let mut v = crate::buffers::take(len);
+        v.resize(len, 0);
+        self.read_at(off, &mut v)?;
+        Ok(v)
+    }
 }
 
-fn range_check(total: u64, off: u64, len: usize) -> Result<(usize, usize)> {
+/// Lets a shared source be used where an owned one is expected.
+impl<S: ImageSource + ?Sized> ImageSource for std::sync::Arc<S> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_at(off, buf)
+    }
+    fn will_need(&self, off: u64, len: usize) {
+        (**self).will_need(off, len)
+    }
+}
+
+impl<S: ImageSource + ?Sized> ImageSource for Box<S> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_at(off, buf)
+    }
+    fn will_need(&self, off: u64, len: usize) {
+        (**self).will_need(off, len)
+    }
+}
+
+/// Checks `off..off+len` against the image length.
+pub fn range_check(total: u64, off: u64, len: usize) -> Result<(usize, usize)> {
     let end = off
         .checked_add(len as u64)
         .filter(|&e| e <= total)
@@ -33,28 +84,116 @@ fn range_check(total: u64, off: u64, len: usize) -> Result<(usize, usize)> {
     Ok((off as usize, end as usize))
 }
 
-/// The image file mapped read-only. The image must not change while mapped
-/// (it is a read-only artefact; truncating it under a mount is undefined).
-///
-/// Its readahead hints advise exactly the range asked for; widening them
-/// along sequential streams is [`crate::readahead::StreamReadahead`]'s job,
-/// which wraps the map wherever an image is opened for mounting.
+/// How an image file is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// Positional reads (`pread`): storage faults are errors. The default.
+    #[default]
+    Pread,
+    /// A read-only memory map: a storage fault or a truncated image kills
+    /// the process with SIGBUS. Kept for comparison.
+    Mmap,
+}
+
+/// Opens the image at `path` for reading with `mode`: the one place a
+/// mount, `packfs inspect` and the benchmarks get an image source from.
+pub fn open_image(path: &Path, mode: IoMode) -> Result<Box<dyn ImageSource>> {
+    Ok(match mode {
+        IoMode::Pread => Box::new(FileSource::open(path)?),
+        IoMode::Mmap => Box::new(MmapSource::open(path)?),
+    })
+}
+
+fn open_file(path: &Path) -> Result<(File, u64)> {
+    let file = File::open(path).map_err(|e| FsError::io(path.display(), e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| FsError::io(path.display(), e))?
+        .len();
+    if len == 0 {
+        return Err(FsError::corrupt(format!("{}: empty file", path.display())));
+    }
+    Ok((file, len))
+}
+
+/// The image file read with `pread`. Its length is fixed at open: an image
+/// that shrinks later gives short reads, which are I/O errors naming the
+/// offset, and an image that is restored gives good reads again (nothing
+/// remembers a failure).
+pub struct FileSource {
+    file: File,
+    path: String,
+    len: u64,
+}
+
+impl FileSource {
+    pub fn open(path: &Path) -> Result<Self> {
+        let (file, len) = open_file(path)?;
+        Ok(FileSource {
+            file,
+            path: path.display().to_string(),
+            len,
+        })
+    }
+}
+
+impl ImageSource for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        range_check(self.len, off, buf.len())?;
+        self.file.read_exact_at(buf, off).map_err(|e| {
+            let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "short read of {} bytes at offset {off} (the image shrank since it was opened?)",
+                        buf.len()
+                    ),
+                )
+            } else {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("read of {} bytes at offset {off}: {e}", buf.len()),
+                )
+            };
+            log::error!("{}: {e}", self.path);
+            FsError::io(&self.path, e)
+        })
+    }
+    /// Asks the kernel to start reading `off..off+len` into the page cache,
+    /// so the `pread` that follows does not wait for the device.
+    fn will_need(&self, off: u64, len: usize) {
+        if len == 0 {
+            return;
+        }
+        // SAFETY: posix_fadvise on a valid fd has no memory effects; it is
+        // advisory and its result is ignored.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+}
+
+/// The image file mapped read-only (`--io mmap`). The image must not change
+/// or fail while mapped: a truncated image or a storage error while a page
+/// is faulted in is SIGBUS, which ends the daemon (see the module doc).
 pub struct MmapSource {
     map: memmap2::Mmap,
 }
 
 impl MmapSource {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| FsError::io(path.display(), e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| FsError::io(path.display(), e))?
-            .len();
-        if len == 0 {
-            return Err(FsError::corrupt(format!("{}: empty file", path.display())));
-        }
+        let (file, _) = open_file(path)?;
         // SAFETY: the mapping is read-only and private to this process; the
-        // documented contract is that images are not modified while in use.
+        // documented contract of `--io mmap` is that images are not
+        // modified while in use.
         let map =
             unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FsError::io(path.display(), e))?;
         Ok(MmapSource { map })
@@ -65,9 +204,10 @@ impl ImageSource for MmapSource {
     fn len(&self) -> u64 {
         self.map.len() as u64
     }
-    fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
-        let (s, e) = range_check(self.len(), off, len)?;
-        Ok(&self.map[s..e])
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let (s, e) = range_check(self.len(), off, buf.len())?;
+        buf.copy_from_slice(&self.map[s..e]);
+        Ok(())
     }
     /// Advises `off..off+len`, from the start of the page holding `off`.
     fn will_need(&self, off: u64, len: usize) {
@@ -89,9 +229,10 @@ impl ImageSource for MemSource {
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
-    fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
-        let (s, e) = range_check(self.len(), off, len)?;
-        Ok(&self.0[s..e])
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let (s, e) = range_check(self.len(), off, buf.len())?;
+        buf.copy_from_slice(&self.0[s..e]);
+        Ok(())
     }
 }
 
@@ -117,9 +258,12 @@ impl<S: ImageSource> ImageSource for CountingSource<S> {
     fn len(&self) -> u64 {
         self.inner.len()
     }
-    fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(len as u64, Ordering::Relaxed);
-        self.inner.slice(off, len)
+        self.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.inner.read_at(off, buf)
+    }
+    fn will_need(&self, off: u64, len: usize) {
+        self.inner.will_need(off, len)
     }
 }

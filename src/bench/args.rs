@@ -120,6 +120,9 @@ pub struct BenchArgs {
     /// Block cache of packfs's own mount (default: as `packfs mount`).
     #[arg(long, value_parser = crate::size::parse_size)]
     pub cache_size: Option<u64>,
+    /// How packfs's own mount reads the image (`mount --io`).
+    #[arg(long, value_enum)]
+    pub mount_io: Option<crate::cli::Io>,
 }
 
 /// An external mount named on the command line.

@@ -50,8 +50,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         plan::side_specs(&a),
         &p.ctx,
         p.latency.as_ref(),
-        a.mount_threads,
-        a.cache_size,
+        &plan::own_mount_args(&a),
     )?;
     verify::check_sides(&p.ctx, &sides, a.no_verify, a.seed)?;
     let runs = measure::measure(&p.ctx, &mut sides, &p.plans, &a)?;

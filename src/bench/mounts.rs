@@ -89,23 +89,11 @@ pub struct OwnMount {
 }
 
 impl OwnMount {
-    pub fn new(
-        image: &Path,
-        threads: Option<usize>,
-        cache_size: Option<u64>,
-    ) -> anyhow::Result<Self> {
-        let mut args = Vec::new();
-        if let Some(t) = threads {
-            args.push("-j".to_string());
-            args.push(t.to_string());
-        }
-        if let Some(c) = cache_size {
-            args.push("--cache-size".into());
-            args.push(c.to_string());
-        }
+    /// Mounts `image` with `packfs mount --foreground ARGS...`.
+    pub fn new(image: &Path, args: &[String]) -> anyhow::Result<Self> {
         let mut m = OwnMount {
             image: image.to_path_buf(),
-            args,
+            args: args.to_vec(),
             dir: scratch_dir("mnt")?,
             child: None,
         };

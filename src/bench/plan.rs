@@ -177,6 +177,22 @@ fn plan_workloads(a: &BenchArgs, tree: &Tree) -> anyhow::Result<Vec<(Workload, P
     Ok(plans)
 }
 
+/// The arguments of packfs's own `packfs mount --foreground`: what the
+/// bench's `--mount-threads`, `--cache-size` and `--mount-io` ask for.
+pub fn own_mount_args(a: &BenchArgs) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(t) = a.mount_threads {
+        args.extend(["-j".to_string(), t.to_string()]);
+    }
+    if let Some(c) = a.cache_size {
+        args.extend(["--cache-size".to_string(), c.to_string()]);
+    }
+    if let Some(io) = a.mount_io {
+        args.extend(["--io".to_string(), io.name().to_string()]);
+    }
+    args
+}
+
 /// The sides in the order they are set up, measured and reported: raw
 /// first (every ratio is against it), then packfs's own mount of the image
 /// unless --mountpoint names the mounts to measure without --self-mount,
@@ -226,6 +242,28 @@ mod tests {
             label: label.into(),
             path: path.into(),
         }
+    }
+
+    #[test]
+    fn own_mount_args_follow_the_bench_options() {
+        let a = args::parse(&["--raw", "r", "--image", "i"]);
+        assert!(own_mount_args(&a).is_empty());
+        let a = args::parse(&[
+            "--raw",
+            "r",
+            "--image",
+            "i",
+            "--mount-threads",
+            "3",
+            "--cache-size",
+            "1M",
+            "--mount-io",
+            "mmap",
+        ]);
+        assert_eq!(
+            own_mount_args(&a),
+            ["-j", "3", "--cache-size", "1048576", "--io", "mmap"]
+        );
     }
 
     #[test]

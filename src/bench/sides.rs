@@ -60,8 +60,7 @@ pub fn open(
     specs: Vec<SideSpec>,
     ctx: &Ctx,
     latency: Option<&Latency>,
-    mount_threads: Option<usize>,
-    cache_size: Option<u64>,
+    mount_args: &[String],
 ) -> anyhow::Result<Vec<Side>> {
     let mut sides: Vec<Side> = Vec::new();
     for spec in specs {
@@ -76,7 +75,7 @@ pub fn open(
             },
             SideSpec::Packfs => {
                 let img = ctx.image.as_ref().context("--image is required")?;
-                own_mount(img, latency, mount_threads, cache_size)?
+                own_mount(img, latency, mount_args)?
             }
             SideSpec::External { spec, label, path } => {
                 let path = std::fs::canonicalize(&path)
@@ -99,12 +98,7 @@ pub fn open(
 /// mounted as seen through a passthrough of its directory, so that every
 /// read of the image that misses the page cache pays the read latency, as
 /// an image on a network filesystem would.
-fn own_mount(
-    img: &Path,
-    latency: Option<&Latency>,
-    mount_threads: Option<usize>,
-    cache_size: Option<u64>,
-) -> anyhow::Result<Side> {
+fn own_mount(img: &Path, latency: Option<&Latency>, mount_args: &[String]) -> anyhow::Result<Side> {
     let (emu, path) = match latency {
         Some(l) => {
             let dir = img.parent().unwrap_or(Path::new("/"));
@@ -114,7 +108,7 @@ fn own_mount(
         }
         None => (None, img.to_path_buf()),
     };
-    let mount = OwnMount::new(&path, mount_threads, cache_size)?;
+    let mount = OwnMount::new(&path, mount_args)?;
     Ok(Side {
         label: "packfs".into(),
         kind: SideKind::Packfs { mount, emu },
@@ -218,7 +212,7 @@ mod tests {
             path: p.clone(),
         };
         let ctx = Ctx::for_test(None);
-        let open_all = |specs| open(specs, &ctx, None, None, None);
+        let open_all = |specs| open(specs, &ctx, None, &[]);
         let sides = open_all(vec![spec("a"), spec("b")]).unwrap();
         let labels: Vec<&str> = sides.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels, ["a", "b"]);

@@ -65,7 +65,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Run {
             mounts,
             cache_size,
+            io,
             command,
-        } => mount::run(&mounts, cache_size, &command),
+        } => mount::run(&mounts, cache_size, io, &command),
     }
 }

@@ -68,6 +68,7 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         preload,
         allow_other,
         options,
+        io,
     } = c
     else {
         unreachable!()
@@ -84,7 +85,7 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         .map(str::to_string);
     options.retain(|o| !o.starts_with("fsname="));
     let cache = cache_size.unwrap_or_else(super::default_cache_size) as usize;
-    let img = AnyImage::open(&image, cache)?;
+    let img = AnyImage::open_with(&image, cache, io.mode())?;
     let abs = std::fs::canonicalize(&image).unwrap_or(image.clone());
     let opts = ServeOptions {
         threads: threads.unwrap_or_else(super::default_session_threads),
@@ -343,7 +344,12 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
-pub fn run(mounts: &[String], cache_size: Option<u64>, command: &[String]) -> anyhow::Result<i32> {
+pub fn run(
+    mounts: &[String],
+    cache_size: Option<u64>,
+    io: crate::cli::Io,
+    command: &[String],
+) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("locating the packfs executable")?;
     let mut mounted: Vec<PathBuf> = Vec::new();
     let cleanup = |mounted: &[PathBuf]| {
@@ -359,7 +365,7 @@ pub fn run(mounts: &[String], cache_size: Option<u64>, command: &[String]) -> an
             bail!("{spec:?}: expected IMAGE:MOUNTPOINT");
         };
         let mut cmd = std::process::Command::new(&exe);
-        cmd.arg("mount").arg(img).arg(mp);
+        cmd.arg("mount").arg(img).arg(mp).arg("--io").arg(io.name());
         if let Some(c) = cache_size {
             cmd.arg("--cache-size").arg(c.to_string());
         }

@@ -1,5 +1,5 @@
 //! Sequential streams through the image file, detected from the hints the
-//! decoders give the image source, for readahead on the map.
+//! decoders give the image source, for readahead on the image file.
 //!
 //! The readers hint each block before touching it
 //! ([`ImageSource::will_need`]), and a hinted range is read exactly as
@@ -51,8 +51,8 @@ impl<S: ImageSource> ImageSource for StreamReadahead<S> {
     fn len(&self) -> u64 {
         self.inner.len()
     }
-    fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
-        self.inner.slice(off, len)
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read_at(off, buf)
     }
     fn will_need(&self, off: u64, len: usize) {
         let (from, to) = self
@@ -143,8 +143,8 @@ mod tests {
         fn len(&self) -> u64 {
             self.0.len()
         }
-        fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
-            self.0.slice(off, len)
+        fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+            self.0.read_at(off, buf)
         }
         fn will_need(&self, off: u64, len: usize) {
             self.1.lock().unwrap().push((off, len));
@@ -155,8 +155,10 @@ mod tests {
     fn the_adaptor_forwards_the_widened_range_and_passes_reads_through() {
         let src = StreamReadahead::new(Hints(MemSource((0..=255).collect()), Mutex::default()));
         assert_eq!(src.len(), 256);
-        assert_eq!(src.slice(10, 3).unwrap(), &[10, 11, 12]);
-        assert!(src.slice(250, 10).is_err());
+        let mut b = [0u8; 3];
+        src.read_at(10, &mut b).unwrap();
+        assert_eq!(b, [10, 11, 12]);
+        assert!(src.read_at(250, &mut [0u8; 10]).is_err());
         src.will_need(0, 100);
         src.will_need(100, 100);
         src.will_need(200, 50);

@@ -33,26 +33,25 @@ impl Blocks {
     /// The decoded metadata block whose header sits at absolute position `pos`.
     pub fn meta_block(&self, pos: u64) -> Result<Arc<Block>> {
         self.cache.get_or_load(pos | META_KEY, || {
-            let hdr = self.src.slice(pos, MetaHeader::SIZE)?;
-            let hdr = MetaHeader::decode([hdr[0], hdr[1]]);
+            let mut hdr = [0u8; MetaHeader::SIZE];
+            self.src.read_at(pos, &mut hdr)?;
+            let hdr = MetaHeader::decode(hdr);
             let stored = hdr.stored_len as usize;
-            let raw = self.src.slice(pos + MetaHeader::SIZE as u64, stored)?;
+            if !hdr.compressed && stored > METADATA_SIZE {
+                return Err(FsError::corrupt(format!(
+                    "metadata block at {pos} is {stored} bytes, more than {METADATA_SIZE}"
+                )));
+            }
+            let raw = self.src.read_vec(pos + MetaHeader::SIZE as u64, stored)?;
             let data = if !hdr.compressed {
-                if stored > METADATA_SIZE {
-                    return Err(FsError::corrupt(format!(
-                        "metadata block at {pos} is {stored} bytes, more than {METADATA_SIZE}"
-                    )));
-                }
-                let mut out = crate::buffers::take(stored);
-                out.extend_from_slice(raw);
-                out
+                raw
             } else {
                 let mut out = crate::buffers::take(METADATA_SIZE + 1);
-                decompress(self.compressor, raw, &mut out, METADATA_SIZE).map_err(|source| {
-                    FsError::BadBlock {
-                        what: format!("metadata block at offset {pos}"),
-                        source,
-                    }
+                let r = decompress(self.compressor, &raw, &mut out, METADATA_SIZE);
+                crate::buffers::recycle(raw);
+                r.map_err(|source| FsError::BadBlock {
+                    what: format!("metadata block at offset {pos}"),
+                    source,
                 })?;
                 out
             };
@@ -68,21 +67,27 @@ impl Blocks {
     pub fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
         self.cache.get_or_load(pos, || {
             let stored = data_stored_len(word) as usize;
-            // One readahead request for the whole block instead of a chain of
-            // synchronous 4 KiB page faults as the decoder walks the map.
+            // Neither a compressed block (the writer stores a block raw
+            // when compression does not shrink it) nor a raw one can be
+            // longer than a block; refusing here bounds the read buffer.
+            if stored > limit {
+                return Err(FsError::corrupt(format!(
+                    "block at offset {pos} is stored in {stored} bytes, more than the {limit}-byte block size"
+                )));
+            }
+            // The hint lets stream readahead see this block (and run ahead
+            // of a sequential pass) before the read below waits for it.
             self.src.will_need(pos, stored);
-            let raw = self.src.slice(pos, stored)?;
+            let raw = self.src.read_vec(pos, stored)?;
             let data = if data_is_raw(word) {
-                let mut out = crate::buffers::take(stored);
-                out.extend_from_slice(raw);
-                out
+                raw
             } else {
                 let mut out = crate::buffers::take(limit + 1);
-                decompress(self.compressor, raw, &mut out, limit).map_err(|source| {
-                    FsError::BadBlock {
-                        what: format!("data block at offset {pos}"),
-                        source,
-                    }
+                let r = decompress(self.compressor, &raw, &mut out, limit);
+                crate::buffers::recycle(raw);
+                r.map_err(|source| FsError::BadBlock {
+                    what: format!("data block at offset {pos}"),
+                    source,
                 })?;
                 out
             };

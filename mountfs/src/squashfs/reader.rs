@@ -96,12 +96,14 @@ fn check_superblock(sb: &Superblock, len: u64) -> Result<Compressor> {
 impl SquashFs {
     /// Opens an image, validating the superblock and the lookup tables.
     pub fn open(src: Box<dyn ImageSource>, cache: Arc<BlockCache>) -> Result<Self> {
-        let raw: &[u8; SUPERBLOCK_SIZE] = src
-            .slice(0, SUPERBLOCK_SIZE)
-            .map_err(|_| FsError::corrupt("file is shorter than a SquashFS superblock"))?
-            .try_into()
-            .expect("slice has superblock size");
-        let sb = Superblock::decode(raw);
+        let mut raw = [0u8; SUPERBLOCK_SIZE];
+        if src.len() < SUPERBLOCK_SIZE as u64 {
+            return Err(FsError::corrupt(
+                "file is shorter than a SquashFS superblock",
+            ));
+        }
+        src.read_at(0, &mut raw)?;
+        let sb = Superblock::decode(&raw);
         let compressor = check_superblock(&sb, src.len())?;
         let blocks = Blocks::new(src, cache, compressor);
         let tables = Tables::load(&blocks, &sb)?;
@@ -207,15 +209,15 @@ impl SquashFs {
         (f.size - i as u64 * bs).min(bs) as usize
     }
 
-    /// Calls `sink` with consecutive pieces of `file` covering `offset..offset+len`
-    /// (clamped to the file size). Uncompressed blocks are passed straight from
-    /// the image without a copy into the cache.
-    pub fn read_with(
+    /// Appends to `out` the bytes of `file` at `offset..offset+len` (clamped
+    /// to the file size); returns how many. Uncompressed blocks are read from
+    /// the image straight into `out`, without passing through the cache.
+    pub fn read_into(
         &self,
         file: &OpenFile,
         offset: u64,
         len: usize,
-        mut sink: impl FnMut(&[u8]),
+        out: &mut Vec<u8>,
     ) -> Result<usize> {
         let f = file.file();
         if offset >= f.size {
@@ -232,13 +234,7 @@ impl SquashFs {
                 let word = f.block_sizes[i];
                 let blen = self.block_len(f, i);
                 if word & DATA_SIZE_MASK == 0 {
-                    sink(&ZEROS[..take.min(ZEROS.len())]);
-                    let mut left = take - take.min(ZEROS.len());
-                    while left > 0 {
-                        let n = left.min(ZEROS.len());
-                        sink(&ZEROS[..n]);
-                        left -= n;
-                    }
+                    out.resize(out.len() + take, 0);
                 } else if word & DATA_UNCOMPRESSED != 0 {
                     if (word & DATA_SIZE_MASK) as usize != blen {
                         return Err(FsError::corrupt(format!(
@@ -249,7 +245,12 @@ impl SquashFs {
                     }
                     let at = file.starts[i] + in_block as u64;
                     self.blocks.src.will_need(at, take);
-                    sink(self.blocks.src.slice(at, take)?);
+                    let from = out.len();
+                    out.resize(from + take, 0);
+                    if let Err(e) = self.blocks.src.read_at(at, &mut out[from..]) {
+                        out.truncate(from);
+                        return Err(e);
+                    }
                 } else {
                     let b = self.data_block(file.starts[i], word, bs as usize)?;
                     if b.data.len() != blen {
@@ -259,7 +260,7 @@ impl SquashFs {
                             b.data.len()
                         )));
                     }
-                    sink(&b.data[in_block..in_block + take]);
+                    out.extend_from_slice(&b.data[in_block..in_block + take]);
                 }
             } else {
                 // The tail, in a fragment block.
@@ -280,7 +281,7 @@ impl SquashFs {
                         b.data.len()
                     )));
                 }
-                sink(&b.data[start + in_block..start + in_block + take]);
+                out.extend_from_slice(&b.data[start + in_block..start + in_block + take]);
             }
             at += take as u64;
         }
@@ -290,7 +291,7 @@ impl SquashFs {
     /// Reads into a fresh buffer.
     pub fn read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(len.min(file.file().size.saturating_sub(offset) as usize));
-        self.read_with(file, offset, len, |b| out.extend_from_slice(b))?;
+        self.read_into(file, offset, len, &mut out)?;
         Ok(out)
     }
 
@@ -367,7 +368,7 @@ impl SquashFs {
                     return Err(());
                 }
                 if w & DATA_UNCOMPRESSED != 0 {
-                    // Stored raw: reads come from the page cache via the map.
+                    // Stored raw: read from the image when asked for; a hint is enough.
                     self.blocks
                         .src
                         .will_need(pos, (w & DATA_SIZE_MASK) as usize);
@@ -383,5 +384,3 @@ impl SquashFs {
         Ok((count.into_inner(), loaded.into_inner()))
     }
 }
-
-static ZEROS: [u8; 65536] = [0; 65536];

@@ -34,15 +34,19 @@ fn read_index(
     what: &str,
 ) -> Result<Vec<u64>> {
     let n = index_len(entries, entry_size);
-    let raw = blocks.src.slice(start, (n * 8) as usize).map_err(|_| {
+    let len = (n * 8) as usize;
+    crate::source::range_check(blocks.src.len(), start, len).map_err(|_| {
         FsError::corrupt(format!(
             "{what} index at {start} runs past the end of the image"
         ))
     })?;
-    Ok(raw
+    let raw = blocks.src.read_vec(start, len)?;
+    let index = raw
         .chunks_exact(8)
         .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .collect())
+        .collect();
+    crate::buffers::recycle(raw);
+    Ok(index)
 }
 
 impl Tables {
@@ -77,14 +81,14 @@ impl Tables {
             )?;
         }
         if sb.xattr_id_table_start != INVALID_TABLE {
-            let h = blocks
-                .src
-                .slice(sb.xattr_id_table_start, XattrTableHeader::SIZE)
+            let mut h = [0u8; XattrTableHeader::SIZE];
+            crate::source::range_check(blocks.src.len(), sb.xattr_id_table_start, h.len())
                 .map_err(|_| {
                     FsError::corrupt("xattr id table header runs past the end of the image")
                 })?;
+            blocks.src.read_at(sb.xattr_id_table_start, &mut h)?;
             let h = XattrTableHeader::decode(&mut packfs_format::bytes::SliceInput::new(
-                h,
+                &h,
                 "xattr id table header",
             ))?;
             t.xattr_kv_start = h.kv_start;

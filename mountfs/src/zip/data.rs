@@ -27,11 +27,9 @@ impl Read for SrcReader {
         if n == 0 {
             return Ok(0);
         }
-        let b = self
-            .src
-            .slice(self.pos, n)
+        self.src
+            .read_at(self.pos, &mut buf[..n])
             .map_err(|e| io::Error::new(io::ErrorKind::UnexpectedEof, e.to_string()))?;
-        buf[..n].copy_from_slice(b);
         self.pos += n as u64;
         Ok(n)
     }
@@ -47,10 +45,41 @@ impl Read for SrcReader {
 /// needs: that is a [`Checkpoint`].
 pub const WINDOW: usize = 32 << 10;
 
-/// Compressed bytes asked of the source per slice. Any size is correct (the
-/// inflater keeps partial bits in its state, zstd buffers internally); a
-/// small one keeps what a decoder asks for close to what it consumes.
+/// Compressed bytes read from the source at a time. Any size is correct
+/// (the inflater keeps partial bits in its state, zstd buffers internally);
+/// a small one keeps what a decoder reads close to what it consumes.
 const IN_STEP: usize = 64 << 10;
+
+/// Compressed input read ahead of a decoder: one positional read of up to
+/// [`IN_STEP`] bytes, consumed over several calls (a decoder that stops
+/// because its output is full resumes inside the same read, instead of
+/// reading the unconsumed part again).
+#[derive(Default)]
+struct InWindow {
+    buf: Vec<u8>,
+    /// Image offset of `buf[0]`.
+    at: u64,
+}
+
+impl InWindow {
+    /// The compressed bytes from `pos` on, up to `end` (none when `pos` is
+    /// `end`), reading a new window when `pos` is outside the current one.
+    fn get(
+        &mut self,
+        src: &dyn ImageSource,
+        pos: u64,
+        end: u64,
+    ) -> std::result::Result<&[u8], String> {
+        let inside = pos >= self.at && pos < self.at + self.buf.len() as u64;
+        if !inside {
+            let take = (end - pos).min(IN_STEP as u64) as usize;
+            self.buf.resize(take, 0);
+            src.read_at(pos, &mut self.buf).map_err(|e| e.to_string())?;
+            self.at = pos;
+        }
+        Ok(&self.buf[(pos - self.at) as usize..])
+    }
+}
 
 /// The method-specific decoder inside a [`Stream`].
 enum Decoder {
@@ -78,6 +107,7 @@ struct Inflate {
     ring: usize,
     /// The final block has been decoded.
     done: bool,
+    input: InWindow,
 }
 
 impl Inflate {
@@ -86,8 +116,10 @@ impl Inflate {
         let src = self.src.clone();
         let mut got = 0;
         while got < out.len() && !self.done {
-            let take = (self.end - self.in_pos).min(IN_STEP as u64) as usize;
-            let input = src.slice(self.in_pos, take).map_err(|e| e.to_string())?;
+            // Empty at the member's end: the inflater may still have output
+            // to flush from its bit buffer.
+            let input = self.input.get(&*src, self.in_pos, self.end)?;
+            let take = input.len();
             // Without HAS_MORE_INPUT the inflater takes the end of `input`
             // for the end of the member (and fails if the stream goes on).
             let flags = if self.in_pos + (take as u64) < self.end {
@@ -151,6 +183,7 @@ struct Zstd {
     in_pos: u64,
     end: u64,
     dec: ZstdDecoder<'static>,
+    input: InWindow,
 }
 
 impl Zstd {
@@ -161,8 +194,7 @@ impl Zstd {
         let src = self.src.clone();
         let mut got = 0;
         while got < out.len() {
-            let take = (self.end - self.in_pos).min(IN_STEP as u64) as usize;
-            let input = src.slice(self.in_pos, take).map_err(|e| e.to_string())?;
+            let input = self.input.get(&*src, self.in_pos, self.end)?;
             let mut inb = InBuffer::around(input);
             let rest = out.get_mut(got..).unwrap_or_default();
             let mut outb = OutBuffer::around(rest);
@@ -291,12 +323,14 @@ impl Stream {
                 window: vec![0u8; WINDOW].into_boxed_slice(),
                 ring: 0,
                 done: false,
+                input: InWindow::default(),
             })),
             METHOD_ZSTD | 20 => Decoder::Zstd(Box::new(Zstd {
                 src,
                 in_pos: m.data_off,
                 end,
                 dec: zstd_decoder(m.name)?,
+                input: InWindow::default(),
             })),
             method => {
                 let raw = SrcReader {
@@ -340,6 +374,7 @@ impl Stream {
                     window: window.clone(),
                     ring: (cp.pos % WINDOW as u64) as usize,
                     done: false,
+                    input: InWindow::default(),
                 }))
             }
             (METHOD_ZSTD | 20, None) if fits => Decoder::Zstd(Box::new(Zstd {
@@ -347,6 +382,7 @@ impl Stream {
                 in_pos: cp.in_pos,
                 end,
                 dec: zstd_decoder(m.name)?,
+                input: InWindow::default(),
             })),
             _ => {
                 return Err(FsError::corrupt(format!(

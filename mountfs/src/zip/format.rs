@@ -41,13 +41,17 @@ pub fn read_eocd(src: &dyn ImageSource) -> Result<Eocd> {
     }
     let tail_len = len.min(EOCD_SEARCH);
     let tail_start = len - tail_len;
-    let tail = src.slice(tail_start, tail_len as usize)?;
-    let (pos, comment_len) = find_eocd(tail, tail_start).ok_or_else(|| {
+    let tail = src.read_vec(tail_start, tail_len as usize)?;
+    let found = find_eocd(&tail, tail_start);
+    // find_eocd only returns a record that lies whole inside `tail`.
+    let r = found.map(|(pos, _)| EndRecord::decode(&tail[(pos - tail_start) as usize..]));
+    crate::buffers::recycle(tail);
+    let ((pos, comment_len), r) = found.zip(r).ok_or_else(|| {
         FsError::corrupt(
             "no end of central directory record in the last 64 KiB (not a ZIP archive, or truncated)",
         )
     })?;
-    let r = EndRecord::decode(src.slice(pos, EOCD_LEN)?)?;
+    let r = r?;
     let (disk, cd_disk) = (r.disk, r.cd_disk);
     let mut entries = r.entries as u64;
     let mut cd_size = r.cd_size as u64;
@@ -57,8 +61,9 @@ pub fn read_eocd(src: &dyn ImageSource) -> Result<Eocd> {
 
     // Zip64 locator right before the EOCD.
     if pos >= EOCD64_LOCATOR_LEN as u64 {
-        let loc = src.slice(pos - EOCD64_LOCATOR_LEN as u64, EOCD64_LOCATOR_LEN)?;
-        if let Ok(loc) = Zip64Locator::decode(loc) {
+        let mut loc = [0u8; EOCD64_LOCATOR_LEN];
+        src.read_at(pos - EOCD64_LOCATOR_LEN as u64, &mut loc)?;
+        if let Ok(loc) = Zip64Locator::decode(&loc) {
             let rec_off = loc.record_offset;
             if loc.total_disks > 1 {
                 return Err(FsError::Unsupported(
@@ -71,8 +76,9 @@ pub fn read_eocd(src: &dyn ImageSource) -> Result<Eocd> {
             let z = [rec_off, expected.saturating_sub(EOCD64_LEN as u64)]
                 .into_iter()
                 .find_map(|o| {
-                    let rec = src.slice(o, EOCD64_LEN).ok()?;
-                    Some((o, Zip64EndRecord::decode(rec).ok()?))
+                    let mut rec = [0u8; EOCD64_LEN];
+                    src.read_at(o, &mut rec).ok()?;
+                    Some((o, Zip64EndRecord::decode(&rec).ok()?))
                 });
             let Some((rec_at, z)) = z else {
                 return Err(FsError::corrupt(format!(
@@ -129,12 +135,14 @@ pub fn read_eocd(src: &dyn ImageSource) -> Result<Eocd> {
 /// Offset of the member's data from its local header: the local name and
 /// extra lengths may differ from the central ones, so they are read here.
 pub fn local_data_offset(src: &dyn ImageSource, local: u64) -> Result<u64> {
-    let h = src.slice(local, LOCAL_LEN).map_err(|_| {
+    let mut h = [0u8; LOCAL_LEN];
+    crate::source::range_check(src.len(), local, LOCAL_LEN).map_err(|_| {
         FsError::corrupt(format!(
             "local header at {local} is past the end of the file"
         ))
     })?;
-    let h = LocalHeader::decode(h)
+    src.read_at(local, &mut h)?;
+    let h = LocalHeader::decode(&h)
         .map_err(|_| FsError::corrupt(format!("no local header signature at {local}")))?;
     Ok(local + h.data_offset())
 }

@@ -152,14 +152,13 @@ struct Central {
 /// shifted by the prepended bytes.
 fn read_central(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Central> {
     let eocd = read_eocd(src)?;
-    let cd = src
-        .slice(eocd.cd_offset, eocd.cd_size as usize)
-        .map_err(|_| {
-            FsError::corrupt(format!(
-                "central directory ({} bytes at {}) is past the end of the file",
-                eocd.cd_size, eocd.cd_offset
-            ))
-        })?;
+    crate::source::range_check(src.len(), eocd.cd_offset, eocd.cd_size as usize).map_err(|_| {
+        FsError::corrupt(format!(
+            "central directory ({} bytes at {}) is past the end of the file",
+            eocd.cd_size, eocd.cd_offset
+        ))
+    })?;
+    let mut cd = CdWindow::new(src, eocd.cd_offset, eocd.cd_size);
     // The record count may lie; the directory's size bounds how many
     // records can really be there.
     let cap = eocd.entries.min(eocd.cd_size / CENTRAL_LEN as u64) as usize;
@@ -172,8 +171,8 @@ fn read_central(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Cent
     let mut pend: Vec<Pending> = Vec::with_capacity(cap);
     let mut methods: Vec<(u16, u64)> = Vec::new();
     let mut at = 0usize;
-    while at < cd.len() {
-        let (e, n) = parse_central(&cd[at..]).map_err(|err| {
+    while (at as u64) < eocd.cd_size {
+        let (e, n) = parse_central(cd.from(at as u64)?).map_err(|err| {
             FsError::corrupt(format!(
                 "central directory entry {} (at {}): {err}",
                 info.entries,
@@ -225,6 +224,49 @@ fn read_central(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Cent
         .map(|(m, c)| (m, method_name(m), c))
         .collect();
     Ok(Central { pend, paths, info })
+}
+
+/// The central directory, read through a window of at most [`CD_WINDOW`]
+/// bytes: a million-entry archive has a directory of ~100 MB, which the
+/// index (~80 bytes an entry) must not double while it is built.
+struct CdWindow<'a> {
+    src: &'a dyn ImageSource,
+    /// Absolute position and size of the central directory.
+    start: u64,
+    size: u64,
+    buf: Vec<u8>,
+    /// Offset in the directory of `buf[0]`.
+    at: u64,
+}
+
+/// Bytes read at a time; more than the largest record (46 bytes and three
+/// 64 KiB fields), so a record is always whole in one window.
+const CD_WINDOW: u64 = 1 << 20;
+const MAX_RECORD: u64 = (CENTRAL_LEN + 3 * 0xFFFF) as u64;
+
+impl<'a> CdWindow<'a> {
+    fn new(src: &'a dyn ImageSource, start: u64, size: u64) -> Self {
+        CdWindow {
+            src,
+            start,
+            size,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
+
+    /// The directory's bytes from offset `at`: at least a whole record's
+    /// worth, or up to the directory's end.
+    fn from(&mut self, at: u64) -> Result<&[u8]> {
+        let want_end = (at + MAX_RECORD).min(self.size);
+        if at < self.at || want_end > self.at + self.buf.len() as u64 {
+            let len = (self.size - at).min(CD_WINDOW.max(MAX_RECORD)) as usize;
+            self.buf.resize(len, 0);
+            self.src.read_at(self.start + at, &mut self.buf)?;
+            self.at = at;
+        }
+        Ok(&self.buf[(at - self.at) as usize..])
+    }
 }
 
 /// One central record as a node, with what unzip would extract: returns the

@@ -107,7 +107,6 @@ use data::{Checkpoint, Member, Stream};
 use format::*;
 use index::{Index, Node};
 use packfs_format::zip::*;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -186,16 +185,6 @@ impl ZipFs {
     /// Uncompressed bytes decoded from compressed members since opening.
     pub fn decoded_bytes(&self) -> u64 {
         self.decoded.load(Ordering::Relaxed)
-    }
-
-    /// Maps `path` and opens it, naming the file in errors.
-    pub fn open_path(path: &Path, cache_bytes: usize) -> Result<ZipFs> {
-        let src = crate::readahead::StreamReadahead::new(crate::source::MmapSource::open(path)?);
-        ZipFs::open(Box::new(src), Arc::new(BlockCache::new(cache_bytes))).map_err(|e| match e {
-            FsError::Corrupt(m) => FsError::Corrupt(format!("{}: {m}", path.display())),
-            FsError::Unsupported(m) => FsError::Unsupported(format!("{}: {m}", path.display())),
-            other => other,
-        })
     }
 
     pub fn info(&self) -> ZipInfo {
@@ -450,10 +439,9 @@ impl ZipFs {
         }
         let end = n.size.min(offset.saturating_add(len));
         if n.method == METHOD_STORED {
-            return Ok(self
-                .src
-                .slice(h.data_off + offset, (end - offset) as usize)?
-                .to_vec());
+            let mut out = vec![0u8; (end - offset) as usize];
+            self.src.read_at(h.data_off + offset, &mut out)?;
+            return Ok(out);
         }
         if n.size < SMALL {
             let b = self.whole(h.node, n, h.data_off)?;
@@ -498,7 +486,9 @@ impl ZipFs {
             && n.size < SMALL
             && n.data_off.load(Ordering::Acquire) & VERIFIED == 0
         {
-            let crc = crc32fast::hash(self.src.slice(data_off, n.size as usize)?);
+            let data = self.src.read_vec(data_off, n.size as usize)?;
+            let crc = crc32fast::hash(&data);
+            crate::buffers::recycle(data);
             if crc != n.crc {
                 log::error!(
                     "zip: {}: CRC-32 mismatch (archive says {:08x}, data has {crc:08x})",
