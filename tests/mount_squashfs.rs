@@ -306,24 +306,6 @@ fn packfs_images_match_the_kernel() {
     }
 }
 
-/// The pid of the `packfs mount` daemon serving `mountpoint`.
-fn daemon_pid(mountpoint: &Path) -> u32 {
-    let want = mountpoint.as_os_str().as_encoded_bytes();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        if args.contains(&b"mount".as_slice()) && args.contains(&want) {
-            return pid;
-        }
-    }
-    panic!("no daemon for {}", mountpoint.display());
-}
-
 /// The daemon's own memory (anonymous RSS: heap, cache, buffers; not the
 /// mapped image, which is page cache) stays within the cache budget plus a
 /// small constant after reading twelve times the budget through it.
@@ -350,12 +332,7 @@ fn daemon_memory_stays_within_the_cache_budget() {
             });
         }
     });
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let anon_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    let anon_kb = anon_rss_kb(pid);
     let limit_kb = (16 + 16) << 10;
     assert!(
         anon_kb <= limit_kb,

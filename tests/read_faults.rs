@@ -89,12 +89,18 @@ fn faults_are_local_and_transient(image: &[u8], ranges: Vec<(u64, u64)>, what: &
     let img = AnyImage::from_source(Box::new(src.clone()), what, 64 << 10).unwrap();
     let fs = PackFs::new(img, 0, 0);
     let good = read_tree(&fs);
-    assert!(good.values().all(|r| r.is_ok()), "{what}: clean pass failed");
+    assert!(
+        good.values().all(|r| r.is_ok()),
+        "{what}: clean pass failed"
+    );
     assert!(good.len() > 10, "{what}: too few files");
 
     src.failing.store(true, Ordering::SeqCst);
     let bad = read_tree(&fs);
-    assert!(src.failed.load(Ordering::SeqCst) > 0, "{what}: no fault hit");
+    assert!(
+        src.failed.load(Ordering::SeqCst) > 0,
+        "{what}: no fault hit"
+    );
     let mut eio = 0;
     for (p, r) in &bad {
         match r {
@@ -130,9 +136,8 @@ fn squashfs_faults_are_eio_for_the_files_hit_and_forgotten_when_storage_recovers
     let img = t.path().join("i.sqfs");
     pack(&src, &img, &["-b", "4K"]);
     let bytes = std::fs::read(&img).unwrap();
-    let sb = packfs_format::squashfs::superblock::Superblock::decode(
-        bytes[..96].try_into().unwrap(),
-    );
+    let sb =
+        packfs_format::squashfs::superblock::Superblock::decode(bytes[..96].try_into().unwrap());
     // The middle third of the data area: some files' blocks and fragments.
     let data_end = sb.inode_table_start;
     let third = data_end / 3;

@@ -50,6 +50,28 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
 /// An empty buffer with room for at least `capacity` bytes: a recycled one
 /// of less than four times that size when there is one, else a new one.
 pub fn take(capacity: usize) -> Vec<u8> {
+    let mut b = take_any(capacity);
+    b.clear();
+    b
+}
+
+/// A buffer of exactly `len` bytes whose contents are unspecified (left
+/// over from its last use), for a read that overwrites all of it: reusing
+/// a buffer's old contents instead of zeroing it saves a pass over every
+/// block read from the image.
+pub fn take_len(len: usize) -> Vec<u8> {
+    let mut b = take_any(len);
+    if b.len() >= len {
+        b.truncate(len);
+    } else {
+        b.resize(len, 0);
+    }
+    b
+}
+
+/// A recycled buffer of capacity >= `capacity` (its old length and
+/// contents kept), or a new empty one.
+fn take_any(capacity: usize) -> Vec<u8> {
     {
         let mut p = pool();
         let k = class(capacity);
@@ -74,7 +96,8 @@ pub fn recycle(mut buf: Vec<u8>) {
     if cap < MIN_KEPT {
         return;
     }
-    buf.clear();
+    // The contents stay (initialised bytes that `take_len` may hand out
+    // for overwriting); `take` clears.
     let mut p = pool();
     if p.bytes + cap <= POOL_BYTES {
         p.bytes += cap;
@@ -109,5 +132,23 @@ mod tests {
             recycle(Vec::with_capacity(1 << 20));
         }
         assert!(pooled_bytes() <= POOL_BYTES);
+    }
+
+    #[test]
+    fn a_buffer_for_overwriting_has_the_length_asked_whatever_it_held() {
+        let mut a = take(64 << 10);
+        a.resize(60 << 10, 7);
+        let ptr = a.as_ptr();
+        recycle(a);
+        // Shorter than what it held: truncated, not zeroed.
+        let b = take_len(50 << 10);
+        assert_eq!((b.as_ptr(), b.len()), (ptr, 50 << 10));
+        recycle(b);
+        // Longer than what it held (within capacity): the rest is zeroed.
+        let c = take_len(64 << 10);
+        assert_eq!((c.as_ptr(), c.len()), (ptr, 64 << 10));
+        assert!(c[50 << 10..].iter().all(|&x| x == 0));
+        recycle(c);
+        assert!(take(1).is_empty());
     }
 }

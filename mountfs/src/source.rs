@@ -39,8 +39,7 @@ pub trait ImageSource: Send + Sync {
     /// The `len` bytes at `off`, in a buffer from [`crate::buffers`] (give
     /// it back with `buffers::recycle`, or let a cached block own it).
     fn read_vec(&self, off: u64, len: usize) -> Result<Vec<u8>> {
-        let mut v = crate::buffers::take(len);
-        v.resize(len, 0);
+        let mut v = crate::buffers::take_len(len);
         self.read_at(off, &mut v)?;
         Ok(v)
     }

@@ -406,3 +406,31 @@ impl Drop for PackfsMount {
             .status();
     }
 }
+
+/// The pid of the `packfs mount` daemon serving `mountpoint`.
+pub fn daemon_pid(mountpoint: &Path) -> u32 {
+    let want = mountpoint.as_os_str().as_encoded_bytes();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if args.contains(&b"mount".as_slice()) && args.contains(&want) {
+            return pid;
+        }
+    }
+    panic!("no daemon for {}", mountpoint.display());
+}
+
+/// A process's anonymous RSS (heap, cache, buffers; not file pages), in kB.
+pub fn anon_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}

@@ -47,8 +47,11 @@ pub const WINDOW: usize = 32 << 10;
 
 /// Compressed bytes read from the source at a time. Any size is correct
 /// (the inflater keeps partial bits in its state, zstd buffers internally);
-/// a small one keeps what a decoder reads close to what it consumes.
-const IN_STEP: usize = 64 << 10;
+/// a small one keeps what a decoder reads close to what it consumes, and
+/// what a parked decoder holds small (the core keeps up to 256 prepared
+/// files, each with its live decoder: 256 x (32 KiB window + 11 KiB state
+/// + this) is the decoders' share of the daemon's memory).
+const IN_STEP: usize = 16 << 10;
 
 /// Compressed input read ahead of a decoder: one positional read of up to
 /// [`IN_STEP`] bytes, consumed over several calls (a decoder that stops
