@@ -2,7 +2,9 @@
 //!
 //! Exit codes: 0 success; 1 an error (printed on stderr as `packfs: ...` with
 //! its causes); 2 a usage error (from clap); for `packfs run`, the command's
-//! own status (128+N when it died of signal N).
+//! own status (128+N when it died of signal N). `packfs pack` stopped by
+//! SIGINT, SIGTERM or SIGHUP removes its temporary file, then dies of that
+//! signal (status 128+N in a shell), so scripts see the interruption.
 
 mod bench;
 mod cli;
@@ -20,9 +22,16 @@ fn main() {
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("packfs: {e}");
+            let mut shown = e.to_string();
+            eprintln!("packfs: {shown}");
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                let cause = cause.to_string();
+                // The packer's errors print their source in their own
+                // message and return it as source() too: say it once.
+                if !shown.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
+                shown = cause;
             }
             std::process::exit(1);
         }

@@ -640,7 +640,7 @@ fn bad_input_is_reported_and_leaves_nothing_behind() {
     };
     let e = pack_squashfs(&src, &grow_dir.join("g.sqfs"), &grow).unwrap_err();
     assert!(
-        matches!(&e, PackError::FileChanged { path } if path.ends_with("a")),
+        matches!(&e, PackError::FileChanged { path, .. } if path.ends_with("a")),
         "{e}"
     );
     assert_eq!(

@@ -20,12 +20,33 @@ pub enum PackError {
     OutputDirMissing { path: PathBuf },
     #[error("{path}: output lies inside the source directory {src}", path = path.display(), src = src.display())]
     OutputInsideSource { path: PathBuf, src: PathBuf },
-    #[error("{path}: file changed size while being packed", path = path.display())]
-    FileChanged { path: PathBuf },
+    /// A source file's size differs from the one the walk recorded (the
+    /// directory entries and inodes already promise that size).
+    #[error("{path}: changed size during the pack: {was} -> {now} bytes", path = path.display())]
+    FileChanged { path: PathBuf, was: u64, now: u64 },
+    /// A file the walk found is gone when its data is read. Said plainly:
+    /// a bare ENOENT for a file the user can see in their tree reads like
+    /// a packer bug.
+    #[error("{path}: deleted or renamed during the pack", path = path.display())]
+    FileVanished { path: PathBuf },
+    /// A regular file the walk found is something else (a FIFO, a symlink,
+    /// a directory) when its data is read.
+    #[error("{path}: no longer a regular file (replaced during the pack)", path = path.display())]
+    FileReplaced { path: PathBuf },
     #[error("{path}: name is longer than 256 bytes", path = path.display())]
     NameTooLong { path: PathBuf },
     #[error("{path}: more than 65535 distinct uids/gids in the source tree", path = path.display())]
     TooManyIds { path: PathBuf },
+    /// Writing the image failed (out of space, quota, I/O error...).
+    /// `path` is the output as given, not the temporary file being written:
+    /// that one is deleted by the time the message is read.
+    #[error("{path}: {action}: {source}", path = path.display())]
+    Output {
+        path: PathBuf,
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("interrupted")]
     Interrupted,
     #[error("{path}: {source}", path = path.display())]
@@ -43,5 +64,19 @@ impl PackError {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> PackError {
         let path = path.into();
         move |source| PackError::Io { path, source }
+    }
+
+    /// Adapter for `map_err`: an I/O error on the image being written to
+    /// `path` (the final output name).
+    pub(crate) fn output(
+        path: impl Into<PathBuf>,
+        action: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> PackError {
+        let path = path.into();
+        move |source| PackError::Output {
+            path,
+            action,
+            source,
+        }
     }
 }

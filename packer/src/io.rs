@@ -149,3 +149,53 @@ fn will_need(h: &Hint) {
         );
     }
 }
+
+/// Opens a regular file the walk found, to read its data; what changed
+/// since the walk is reported as such ([`PackError::FileVanished`],
+/// [`PackError::FileReplaced`]) rather than as a bare errno.
+///
+/// The first open is `O_NONBLOCK` because a file replaced by a FIFO since
+/// the walk would otherwise block `open()` until some writer comes, i.e.
+/// hang the pack. But `O_NONBLOCK` also makes `open()` fail with
+/// `EWOULDBLOCK` instead of waiting while another process holds a lease on
+/// the file (Samba and the NFS server take leases for their clients; a
+/// `fcntl(F_SETLEASE)` holder gets up to `/proc/sys/fs/lease-break-time`
+/// seconds to let go): only a regular file has leases, so that case opens
+/// again, waiting for the lease like any reader.
+pub fn open_source(path: &Path) -> Result<std::fs::File, PackError> {
+    let open = |flags: libc::c_int| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | flags)
+            .open(path)
+    };
+    let file = match open(libc::O_NONBLOCK) {
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => open(0),
+        r => r,
+    }
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR) => PackError::FileVanished { path: path.into() },
+        // O_NOFOLLOW on what is now a symlink.
+        Some(libc::ELOOP) => PackError::FileReplaced { path: path.into() },
+        _ => PackError::io(path)(e),
+    })?;
+    let meta = file.metadata().map_err(PackError::io(path))?;
+    if !meta.is_file() {
+        return Err(PackError::FileReplaced { path: path.into() });
+    }
+    Ok(file)
+}
+
+/// The error for a file found to differ from the `was` bytes the walk
+/// recorded, with its size now (of the open file, so also right when the
+/// name has been unlinked or reused since).
+pub fn changed_size(path: &Path, file: &std::fs::File, was: u64) -> PackError {
+    match file.metadata() {
+        Ok(m) => PackError::FileChanged {
+            path: path.into(),
+            was,
+            now: m.len(),
+        },
+        Err(e) => PackError::io(path)(e),
+    }
+}

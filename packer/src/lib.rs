@@ -111,6 +111,8 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
         .thread_name(|i| format!("packfs-{i}"))
         .build()
         .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
+    // On any error `tmp` is dropped here, which deletes the temporary file.
+    let tmp = target.create_temp()?;
     let tree = walk::walk(src, opts)?;
     log::debug!(
         "walk: {} entries in {:.2} s",
@@ -120,9 +122,7 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
-    let tmp = target.create_temp()?;
-    // On any error `tmp` is dropped here, which deletes the temporary file.
-    let w = squashfs::write_image(&tree, tmp.as_file(), tmp.path(), opts, &pool)?;
+    let w = squashfs::write_image(&tree, tmp.as_file(), target.path(), opts, &pool)?;
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }

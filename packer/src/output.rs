@@ -72,25 +72,40 @@ pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError>
 }
 
 impl Target {
+    /// The output as given (errors name it, not the temporary file).
+    pub fn path(&self) -> &Path {
+        &self.final_path
+    }
+
     /// Creates `.<name>.tmp-XXXXXX` in OUT's directory. Dropping the returned
     /// file without [`Target::commit`] deletes it.
+    ///
+    /// Called before the walk, so an output directory the user cannot
+    /// write fails at once, not after scanning a large tree.
     pub fn create_temp(&self) -> Result<NamedTempFile, PackError> {
         tempfile::Builder::new()
             .prefix(&format!(".{}.tmp-", self.name))
             .rand_bytes(6)
             .tempfile_in(&self.dir)
-            .map_err(PackError::io(&self.dir))
+            .map_err(PackError::output(
+                &self.final_path,
+                "cannot create its temporary file",
+            ))
     }
 
     /// Syncs the temporary file and renames it to the final name.
     pub fn commit(&self, tmp: NamedTempFile) -> Result<(), PackError> {
-        let path = tmp.path().to_path_buf();
+        let out = &self.final_path;
         // tempfile creates 0600; an image is an ordinary readable file.
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
-            .map_err(PackError::io(&path))?;
-        tmp.as_file().sync_all().map_err(PackError::io(&path))?;
-        tmp.persist(&self.final_path)
-            .map_err(|e| PackError::io(&self.final_path)(e.error))?;
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o644))
+            .map_err(PackError::output(out, "setting the image's mode"))?;
+        // Delayed allocation and network filesystems report a full disk or
+        // a failed write only here.
+        tmp.as_file()
+            .sync_all()
+            .map_err(PackError::output(out, "writing the image"))?;
+        tmp.persist(out)
+            .map_err(|e| PackError::output(out, "renaming the image into place")(e.error))?;
         // Make the rename itself durable; failure here is not worth failing the run.
         if let Ok(d) = fs::File::open(&self.dir) {
             let _ = d.sync_all();

@@ -4,17 +4,46 @@ use crate::cli::{Codec, Command, OutFormat};
 use crate::size::human;
 use anyhow::{bail, Context};
 use packer::{Compressor, PackOptions};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 static CANCEL: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+/// The signal that asked the pack to stop (0: none yet).
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_sig: libc::c_int) {
-    // Only an atomic store: async-signal-safe. The packer notices between
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only atomic stores: async-signal-safe. The packer notices between
     // batches, removes its temporary file and returns Interrupted.
+    SIGNAL.store(sig, Ordering::SeqCst);
     if let Some(c) = CANCEL.get() {
         c.store(true, Ordering::SeqCst);
     }
+}
+
+/// After a pack stopped by a signal (its temporary file already removed):
+/// says so, then dies of that signal, its default action restored.
+///
+/// Exiting with status 1 instead would hide the signal from the caller: a
+/// shell running `packfs pack` in a loop or script stops on Ctrl-C only if
+/// the child dies of SIGINT (bash's "wait and cooperative exit"), and a
+/// batch system's SIGTERM would read as packfs failing on its own.
+fn die_of_signal() -> anyhow::Error {
+    let sig = SIGNAL.load(Ordering::SeqCst);
+    let name = match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => return packer::PackError::Interrupted.into(),
+    };
+    eprintln!("packfs: interrupted by {name}; no image written");
+    // SAFETY: restoring a default action and raising a signal have no
+    // memory effects; no other code of ours handles these signals now.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+    // Not reached: the default action of all three is to terminate.
+    std::process::exit(128 + sig)
 }
 
 fn install_cancel_handler() -> Arc<AtomicBool> {
@@ -132,9 +161,13 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
         cancel: Some(install_cancel_handler()),
     };
-    let summary = match fmt {
-        OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts)?,
-        OutFormat::Zip => packer::pack_zip(&src, &output, &opts)?,
+    let packed = match fmt {
+        OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts),
+        OutFormat::Zip => packer::pack_zip(&src, &output, &opts),
+    };
+    let summary = match packed {
+        Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
+        r => r?,
     };
     if !quiet {
         let ratio = if summary.bytes_in > 0 {

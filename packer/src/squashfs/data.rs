@@ -13,7 +13,7 @@
 //! their compressed copies.
 
 use super::ImageWriter;
-use crate::io::{Hint, Prefetcher, PREFETCH_BATCHES};
+use crate::io::{changed_size, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
 use crate::walk::{cancelled, Kind, Tree};
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
@@ -24,7 +24,7 @@ use packfs_format::squashfs::INVALID_FRAG;
 use rayon::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::{mpsc, Arc};
@@ -282,15 +282,9 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
     if p.nblocks == 0 {
         return Ok(Vec::new());
     }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&p.path)
-        .map_err(PackError::io(&*p.path))?;
+    let file = open_source(&p.path)?;
     let bs = ctx.block_size as u64;
-    let changed = || PackError::FileChanged {
-        path: p.path.to_path_buf(),
-    };
+    let changed = || changed_size(&p.path, &file, p.size);
     let mut out = Vec::with_capacity(p.nblocks as usize);
     for b in p.first_block..p.first_block + p.nblocks {
         let off = b * bs;

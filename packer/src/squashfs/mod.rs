@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 pub struct ImageWriter<'f> {
     out: BufWriter<&'f File>,
     pos: u64,
+    /// The final output name, for messages (see [`PackError::Output`]).
     path: PathBuf,
 }
 
@@ -47,7 +48,9 @@ impl<'f> ImageWriter<'f> {
     }
 
     pub fn write(&mut self, b: &[u8]) -> Result<(), PackError> {
-        self.out.write_all(b).map_err(PackError::io(&self.path))?;
+        self.out
+            .write_all(b)
+            .map_err(PackError::output(&self.path, "writing the image"))?;
         self.pos += b.len() as u64;
         Ok(())
     }
@@ -75,7 +78,7 @@ impl<'f> ImageWriter<'f> {
         if pos != self.pos {
             self.out
                 .seek(SeekFrom::Start(pos))
-                .map_err(PackError::io(&self.path))?;
+                .map_err(PackError::output(&self.path, "writing the image"))?;
             self.pos = pos;
         }
         Ok(())
@@ -89,15 +92,16 @@ impl<'f> ImageWriter<'f> {
         self.write(&pad)?;
         self.out
             .seek(SeekFrom::Start(0))
-            .map_err(PackError::io(&self.path))?;
+            .map_err(PackError::output(&self.path, "writing the image"))?;
         self.out
             .write_all(&sb.encode())
-            .map_err(PackError::io(&self.path))?;
+            .map_err(PackError::output(&self.path, "writing the image"))?;
         let file = self
             .out
             .into_inner()
-            .map_err(|e| PackError::io(&self.path)(e.into_error()))?;
-        file.set_len(padded).map_err(PackError::io(&self.path))?;
+            .map_err(|e| PackError::output(&self.path, "writing the image")(e.into_error()))?;
+        file.set_len(padded)
+            .map_err(PackError::output(&self.path, "writing the image"))?;
         Ok(padded)
     }
 }
@@ -128,7 +132,7 @@ fn basic_type(kind: Kind) -> u16 {
 /// options), `data::write_data` (file data and fragments), [`number_inodes`],
 /// [`encode_metadata`] (inode and directory tables, export entries),
 /// [`write_tables`], then the superblock ([`superblock`]) over the
-/// placeholder.
+/// placeholder. `path` is the final output name, for messages only.
 pub fn write_image(
     tree: &Tree,
     file: &File,

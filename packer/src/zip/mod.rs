@@ -56,6 +56,7 @@
 mod compress;
 mod records;
 
+use crate::io::{changed_size, open_source};
 use crate::output;
 use crate::walk::{self, cancelled, Kind, Tree};
 use crate::{PackError, PackOptions, PackSummary};
@@ -68,7 +69,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
@@ -103,12 +104,12 @@ pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, P
         .thread_name(|i| format!("packfs-read-{i}"))
         .build()
         .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
+    // On any error `tmp` is dropped, which deletes the temporary file.
+    let tmp = target.create_temp()?;
     let tree = walk::walk(src, opts)?;
     if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
-    let tmp = target.create_temp()?;
-    // On any error `tmp` is dropped, which deletes the temporary file.
     let w = {
         let z = ZipWriter {
             tree: &tree,
@@ -116,7 +117,7 @@ pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, P
             codec,
             pool: Arc::new(pool),
             io_pool: Arc::new(io_pool),
-            out: Out::new(tmp.as_file(), tmp.path()),
+            out: Out::new(tmp.as_file(), target.path()),
             bytes_in: 0,
             reported: 0,
         };
@@ -241,36 +242,26 @@ fn compress_file(codec: Codec, raw: Vec<u8>, path: &Path) -> Result<Prepared, Pa
     })
 }
 
-/// Opens a file found by the walk. O_NONBLOCK: should it have been replaced
-/// by a fifo since, the open does not hang (the read then sees the wrong
-/// size); it has no effect on regular files.
-fn open(path: &Path) -> Result<File, PackError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(PackError::io(path))
-}
-
 /// Reads exactly `size` bytes: a file that shrank or grew since the walk
 /// is an error, not a silently different entry.
 fn read_whole(path: &Path, size: u64) -> Result<Vec<u8>, PackError> {
-    let f = open(path)?;
+    let f = open_source(path)?;
     let mut buf = Vec::with_capacity(size as usize);
-    f.take(size + 1)
+    (&f).take(size + 1)
         .read_to_end(&mut buf)
         .map_err(PackError::io(path))?;
     if buf.len() as u64 != size {
-        return Err(PackError::FileChanged { path: path.into() });
+        return Err(changed_size(path, &f, size));
     }
     Ok(buf)
 }
 
-/// Fills `buf` from `f` or reports that the file shrank.
-fn read_exact(f: &mut File, buf: &mut [u8], path: &Path) -> Result<(), PackError> {
+/// Fills `buf` from `f` (of `size` bytes at the walk) or reports that the
+/// file shrank.
+fn read_exact(f: &mut File, buf: &mut [u8], path: &Path, size: u64) -> Result<(), PackError> {
     f.read_exact(buf).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            PackError::FileChanged { path: path.into() }
+            changed_size(path, f, size)
         } else {
             PackError::io(path)(e)
         }
@@ -278,11 +269,11 @@ fn read_exact(f: &mut File, buf: &mut [u8], path: &Path) -> Result<(), PackError
 }
 
 /// Errors if the file has grown beyond `size` bytes (the reader is there).
-fn expect_eof(f: &mut File, path: &Path) -> Result<(), PackError> {
+fn expect_eof(f: &mut File, path: &Path, size: u64) -> Result<(), PackError> {
     let mut b = [0u8; 1];
     match f.read(&mut b).map_err(PackError::io(path))? {
         0 => Ok(()),
-        _ => Err(PackError::FileChanged { path: path.into() }),
+        _ => Err(changed_size(path, f, size)),
     }
 }
 
@@ -290,6 +281,7 @@ fn expect_eof(f: &mut File, path: &Path) -> Result<(), PackError> {
 /// collects the central directory.
 struct Out<'f> {
     file: &'f File,
+    /// The final output name, for messages (see [`PackError::Output`]).
     path: PathBuf,
     buf: Vec<u8>,
     pos: u64,
@@ -310,7 +302,7 @@ impl<'f> Out<'f> {
     }
 
     fn err(&self) -> impl FnOnce(io::Error) -> PackError + 'static {
-        PackError::io(self.path.clone())
+        PackError::output(self.path.clone(), "writing the image")
     }
 
     fn flush(&mut self) -> Result<(), PackError> {
@@ -561,10 +553,10 @@ impl ZipWriter<'_, '_> {
         let zip64 = records::local_zip64(size);
         let offset = self.out.pos;
         let start_reported = self.reported;
-        let mut file = open(&path)?;
+        let mut file = open_source(&path)?;
         let mut method = self.codec.method;
         let mut first = vec![0u8; SEGMENT.min(size as usize)];
-        read_exact(&mut file, &mut first, &path)?;
+        read_exact(&mut file, &mut first, &path, size)?;
         if looks_incompressible(&first) {
             method = METHOD_STORED;
         }
@@ -591,12 +583,12 @@ impl ZipWriter<'_, '_> {
                     file.seek(SeekFrom::Start(0))
                         .map_err(PackError::io(&path))?;
                     first = vec![0u8; SEGMENT.min(size as usize)];
-                    read_exact(&mut file, &mut first, &path)?;
+                    read_exact(&mut file, &mut first, &path, size)?;
                     method = METHOD_STORED;
                 }
             }
         };
-        expect_eof(&mut file, &path)?;
+        expect_eof(&mut file, &path, size)?;
         let meta = self.meta(item)?;
         let mut hdr = Vec::new();
         records::local_header(&mut hdr, &meta, &sizes, offset, zip64);
@@ -629,7 +621,7 @@ impl ZipWriter<'_, '_> {
                 return Err(PackError::Interrupted);
             }
             chunk.truncate(SEGMENT.min((size - done) as usize));
-            read_exact(file, &mut chunk, path)?;
+            read_exact(file, &mut chunk, path, size)?;
         }
         Ok(Sizes {
             method: METHOD_STORED,
@@ -719,7 +711,7 @@ fn read_group(
     let mut group = Vec::new();
     while group.len() < max && *done < size {
         let mut seg = vec![0u8; SEGMENT.min((size - *done) as usize)];
-        read_exact(file, &mut seg, path)?;
+        read_exact(file, &mut seg, path, size)?;
         *done += seg.len() as u64;
         group.push(seg);
     }
