@@ -91,7 +91,7 @@ fn take_any(capacity: usize) -> Vec<u8> {
 }
 
 /// Returns a buffer for reuse (or to malloc when the pool is full).
-pub fn recycle(mut buf: Vec<u8>) {
+pub fn recycle(buf: Vec<u8>) {
     let cap = buf.capacity();
     if cap < MIN_KEPT {
         return;
