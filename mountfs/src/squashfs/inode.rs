@@ -187,11 +187,7 @@ pub fn decode_inode(
             };
             let n = full_block_count(cx, &f)?;
             if with_blocks {
-                let raw = c.bytes(n * 4)?;
-                f.block_sizes = raw
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
+                f.block_sizes = read_block_sizes(c, n)?;
             }
             InodeKind::File(f)
         }
@@ -230,6 +226,33 @@ pub fn decode_inode(
         xattr,
         kind,
     })
+}
+
+/// Reads `n` block size words from the cursor.
+///
+/// `n` comes from the file size, which a corrupt inode sets at will: the
+/// bound of [`full_block_count`] is the image length, so a 64 GiB image
+/// admits a claim of 16 Gi words, and allocating that up front aborted the
+/// process (tests/corrupt_corpus.rs, `block_list_of_a_huge_claimed_size_*`).
+/// So the list is read in steps of at most 4 KiB, growing as words are
+/// actually found in the inode table: a bogus claim fails where the
+/// metadata runs out, having held no more than what it read.
+fn read_block_sizes(c: &mut MetaCursor<'_>, n: usize) -> Result<Vec<u32>> {
+    const STEP: usize = 1024;
+    let mut out = Vec::with_capacity(n.min(STEP));
+    let mut buf = [0u8; STEP * 4];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(STEP);
+        c.read_into(&mut buf[..k * 4])?;
+        out.extend(
+            buf[..k * 4]
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        left -= k;
+    }
+    Ok(out)
 }
 
 /// Number of full (non-fragment) blocks of a file, validated against the

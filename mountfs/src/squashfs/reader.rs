@@ -339,7 +339,11 @@ impl SquashFs {
                     if w & DATA_SIZE_MASK != 0 {
                         out.push((pos, w));
                     }
-                    pos += (w & DATA_SIZE_MASK) as u64;
+                    // Saturating: a corrupt blocks_start near u64::MAX
+                    // overflowed here (preload of such an image panicked;
+                    // tests/corrupt_corpus.rs). Such blocks fail to decode
+                    // and preload skips them; open_file reports them.
+                    pos = pos.saturating_add((w & DATA_SIZE_MASK) as u64);
                 }
             }
         }

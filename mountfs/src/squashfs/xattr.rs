@@ -14,6 +14,17 @@ use packfs_format::squashfs::{INVALID_TABLE, INVALID_XATTR, XATTR_PREFIX_MASK};
 /// Largest value accepted (bounds the allocation a corrupt length causes).
 const MAX_VALUE: usize = 1 << 24;
 
+/// Absolute position of block `block` of the key/value area. Both come
+/// from the image: a corrupt area start near `u64::MAX` plus a reference's
+/// block overflowed (a panic with overflow checks, a wrap to some other
+/// position without; tests/corrupt_corpus.rs, `kv-start-*`).
+fn kv_block(tables: &Tables, block: u64) -> Result<u64> {
+    tables
+        .xattr_kv_start
+        .checked_add(block)
+        .ok_or_else(|| FsError::corrupt("xattr reference beyond the end of the image"))
+}
+
 /// All xattrs of an inode as (full name, value), in stored order.
 pub fn read_xattrs(
     blocks: &Blocks,
@@ -26,7 +37,7 @@ pub fn read_xattrs(
     }
     let entry = tables.xattr_entry(blocks, xattr_idx)?;
     let (block, off) = split_ref(entry.xattr_ref);
-    let mut c = MetaCursor::new(blocks, tables.xattr_kv_start + block, off)?;
+    let mut c = MetaCursor::new(blocks, kv_block(tables, block)?, off)?;
     let mut out = Vec::with_capacity(entry.count.min(1024) as usize);
     for _ in 0..entry.count {
         let key = XattrKey::decode(&mut c)?;
@@ -47,7 +58,7 @@ pub fn read_xattrs(
             }
             let vref = c.u64()?;
             let (vb, vo) = split_ref(vref);
-            let mut vc = MetaCursor::new(blocks, tables.xattr_kv_start + vb, vo)?;
+            let mut vc = MetaCursor::new(blocks, kv_block(tables, vb)?, vo)?;
             let n = vc.u32()? as usize;
             if n > MAX_VALUE {
                 return Err(FsError::corrupt("xattr value larger than 16 MiB"));
