@@ -33,12 +33,9 @@
 
 mod common;
 use common::*;
-use mountfs::cache::BlockCache;
 use mountfs::fs::{FileKind, PackFs, ROOT};
-use mountfs::mount::{detect, AnyImage, Format};
+use mountfs::mount::AnyImage;
 use mountfs::source::MemSource;
-use mountfs::squashfs::SquashFs;
-use mountfs::zip::ZipFs;
 use packfs_format::bytes::{put_u32, put_u64, Input, SliceInput};
 use packfs_format::codec::{decompress, Compressor, Encoder};
 use packfs_format::squashfs::dir::{DirEntry as SqEntry, DirHeader};
@@ -60,7 +57,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::process::Command;
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 // ===========================================================================
@@ -287,15 +284,7 @@ const WALK_READ_BUDGET: u64 = 64 << 20;
 
 /// Opens an image held in memory as `AnyImage::open` opens a file.
 fn open_any(img: Vec<u8>, cache: usize) -> mountfs::Result<AnyImage> {
-    let src = MemSource(img);
-    let cache = Arc::new(BlockCache::new(cache));
-    match detect(&src, Path::new("case")) {
-        Ok(Format::SquashFs) => SquashFs::open(Box::new(src), cache).map(AnyImage::SquashFs),
-        Ok(Format::Zip) => ZipFs::open(Box::new(src), cache).map(AnyImage::Zip),
-        Err(unknown) => ZipFs::open(Box::new(src), cache)
-            .map(AnyImage::Zip)
-            .map_err(|_| unknown),
-    }
+    AnyImage::from_source(Box::new(MemSource(img)), "case", cache)
 }
 
 #[derive(Clone, Debug, Default)]
