@@ -1,0 +1,13 @@
+//! Bytes given to the ZIP reader, then the whole tree walked and read.
+//! The walk is `mountfs::walk`, shared with tests/fuzz_regressions.rs.
+#![no_main]
+mod common;
+use libfuzzer_sys::fuzz_target;
+use mountfs::walk::{open_and_walk, Limits, Target};
+
+fuzz_target!(
+    init: common::tolerate_caught_codec_panics(),
+    |data: &[u8]| {
+        let _ = open_and_walk(Target::Zip, data, Limits::default());
+    }
+);
