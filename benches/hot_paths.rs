@@ -2,7 +2,7 @@
 //! ~1 s of measurement each) so `cargo bench` is a quick regression check,
 //! not a soak test:
 //!
-//! * `decode/<codec>`: one 128 KiB data block through `mountfs::codec`.
+//! * `decode/<codec>`: one 128 KiB data block through `packfs_format::codec`.
 //! * `cache/hit`, `cache/miss`: `BlockCache::get_or_load` on a resident
 //!   block, and on a cold key (insert + eviction under a small budget).
 //! * `meta/lookup_100k`, `meta/list_100k`: name lookup in, and full listing

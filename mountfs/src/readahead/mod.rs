@@ -36,14 +36,17 @@
 //!
 //! **Sequential streams over image offsets** ([`streams`]). Below the
 //! decoders: the readers hint each block of the image before touching it
-//! ([`ImageSource::will_need`]), and a memory map does not get the kernel's
-//! sequential readahead that a `pread` loop gets for free. [`StreamReadahead`]
-//! wraps the image source and widens hints that continue one of 8 streams
-//! (within 1 MiB of its end) to run 4 MiB ahead, issued half a window at a
-//! time; a hint far from every stream is passed on exactly. It is applied
-//! where images are opened for mounting (`mount::open_squashfs`,
-//! `ZipFs::open_path`); the map itself ([`MmapSource`]) advises exactly what
-//! it is asked.
+//! ([`ImageSource::will_need`]). [`StreamReadahead`] wraps the image source
+//! and widens hints that continue one of 8 streams (within 1 MiB of its end)
+//! to run 4 MiB ahead, issued half a window at a time; a hint far from every
+//! stream is passed on exactly. It is applied where images are opened
+//! (`AnyImage::open_with`); the sources themselves advise exactly what they
+//! are asked (`posix_fadvise` for the default `pread` source, `madvise` for
+//! [`MmapSource`]). The window sizes were measured with the map, where the
+//! kernel's own sequential readahead never starts; with `pread` the kernel's
+//! per-file readahead runs as well, which may be why `pread` issues up to
+//! twice the device reads on sequential passes (docs/BENCHMARKS.md, issue
+//! #12): retuning them for `pread` is open work.
 //!
 //! **Where the work runs.** File windows and unit steps are decoded on a
 //! small blocking worker pool ([`pool`]; as many threads as the mount has

@@ -2,10 +2,10 @@
 //! decoders give the image source, for readahead on the image file.
 //!
 //! The readers hint each block before touching it
-//! ([`ImageSource::will_need`]), and a hinted range is read exactly as
-//! hinted: the kernel's sequential readahead, which a `pread` loop gets for
-//! free, never starts, so a sequential pass over the image costs one storage
-//! read per block. Here a hint that starts near where an earlier one ended
+//! ([`ImageSource::will_need`]), and on a memory map a hinted range is read
+//! exactly as hinted: the kernel's sequential readahead never starts, so a
+//! sequential pass over the image costs one storage read per block (this is
+//! what the window was measured against; see the module doc for `pread`). Here a hint that starts near where an earlier one ended
 //! continues that stream, and the stream's hints run `RA_WINDOW` (4 MiB)
 //! ahead of it, issued half a window at a time. A few streams are tracked
 //! because several readers (threads, or the prefetcher running ahead of a
