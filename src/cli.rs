@@ -30,6 +30,9 @@ impl Io {
     }
 }
 
+/// `mount --negative-ttl` default: a year, as for positive entries.
+pub const NEGATIVE_TTL_DEFAULT: u64 = 365 * 24 * 3600;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "packfs",
@@ -97,6 +100,19 @@ pub enum Command {
         /// Store file tails in their own blocks instead of packing them together.
         #[arg(long)]
         no_fragments: bool,
+        /// Python environments: rewrite, in the image only, what ties the venv
+        /// to its build path (console-script shebangs, activate scripts,
+        /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.
+        #[arg(long, value_name = "PATH")]
+        mount_at: Option<PathBuf>,
+        /// Python environments: byte-compile the .py files lacking a valid .pyc
+        /// into the image (with the venv's own interpreter), so imports from the
+        /// read-only mount never compile in memory or try to write __pycache__.
+        #[arg(long)]
+        compile: bool,
+        /// Treat SRC as a Python environment even without a pyvenv.cfg at its root.
+        #[arg(long)]
+        venv: bool,
         /// No progress bar and no summary line.
         #[arg(short, long)]
         quiet: bool,
@@ -150,10 +166,20 @@ pub enum Command {
         /// How the image file is read.
         #[arg(long, value_enum, default_value_t = Io::Pread)]
         io: Io,
+        /// Seconds the kernel may remember that a name does not exist (the image
+        /// never changes; 0 answers every lookup of a missing name anew).
+        #[arg(long, value_name = "SECONDS", default_value_t = NEGATIVE_TTL_DEFAULT)]
+        negative_ttl: u64,
+        /// When the mount ends, write what it served (FUSE requests by kind,
+        /// negative lookups, bytes read) to FILE as JSON.
+        #[arg(long, value_name = "FILE")]
+        stats: Option<PathBuf>,
     },
     /// Unmount a packfs mount.
     Umount { mountpoint: PathBuf },
     /// Mount images, run a command, unmount; exits with the command's status.
+    /// A missing mountpoint (and its missing parents) is created, and removed
+    /// again afterwards, so a job can mount on a fresh node-local path.
     Run {
         /// IMAGE:MOUNTPOINT pairs.
         #[arg(required = true)]

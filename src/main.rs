@@ -9,6 +9,7 @@
 mod bench;
 mod cli;
 mod cmd;
+mod date;
 mod progress;
 mod size;
 

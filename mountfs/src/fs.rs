@@ -32,13 +32,88 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Counters for `packfs bench` and the stats line on unmount.
+/// FUSE requests by kind, counted once per request at the adapter edge
+/// (a core call such as `getattr` also runs inside other requests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Lookup,
+    Getattr,
+    Readlink,
+    Read,
+    Readdir,
+    Xattr,
+    Other,
+}
+
+const OPS: usize = 7;
+
+/// Counters for `packfs bench` and `packfs mount --stats`.
 #[derive(Debug, Default)]
 pub struct FsCounters {
     pub lookups: AtomicU64,
+    /// Lookups of names that do not exist (answered as cacheable negative
+    /// entries unless the mount turned that off).
+    pub negative_lookups: AtomicU64,
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
     pub errors: AtomicU64,
+    requests: [AtomicU64; OPS],
+}
+
+impl FsCounters {
+    /// Counts one FUSE request of kind `op`.
+    pub fn request(&self, op: Op) {
+        self.requests[op as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> FsStats {
+        let r = |op: Op| self.requests[op as usize].load(Ordering::Relaxed);
+        let requests = Requests {
+            lookup: r(Op::Lookup),
+            getattr: r(Op::Getattr),
+            readlink: r(Op::Readlink),
+            read: r(Op::Read),
+            readdir: r(Op::Readdir),
+            xattr: r(Op::Xattr),
+            other: r(Op::Other),
+        };
+        FsStats {
+            requests_total: self
+                .requests
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum(),
+            requests,
+            negative_lookups: self.negative_lookups.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// FUSE requests the daemon answered, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Requests {
+    pub lookup: u64,
+    pub getattr: u64,
+    pub readlink: u64,
+    pub read: u64,
+    pub readdir: u64,
+    pub xattr: u64,
+    pub other: u64,
+}
+
+/// What a mount did, as `packfs mount --stats FILE` writes it (JSON).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FsStats {
+    pub requests_total: u64,
+    pub requests: Requests,
+    /// Lookups of names that do not exist.
+    pub negative_lookups: u64,
+    /// File bytes served by reads.
+    pub read_bytes: u64,
+    /// Requests answered with an error other than ENOENT/ENODATA.
+    pub errors: u64,
 }
 
 pub struct PackFs<I: Image> {
@@ -82,7 +157,13 @@ impl<I: Image> PackFs<I> {
 
     pub fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr> {
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
-        self.note(self.image.lookup(parent, name))
+        let r = self.image.lookup(parent, name);
+        if matches!(r, Err(FsError::NotFound)) {
+            self.counters
+                .negative_lookups
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.note(r)
     }
 
     /// Directory listing with "." and ".." first, resuming after `cookie`.

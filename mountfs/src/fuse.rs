@@ -10,7 +10,8 @@
 //! Cloned descriptors give each thread its own request queue end, so threads
 //! do not contend on one file lock and the kernel wakes only one of them.
 
-use crate::fs::{Attr, FileKind, Image, PackFs};
+use crate::error::FsError;
+use crate::fs::{Attr, FileKind, Image, Op, PackFs};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, KernelConfig,
     LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
@@ -30,15 +31,23 @@ const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<I: Image> {
     fs: Arc<PackFs<I>>,
+    /// How long the kernel may remember that a name does not exist
+    /// (`None`: answer ENOENT, which the kernel does not cache).
+    negative_ttl: Option<Duration>,
     /// Called once the kernel has sent INIT (the mount is usable). A mutex
     /// only because `fuser` wants the adapter `Sync`; INIT runs once.
     on_init: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl<I: Image> FuseAdapter<I> {
-    pub fn new(fs: Arc<PackFs<I>>, on_init: Option<Box<dyn FnOnce() + Send>>) -> Self {
+    pub fn new(
+        fs: Arc<PackFs<I>>,
+        negative_ttl: Option<Duration>,
+        on_init: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Self {
         FuseAdapter {
             fs,
+            negative_ttl,
             on_init: Mutex::new(on_init),
         }
     }
@@ -87,6 +96,27 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry: only the node id (0) matters.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         use fuser::InitFlags as F;
@@ -114,13 +144,21 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent.0, name.as_bytes()) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
+        self.fs.counters.request(Op::Lookup);
+        match (self.fs.lookup(parent.0, name.as_bytes()), self.negative_ttl) {
+            (Ok(a), _) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            // Node id 0 is a negative entry the kernel keeps for the TTL
+            // (fs/fuse/dir.c, fuse_lookup_name): an interpreter probing
+            // hundreds of absent module paths asks once, not per start.
+            (Err(FsError::NotFound), Some(ttl)) => {
+                reply.entry(&ttl, &negative_attr(), Generation(0))
+            }
+            (Err(e), _) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.fs.counters.request(Op::Getattr);
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -128,6 +166,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.fs.counters.request(Op::Readlink);
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -153,6 +192,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.fs.counters.request(Op::Read);
         match self.fs.read(ino.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
@@ -173,6 +213,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.fs.counters.request(Op::Readdir);
         let r = self.fs.readdir(ino.0, offset, &mut |e| {
             !reply.add(
                 INodeNo(e.node),
@@ -195,6 +236,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.fs.counters.request(Op::Readdir);
         let fs = &self.fs;
         let mut failed = None;
         let r = fs.readdir(ino.0, offset, &mut |e| {
@@ -227,6 +269,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.fs.counters.request(Op::Other);
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks,
@@ -241,6 +284,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.fs.counters.request(Op::Xattr);
         match self.fs.getxattr(ino.0, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() <= size as usize => reply.data(&v),
@@ -250,6 +294,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.fs.counters.request(Op::Xattr);
         match self.fs.listxattr(ino.0) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() <= size as usize => reply.data(&v),
@@ -259,6 +304,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.fs.counters.request(Op::Other);
         // With default_permissions the kernel checks modes itself; only
         // refuse writes.
         if mask.contains(AccessFlags::W_OK) {

@@ -51,6 +51,8 @@ pub struct ServeOptions {
     pub fsname: String,
     /// Bytes decoded ahead of a sequential reader.
     pub readahead: u64,
+    /// How long the kernel caches "no such name" (`None`: not at all).
+    pub negative_ttl: Option<std::time::Duration>,
 }
 
 /// What one `-o` option of `packfs mount` does.
@@ -178,7 +180,7 @@ pub fn serve<I: Image>(
     // process that unmounts when the daemon dies.
     let (mo, acl) = mount_options(opts)?;
     let fs = Arc::new(PackFs::new(image, opts.readahead, opts.threads.clamp(1, 4)));
-    let adapter = FuseAdapter::new(fs.clone(), on_ready);
+    let adapter = FuseAdapter::new(fs.clone(), opts.negative_ttl, on_ready);
     let mut config = fuser::Config::default();
     config.mount_options = mo;
     config.acl = acl;
@@ -331,6 +333,7 @@ mod tests {
             options: o.iter().map(|s| s.to_string()).collect(),
             fsname: "packfs:x".into(),
             readahead: 0,
+            negative_ttl: None,
         }
     }
 

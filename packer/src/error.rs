@@ -55,6 +55,9 @@ pub enum PackError {
         #[source]
         source: CodecError,
     },
+    /// A Python environment that `--mount-at`/`--compile` cannot handle.
+    #[error("{path}: {message}", path = path.display())]
+    Venv { path: PathBuf, message: String },
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }

@@ -13,6 +13,7 @@ mod output;
 mod squashfs;
 #[cfg(test)]
 mod test_data;
+pub mod venv;
 mod walk;
 mod xattrs;
 mod zip;
@@ -50,6 +51,11 @@ pub struct PackOptions {
     /// Overwrite an existing output.
     pub force: bool,
     pub no_fragments: bool,
+    /// A tree laid over the source: an entry here replaces the source's
+    /// entry at the same relative path (two directories merge, keeping the
+    /// source's metadata), and new entries are added. The source is never
+    /// written. Used for the rewritten files of a venv (see [`venv`]).
+    pub overlay: Option<std::path::PathBuf>,
     pub progress: Option<Arc<dyn Progress>>,
     /// When set (e.g. by a SIGINT handler), packing stops with
     /// [`PackError::Interrupted`] and leaves no output behind.
@@ -68,6 +74,7 @@ impl Default for PackOptions {
             mtime: None,
             force: false,
             no_fragments: false,
+            overlay: None,
             progress: None,
             cancel: None,
         }

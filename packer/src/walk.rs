@@ -70,10 +70,14 @@ pub struct Inode {
     pub target_off: u64,
     /// Files with fewer allocated blocks than their size: worth probing for holes.
     pub maybe_sparse: bool,
+    /// Found in [`Tree::overlay`] rather than the source: its data is read there.
+    pub from_overlay: bool,
 }
 
 pub struct Tree {
     pub root: PathBuf,
+    /// [`PackOptions::overlay`]: a tree laid over `root`.
+    pub overlay: Option<PathBuf>,
     pub nodes: Vec<Node>,
     pub inodes: Vec<Inode>,
     arena: Vec<u8>,
@@ -112,8 +116,19 @@ impl Tree {
         p
     }
 
-    pub fn source_path(&self, node: u32) -> PathBuf {
-        self.root.join(self.rel_path(node))
+    /// The directory an inode's data and metadata were read under: the
+    /// source root, or the overlay for entries the overlay supplied.
+    pub fn data_root(&self, ino: u32) -> &Path {
+        match &self.overlay {
+            Some(o) if self.inodes[ino as usize].from_overlay => o,
+            _ => &self.root,
+        }
+    }
+
+    /// Where an inode's data is read from.
+    pub fn data_path(&self, ino: u32) -> PathBuf {
+        self.data_root(ino)
+            .join(self.rel_path(self.inodes[ino as usize].node))
     }
 
     /// Nodes in post-order: every directory after all of its descendants,
@@ -186,6 +201,8 @@ struct Scanned {
     /// Symlinks: the target.
     target: Option<OsString>,
     xattrs: Vec<Xattr>,
+    /// Read from the overlay, not the source.
+    from_overlay: bool,
 }
 
 /// Directories with more entries than this have them `lstat`ed by several
@@ -193,14 +210,75 @@ struct Scanned {
 /// walk).
 const PAR_STAT_MIN: usize = 512;
 
+/// Where one directory of the tree is read: the source, the overlay, or
+/// both merged (a directory present in both).
+#[derive(Clone, Debug)]
+struct DirAt {
+    rel: PathBuf,
+    in_source: bool,
+    in_overlay: bool,
+}
+
+/// Lists `dir` for a merge; a directory the overlay does not have is empty.
+fn list(dir: &Path, optional: bool) -> Result<Vec<fs::DirEntry>, PackError> {
+    match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(PackError::io(dir)),
+        Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(PackError::io(dir)(e)),
+    }
+}
+
 /// Reads a directory and everything about its entries that needs a system
 /// call: lstat, symlink target, xattrs. Runs on the I/O pool. Entries come
 /// back sorted by name bytes, excluded ones dropped.
-fn scan_dir(dir: &Path, rel: &Path, excludes: &GlobSet) -> Result<Vec<Scanned>, PackError> {
-    let rd = fs::read_dir(dir).map_err(PackError::io(dir))?;
+///
+/// With an overlay, the directory's listing in the overlay is merged in:
+/// an overlay entry replaces the source entry of the same name, except
+/// that of two directories the source's is kept (its metadata; both are
+/// then walked).
+fn scan_dir(
+    root: &Path,
+    overlay: Option<&Path>,
+    at: &DirAt,
+    excludes: &GlobSet,
+) -> Result<Vec<Scanned>, PackError> {
+    let rel = at.rel.as_path();
+    let dir = root.join(rel);
+    let mut listed: Vec<(fs::DirEntry, bool)> = Vec::new();
+    if at.in_source {
+        listed.extend(list(&dir, false)?.into_iter().map(|e| (e, false)));
+    }
+    if let (Some(o), true) = (overlay, at.in_overlay) {
+        let odir = o.join(rel);
+        let over = list(&odir, at.in_source)?;
+        if !over.is_empty() {
+            let mut by_name: HashMap<OsString, usize> = listed
+                .iter()
+                .enumerate()
+                .map(|(i, (e, _))| (e.file_name(), i))
+                .collect();
+            for e in over {
+                let name = e.file_name();
+                match by_name.get(&name) {
+                    Some(&i) => {
+                        let both_dirs = listed[i].0.file_type().is_ok_and(|t| t.is_dir())
+                            && e.file_type().is_ok_and(|t| t.is_dir());
+                        if !both_dirs {
+                            listed[i] = (e, true);
+                        }
+                    }
+                    None => {
+                        by_name.insert(name, listed.len());
+                        listed.push((e, true));
+                    }
+                }
+            }
+        }
+    }
     let mut names = Vec::new();
-    for e in rd {
-        let e = e.map_err(PackError::io(dir))?;
+    for (e, from_overlay) in listed {
         let name = e.file_name();
         let child_rel = rel.join(&name);
         if excludes.is_match(&child_rel) || excludes.is_match(&name) {
@@ -208,34 +286,34 @@ fn scan_dir(dir: &Path, rel: &Path, excludes: &GlobSet) -> Result<Vec<Scanned>, 
             continue;
         }
         if name.as_bytes().len() > MAX_NAME_LEN {
-            return Err(PackError::NameTooLong {
-                path: dir.join(&name),
-            });
+            return Err(PackError::NameTooLong { path: e.path() });
         }
-        names.push((name, e));
+        names.push((name, e, from_overlay));
     }
     names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    let stat = |(name, e): (OsString, fs::DirEntry)| -> Result<Scanned, PackError> {
-        let path = dir.join(&name);
-        // DirEntry::metadata is fstatat(AT_SYMLINK_NOFOLLOW): an lstat.
-        let meta = e.metadata().map_err(PackError::io(&path))?;
-        let target = if meta.file_type().is_symlink() {
-            Some(
-                fs::read_link(&path)
-                    .map_err(PackError::io(&path))?
-                    .into_os_string(),
-            )
-        } else {
-            None
+    let stat =
+        |(name, e, from_overlay): (OsString, fs::DirEntry, bool)| -> Result<Scanned, PackError> {
+            let path = e.path();
+            // DirEntry::metadata is fstatat(AT_SYMLINK_NOFOLLOW): an lstat.
+            let meta = e.metadata().map_err(PackError::io(&path))?;
+            let target = if meta.file_type().is_symlink() {
+                Some(
+                    fs::read_link(&path)
+                        .map_err(PackError::io(&path))?
+                        .into_os_string(),
+                )
+            } else {
+                None
+            };
+            let xattrs = xattrs::read(&path).map_err(PackError::io(&path))?;
+            Ok(Scanned {
+                name,
+                meta,
+                target,
+                xattrs,
+                from_overlay,
+            })
         };
-        let xattrs = xattrs::read(&path).map_err(PackError::io(&path))?;
-        Ok(Scanned {
-            name,
-            meta,
-            target,
-            xattrs,
-        })
-    };
     if names.len() > PAR_STAT_MIN {
         // Nested on the I/O pool: idle threads steal chunks.
         names.into_par_iter().with_min_len(64).map(stat).collect()
@@ -256,6 +334,7 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         opts,
         tree: Tree {
             root: root.to_path_buf(),
+            overlay: opts.overlay.clone(),
             nodes: Vec::new(),
             inodes: Vec::new(),
             arena: Vec::new(),
@@ -277,7 +356,7 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         first_child: 0,
         child_count: 0,
     });
-    let ino = w.add_inode(root, &meta, None, xattrs, 0)?;
+    let ino = w.add_inode(root, &meta, None, xattrs, 0, false)?;
     w.tree.nodes[0].inode = ino;
 
     // Breadth-first: appending a directory's sorted children in one go keeps
@@ -286,8 +365,14 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
     let pool = io::pool()?;
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(u64, Result<Vec<Scanned>, PackError>)>();
-    let mut todo: VecDeque<(u32, PathBuf)> = VecDeque::from([(0, PathBuf::new())]);
-    let mut pending: VecDeque<(u32, PathBuf)> = VecDeque::new();
+    let overlay = opts.overlay.as_deref();
+    let top = DirAt {
+        rel: PathBuf::new(),
+        in_source: true,
+        in_overlay: overlay.is_some(),
+    };
+    let mut todo: VecDeque<(u32, DirAt)> = VecDeque::from([(0, top)]);
+    let mut pending: VecDeque<(u32, DirAt)> = VecDeque::new();
     let mut done: HashMap<u64, Result<Vec<Scanned>, PackError>> = HashMap::new();
     let (mut sent, mut added) = (0u64, 0u64);
     let r = pool.in_place_scope(|s| -> Result<(), PackError> {
@@ -301,23 +386,23 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         let _stop = StopOnExit(&stop);
         loop {
             while pending.len() < WALK_WINDOW {
-                let Some((node, rel)) = todo.pop_front() else {
+                let Some((node, at)) = todo.pop_front() else {
                     break;
                 };
                 let (tx, stop, excludes) = (tx.clone(), &stop, &excludes);
-                let (dir, task_rel, seq) = (root.join(&rel), rel.clone(), sent);
+                let (task_at, seq) = (at.clone(), sent);
                 s.spawn(move |_| {
                     let r = if stop.load(Ordering::Relaxed) {
                         Err(PackError::Interrupted)
                     } else {
-                        scan_dir(&dir, &task_rel, excludes)
+                        scan_dir(root, overlay, &task_at, excludes)
                     };
                     let _ = tx.send((seq, r));
                 });
-                pending.push_back((node, rel));
+                pending.push_back((node, at));
                 sent += 1;
             }
-            let Some((node, rel)) = pending.pop_front() else {
+            let Some((node, at)) = pending.pop_front() else {
                 return Ok(());
             };
             if cancelled(opts) {
@@ -335,9 +420,16 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
                 }
             }?;
             added += 1;
-            for c in w.add_children(node, &rel, entries)? {
-                let name = OsStr::from_bytes(w.tree.name(c)).to_owned();
-                todo.push_back((c, rel.join(name)));
+            for (c, from_overlay) in w.add_children(node, &at.rel, entries)? {
+                let rel = at.rel.join(OsStr::from_bytes(w.tree.name(c)));
+                // A source directory is merged with the overlay's of the
+                // same path (if any); one the overlay added is read there only.
+                let child = DirAt {
+                    rel,
+                    in_source: !from_overlay,
+                    in_overlay: overlay.is_some() && (from_overlay || at.in_overlay),
+                };
+                todo.push_back((c, child));
             }
         }
     });
@@ -368,13 +460,13 @@ pub fn cancelled(opts: &PackOptions) -> bool {
 
 impl Walker<'_> {
     /// Adds a directory's scanned entries as its children; returns the new
-    /// nodes that are directories.
+    /// nodes that are directories, and whether each came from the overlay.
     fn add_children(
         &mut self,
         node: u32,
         rel: &Path,
         entries: Vec<Scanned>,
-    ) -> Result<Vec<u32>, PackError> {
+    ) -> Result<Vec<(u32, bool)>, PackError> {
         let first = self.tree.nodes.len() as u32;
         self.tree.nodes[node as usize].first_child = first;
         self.tree.nodes[node as usize].child_count = entries.len() as u32;
@@ -385,6 +477,7 @@ impl Walker<'_> {
                 meta,
                 target,
                 xattrs,
+                from_overlay,
             } = e;
             let idx = self.tree.nodes.len() as u32;
             let name_off = self.tree.arena.len() as u64;
@@ -407,8 +500,12 @@ impl Walker<'_> {
                     ino
                 }
                 None => {
-                    let path = self.tree.root.join(rel).join(&name);
-                    let ino = self.add_inode(&path, &meta, target, xattrs, idx)?;
+                    let base = match &self.tree.overlay {
+                        Some(o) if from_overlay => o,
+                        _ => &self.tree.root,
+                    };
+                    let path = base.join(rel).join(&name);
+                    let ino = self.add_inode(&path, &meta, target, xattrs, idx, from_overlay)?;
                     if !meta.is_dir() && meta.nlink() > 1 {
                         self.links.insert(key, ino);
                     }
@@ -417,7 +514,7 @@ impl Walker<'_> {
             };
             self.tree.nodes[idx as usize].inode = ino;
             if meta.is_dir() {
-                subdirs.push(idx);
+                subdirs.push((idx, from_overlay));
             }
         }
         Ok(subdirs)
@@ -446,6 +543,7 @@ impl Walker<'_> {
         target: Option<OsString>,
         xattrs: Vec<Xattr>,
         node: u32,
+        from_overlay: bool,
     ) -> Result<u32, PackError> {
         let ft = meta.file_type();
         let kind = if ft.is_dir() {
@@ -516,6 +614,7 @@ impl Walker<'_> {
             node,
             target_off,
             maybe_sparse: kind == Kind::File && meta.blocks().saturating_mul(512) < meta.len(),
+            from_overlay,
         });
         Ok(ino)
     }
@@ -611,6 +710,61 @@ mod tests {
             tree.inodes[tree.nodes[big as usize].inode as usize].nlink,
             2
         );
+    }
+
+    #[test]
+    fn overlay_replaces_adds_and_merges_without_touching_the_source() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (src, over) = (dir.path().join("src"), dir.path().join("over"));
+        fs::create_dir_all(src.join("bin")).unwrap();
+        fs::create_dir_all(src.join("lib/pkg")).unwrap();
+        fs::write(src.join("bin/tool"), b"#!/old/bin/python\n").unwrap();
+        fs::write(src.join("lib/pkg/m.py"), b"x = 1\n").unwrap();
+        fs::write(src.join("keep"), b"k").unwrap();
+        fs::set_permissions(src.join("lib"), fs::Permissions::from_mode(0o750)).unwrap();
+        fs::create_dir_all(over.join("bin")).unwrap();
+        fs::create_dir_all(over.join("lib/pkg/__pycache__")).unwrap();
+        fs::write(over.join("bin/tool"), b"#!/new/path/bin/python\n").unwrap();
+        fs::write(over.join("lib/pkg/__pycache__/m.pyc"), b"pyc").unwrap();
+        fs::set_permissions(over.join("lib"), fs::Permissions::from_mode(0o700)).unwrap();
+        let opts = PackOptions {
+            overlay: Some(over.clone()),
+            ..Default::default()
+        };
+        let tree = walk(&src, &opts).unwrap();
+        let find = |rel: &str| {
+            (0..tree.nodes.len() as u32)
+                .find(|&n| tree.rel_path(n) == Path::new(rel))
+                .unwrap_or_else(|| panic!("{rel} missing"))
+        };
+        let ino = |rel: &str| tree.nodes[find(rel) as usize].inode;
+        // Replaced: size and data path from the overlay.
+        let tool = ino("bin/tool");
+        assert!(tree.inodes[tool as usize].from_overlay);
+        assert_eq!(tree.inodes[tool as usize].size, 23);
+        assert_eq!(tree.data_path(tool), over.join("bin/tool"));
+        // Untouched and added entries, in name order within their directory.
+        assert_eq!(tree.data_path(ino("keep")), src.join("keep"));
+        assert_eq!(
+            tree.data_path(ino("lib/pkg/__pycache__/m.pyc")),
+            over.join("lib/pkg/__pycache__/m.pyc")
+        );
+        let pkg = find("lib/pkg");
+        let names: Vec<_> = tree.children(pkg).map(|c| tree.name(c).to_vec()).collect();
+        assert_eq!(names, vec![b"__pycache__".to_vec(), b"m.py".to_vec()]);
+        // Two directories merge with the source's metadata.
+        let lib = &tree.inodes[ino("lib") as usize];
+        assert_eq!(lib.mode, 0o750);
+        assert!(!lib.from_overlay);
+        assert_eq!(lib.nlink, 3);
+        assert_eq!(tree.nodes.len(), 9);
+        // The source is as it was.
+        assert_eq!(
+            fs::read(src.join("bin/tool")).unwrap(),
+            b"#!/old/bin/python\n"
+        );
+        assert!(!src.join("lib/pkg/__pycache__").exists());
     }
 
     #[test]

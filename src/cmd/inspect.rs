@@ -62,7 +62,11 @@ pub fn info(image: &Path) -> anyhow::Result<i32> {
             println!("inodes:       {}", sb.inode_count);
             println!("fragments:    {}", sb.fragment_count);
             println!("ids:          {}", sb.id_count);
-            println!("created:      {} (seconds since the epoch)", sb.mod_time);
+            println!(
+                "created:      {} ({} seconds since the epoch)",
+                crate::date::format(sb.mod_time as i64, true),
+                sb.mod_time
+            );
             println!(
                 "xattrs:       {}",
                 if sb.xattr_id_table_start == INVALID_TABLE {
@@ -192,13 +196,13 @@ fn print_entry(
     };
     writeln!(
         out,
-        "{} {:>3} {:>5} {:>5} {:>10} {:>11} {name}{target}",
+        "{} {:>3} {:>5} {:>5} {:>10} {} {name}{target}",
         mode_string(a),
         a.nlink,
         a.uid,
         a.gid,
         size,
-        a.mtime
+        crate::date::format(a.mtime, false)
     )?;
     Ok(())
 }

@@ -69,6 +69,8 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         allow_other,
         options,
         io,
+        negative_ttl,
+        stats,
     } = c
     else {
         unreachable!()
@@ -93,10 +95,13 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         options,
         fsname: fsname.unwrap_or_else(|| format!("packfs:{}", abs.display())),
         readahead: 4 << 20,
+        negative_ttl: (negative_ttl > 0).then(|| std::time::Duration::from_secs(negative_ttl)),
     };
+    // Relative to where `packfs mount` was started, not the daemon's cwd.
+    let stats = stats.map(|p| std::path::absolute(&p).unwrap_or(p));
     if foreground {
         let _watch = spawn_unmount_watcher(&mountpoint, &opts.fsname)?;
-        return serve(img, &mountpoint, &opts, preload, None);
+        return serve(img, &mountpoint, &opts, preload, stats.as_deref(), None);
     }
 
     let (fds, pid) = pipe_and_fork()?;
@@ -149,7 +154,14 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; CLOEXEC keeps it out of
     // fusermount3, which would otherwise hold the pipe open.
     let err_fd = unsafe { libc::fcntl(fds[1], libc::F_DUPFD_CLOEXEC, 0) };
-    match serve(img, &mountpoint, &opts, preload, Some(ready)) {
+    match serve(
+        img,
+        &mountpoint,
+        &opts,
+        preload,
+        stats.as_deref(),
+        Some(ready),
+    ) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             if err_fd >= 0 {
@@ -292,6 +304,7 @@ fn serve(
     mountpoint: &Path,
     opts: &ServeOptions,
     preload: bool,
+    stats: Option<&Path>,
     ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> anyhow::Result<i32> {
     if preload {
@@ -303,9 +316,22 @@ fn serve(
             t.elapsed().as_secs_f64()
         );
     }
-    mountfs::mount::serve(img, mountpoint, opts, ready)
+    let fs = mountfs::mount::serve(img, mountpoint, opts, ready)
         .with_context(|| format!("mounting at {}", mountpoint.display()))?;
+    if let Some(path) = stats {
+        write_stats(path, &fs.counters.snapshot())?;
+    }
     Ok(0)
+}
+
+/// Writes the mount's counters as JSON, atomically (temp + rename), so a
+/// reader polling for the file never sees half of it.
+fn write_stats(path: &Path, stats: &mountfs::fs::FsStats) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp~");
+    let json = serde_json::to_string_pretty(stats)?;
+    std::fs::write(&tmp, json + "\n")
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .with_context(|| format!("--stats {}", path.display()))
 }
 
 pub fn umount(mp: &Path) -> anyhow::Result<i32> {
@@ -334,6 +360,45 @@ pub fn umount(mp: &Path) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Creates `mp` and whichever of its parents are missing, recording each
+/// directory made (outermost first) so that [`remove_created`] can take
+/// exactly those away again.
+fn create_mountpoint(mp: &Path, created: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(mp);
+    while let Some(p) = at.filter(|p| !p.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(p).is_ok() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        at = p.parent();
+    }
+    for dir in missing.into_iter().rev() {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => created.push(dir),
+            // Another task of the same job on this node made it first.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating mountpoint {}", dir.display()))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the directories [`create_mountpoint`] made, innermost first;
+/// one that is not empty (a mount still there, something a job left) is
+/// kept, with a warning.
+fn remove_created(created: &[PathBuf]) {
+    for dir in created.iter().rev() {
+        if let Err(e) = std::fs::remove_dir(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("packfs: leaving {}: {e}", dir.display());
+            }
+        }
+    }
+}
+
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: libc::c_int) {
@@ -352,6 +417,8 @@ pub fn run(
 ) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("locating the packfs executable")?;
     let mut mounted: Vec<PathBuf> = Vec::new();
+    // Directories this run made for its mountpoints, parents first.
+    let mut created: Vec<PathBuf> = Vec::new();
     let cleanup = |mounted: &[PathBuf]| {
         for mp in mounted.iter().rev() {
             if let Err(e) = umount(mp) {
@@ -362,8 +429,14 @@ pub fn run(
     for spec in mounts {
         let Some((img, mp)) = spec.rsplit_once(':') else {
             cleanup(&mounted);
+            remove_created(&created);
             bail!("{spec:?}: expected IMAGE:MOUNTPOINT");
         };
+        if let Err(e) = create_mountpoint(Path::new(mp), &mut created) {
+            cleanup(&mounted);
+            remove_created(&created);
+            return Err(e);
+        }
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("mount").arg(img).arg(mp).arg("--io").arg(io.name());
         if let Some(c) = cache_size {
@@ -372,6 +445,7 @@ pub fn run(
         let st = cmd.status().context("starting packfs mount")?;
         if !st.success() {
             cleanup(&mounted);
+            remove_created(&created);
             bail!("mounting {img} at {mp} failed");
         }
         mounted.push(PathBuf::from(mp));
@@ -383,6 +457,7 @@ pub fn run(
         Ok(c) => c,
         Err(e) => {
             cleanup(&mounted);
+            remove_created(&created);
             bail!("{}: {e}", command[0]);
         }
     };
@@ -401,6 +476,7 @@ pub fn run(
     }
     let status = child.wait();
     cleanup(&mounted);
+    remove_created(&created);
     let status = status.context("waiting for the command")?;
     use std::os::unix::process::ExitStatusExt;
     Ok(status

@@ -94,6 +94,9 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         all_root,
         mtime,
         no_fragments,
+        mount_at,
+        compile,
+        venv,
         quiet,
     } = c
     else {
@@ -143,6 +146,34 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
                 _ => None,
             },
         };
+    let cancel = install_cancel_handler();
+    let is_venv = venv || packer::venv::is_venv(&src);
+    if !is_venv && (mount_at.is_some() || compile) {
+        bail!(
+            "{}: --mount-at and --compile apply to Python environments, and it has no pyvenv.cfg (pass --venv to treat it as one)",
+            src.display()
+        );
+    }
+    // Kept alive until the pack is done: the image reads from it.
+    let mut stage = None;
+    if is_venv {
+        let vopts = packer::venv::VenvOptions {
+            mount_at: mount_at.clone(),
+            compile,
+        };
+        let (report, staged) = match packer::venv::prepare(&src, &vopts, mtime, Some(&cancel)) {
+            Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
+            r => r?,
+        };
+        for line in report.lines() {
+            match line.strip_prefix("! ") {
+                Some(w) => eprintln!("packfs: warning: {w}"),
+                None if !quiet => eprintln!("packfs: venv: {line}"),
+                None => {}
+            }
+        }
+        stage = staged;
+    }
     let progress = if quiet {
         None
     } else {
@@ -158,13 +189,16 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         mtime,
         force,
         no_fragments,
+        overlay: stage.as_ref().map(|s| s.path().to_path_buf()),
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
-        cancel: Some(install_cancel_handler()),
+        cancel: Some(cancel),
     };
     let packed = match fmt {
         OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts),
         OutFormat::Zip => packer::pack_zip(&src, &output, &opts),
     };
+    // The staging tree goes first: dying of a signal runs no destructors.
+    drop(stage);
     let summary = match packed {
         Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
         r => r?,

@@ -341,7 +341,7 @@ fn pieces<'t>(
     let per_piece = (PIECE_BYTES / bs).max(1);
     order.iter().flat_map(move |&ino| {
         let i = &tree.inodes[ino as usize];
-        let path: Arc<Path> = Arc::from(tree.source_path(i.node).as_path());
+        let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
         let blocks = i.size.div_ceil(bs);
         let n_pieces = blocks.div_ceil(per_piece).max(1);
         let (size, maybe_sparse) = (i.size, i.maybe_sparse);

@@ -402,7 +402,9 @@ impl ZipWriter<'_, '_> {
     }
 
     fn source(&self, item: &Item) -> PathBuf {
-        self.tree.root.join(OsStr::from_bytes(&item.name))
+        self.tree
+            .data_root(item.ino)
+            .join(OsStr::from_bytes(&item.name))
     }
 
     fn advance(&mut self, upto: u64) {
