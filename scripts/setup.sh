@@ -4,7 +4,8 @@
 # libarchive-tools (bsdtar): the reference writers/readers the tests compare
 # against; attr: setfattr/getfattr.
 set -euo pipefail
-pkgs=(fuse3 squashfs-tools zip unzip libarchive-tools p7zip-full attr python3 kmod procps)
+pkgs=(fuse3 squashfs-tools zip unzip libarchive-tools p7zip-full attr python3 kmod procps
+      slurm-wlm munge bubblewrap squashfuse strace python3-venv python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

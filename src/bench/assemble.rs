@@ -142,7 +142,7 @@ fn side_info(ctx: &Ctx, s: &Side) -> report::SideInfo {
                 remounted(emu.is_some())
             ),
             format!(
-                "{}mount daemon /proc/PID/io (the image is mmapped: read_bytes counts faults that reached the disk; syscr counts its reads of /dev/fuse, about one per FUSE request){}",
+                "{}mount daemon /proc/PID/io (read_bytes: what reached the disk; syscr: its reads of /dev/fuse, about one per FUSE request, plus its pread calls on the image, or none for them with --mount-io mmap){}",
                 pt_counters(emu.is_some()),
                 dev(ctx.image_dev)
             ),
