@@ -335,3 +335,19 @@ fn mount_at_on_a_tree_that_is_not_a_venv_is_a_clear_error() {
     );
     assert!(!dir.path().join("y.sqfs").exists());
 }
+
+#[test]
+fn zip_images_get_the_same_rewrites_and_compiled_files() {
+    let dir = scratch();
+    let img = dir.path().join("venv.zip");
+    pack_venv(&img, &["-q", "--mount-at", "/opt/zipvenv", "--compile"]);
+    let pip = run(Command::new("unzip").arg("-p").arg(&img).arg("bin/pip"));
+    assert!(pip.starts_with("#!/opt/zipvenv/bin/python"), "{pip}");
+    let list = run(Command::new("unzip").arg("-Z1").arg(&img));
+    assert!(
+        list.lines()
+            .any(|l| l.contains("site-packages/tqdm/__pycache__/") && l.ends_with(".pyc")),
+        "no compiled tqdm in the ZIP"
+    );
+    run(Command::new("unzip").arg("-tq").arg(&img));
+}
