@@ -55,6 +55,10 @@ pub enum PackError {
         #[source]
         source: CodecError,
     },
+    /// A shard sidecar or manifest that is missing, malformed or does not
+    /// match its images (the message names the file).
+    #[error("{0}")]
+    Shards(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }
