@@ -50,7 +50,8 @@ fn build<I: Image>(
         tables: RwLock::new(Tables::default()),
         root: Arc::new(MergedDir {
             path: Vec::new(),
-            members: (0..n).map(|s| (s, ROOT)).collect(),
+            shards: (0..n).collect(),
+            nodes: (0..n).map(|_| OnceLock::from(ROOT)).collect(),
             parent_ino: 0,
         }),
         opener: Opener {
@@ -216,7 +217,7 @@ pub fn open_images<I: Image>(images: &[PathBuf], o: UnionOptions<I>) -> Result<U
         ..u
     };
     if u.rule == OnConflict::Error {
-        let root = u.root.members.clone();
+        let root: Vec<(u32, NodeId)> = u.root.shards.iter().map(|&s| (s, ROOT)).collect();
         u.check_conflicts(&[], &root)?;
     }
     Ok(u)

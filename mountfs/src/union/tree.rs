@@ -33,9 +33,11 @@ pub(super) struct Route {
 pub(super) struct MergedDir {
     /// '/'-separated, relative, "" for the root.
     pub(super) path: Vec<u8>,
-    /// (shard, its node for this directory), in shard order; the first is
-    /// the canonical one.
-    pub(super) members: Vec<(u32, NodeId)>,
+    /// The shards holding it, in shard order; the first is the canonical one.
+    pub(super) shards: Vec<u32>,
+    /// Its node in each of them, found on first use (`node_in`); the first
+    /// is always known.
+    pub(super) nodes: Vec<OnceLock<NodeId>>,
     pub(super) parent_ino: u64,
 }
 
@@ -162,14 +164,10 @@ impl<I: Image> UnionImage<I> {
         read(&self.tables).dirs.get(&n).cloned()
     }
 
-    /// Shards (of `among`, sorted by shard) whose range meets `p`'s subtree.
-    fn candidates(&self, p: &[u8], among: &[(u32, NodeId)]) -> Vec<(u32, NodeId)> {
-        let pick = |s: u32| {
-            among
-                .binary_search_by_key(&s, |m| m.0)
-                .ok()
-                .map(|i| among[i])
-        };
+    /// Positions in `among` (shard numbers, increasing) of the shards whose
+    /// range meets `p`'s subtree.
+    fn candidates(&self, p: &[u8], among: &[u32]) -> Vec<usize> {
+        let pick = |r: &Route| among.binary_search(&r.shard).ok();
         if self.sorted {
             let lo = self
                 .routes
@@ -177,45 +175,99 @@ impl<I: Image> UnionImage<I> {
             self.routes[lo..]
                 .iter()
                 .take_while(|r| holds(&r.first, &r.last, p))
-                .filter_map(|r| pick(r.shard))
+                .filter_map(pick)
                 .collect()
         } else {
             self.routes
                 .iter()
                 .filter(|r| holds(&r.first, &r.last, p))
-                .filter_map(|r| pick(r.shard))
+                .filter_map(pick)
                 .collect()
         }
     }
 
+    /// The node of merged directory `md` in its `i`-th shard, found on
+    /// first use by walking its path from that shard's root (so a merged
+    /// directory does not open every shard holding it when it is looked
+    /// up). `None` if the shard does not hold it after all (plain images'
+    /// ranges only bound their contents).
+    fn node_in(&self, md: &MergedDir, i: usize) -> Result<Option<NodeId>> {
+        if let Some(&n) = md.nodes[i].get() {
+            return Ok(Some(n));
+        }
+        let s = md.shards[i];
+        let img = self.member(s)?;
+        let mut a = img.getattr(ROOT)?;
+        for comp in md.path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            a = match img.lookup(a.node, comp) {
+                Ok(a) => a,
+                Err(FsError::NotFound) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+        }
+        if a.kind != FileKind::Dir {
+            return Ok(None);
+        }
+        let canonical = self.dir_ino(md)?;
+        self.tables
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .aliases
+            .insert((s, a.ino), canonical);
+        let _ = md.nodes[i].set(a.node);
+        Ok(Some(a.node))
+    }
+
     /// Looks `name` up in merged directory `md` (see the module doc for
     /// which shard wins); records the result if it is a merged directory.
+    ///
+    /// With a manifest's exact ranges the shards holding the path are
+    /// known without asking them, and one split has no conflicts: only the
+    /// first is asked. Otherwise every candidate is.
     fn merged_lookup(&self, md: &MergedDir, name: &[u8]) -> Result<Attr> {
         let p = child_path(&md.path, name);
-        let mut found: Vec<(u32, Attr)> = Vec::new();
-        for (s, dir) in self.candidates(&p, &md.members) {
-            match self.member(s)?.lookup(dir, name) {
-                Ok(a) => found.push((s, a)),
+        let cands = self.candidates(&p, &md.shards);
+        let mut found: Vec<(usize, Attr)> = Vec::new();
+        for &i in &cands {
+            let Some(dir) = self.node_in(md, i)? else {
+                continue;
+            };
+            match self.member(md.shards[i])?.lookup(dir, name) {
+                Ok(a) => found.push((i, a)),
                 Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),
+            }
+            if self.exact {
+                break;
             }
         }
         let winner = match self.rule {
             OnConflict::Last => found.last(),
             OnConflict::Error | OnConflict::First => found.first(),
         };
-        let Some((ws, wa)) = winner else {
+        let Some((wi, wa)) = winner else {
             return Err(FsError::NotFound);
         };
         if wa.kind != FileKind::Dir {
-            return self.outer(*ws, wa.clone());
+            return self.outer(md.shards[*wi], wa.clone());
         }
-        let dirs: Vec<&(u32, Attr)> = found
-            .iter()
-            .filter(|(_, a)| a.kind == FileKind::Dir)
-            .collect();
+        // The directories holding the path: with exact ranges every
+        // candidate from the first found on (nodes resolved later).
+        let dirs: Vec<(u32, Option<&Attr>)> = if self.exact {
+            cands
+                .iter()
+                .skip_while(|&&i| i != *wi)
+                .map(|&i| (md.shards[i], (i == *wi).then_some(wa)))
+                .collect()
+        } else {
+            found
+                .iter()
+                .filter(|(_, a)| a.kind == FileKind::Dir)
+                .map(|(i, a)| (md.shards[*i], Some(a)))
+                .collect()
+        };
         let (s0, a0) = dirs[0];
-        let attr = self.outer(*s0, a0.clone())?;
+        let attr = self.outer(s0, a0.expect("first is found").clone())?;
         if dirs.len() > 1 {
             self.record(&p, &attr, md, &dirs)?;
         }
@@ -227,7 +279,7 @@ impl<I: Image> UnionImage<I> {
         p: &[u8],
         attr: &Attr,
         parent: &MergedDir,
-        dirs: &[&(u32, Attr)],
+        dirs: &[(u32, Option<&Attr>)],
     ) -> Result<()> {
         let parent_ino = self.dir_ino(parent)?;
         let mut t = self.tables.write().unwrap_or_else(|e| e.into_inner());
@@ -235,23 +287,37 @@ impl<I: Image> UnionImage<I> {
             return Ok(());
         }
         for (s, a) in dirs {
-            t.aliases.insert((*s, a.ino), attr.ino);
+            if let Some(a) = a {
+                t.aliases.insert((*s, a.ino), attr.ino);
+            }
         }
         t.by_path.insert(p.to_vec(), attr.node);
         t.dirs.insert(
             attr.node,
             Arc::new(MergedDir {
                 path: p.to_vec(),
-                members: dirs.iter().map(|(s, a)| (*s, a.node)).collect(),
+                shards: dirs.iter().map(|(s, _)| *s).collect(),
+                nodes: dirs
+                    .iter()
+                    .map(|(_, a)| {
+                        let l = OnceLock::new();
+                        if let Some(a) = a {
+                            let _ = l.set(a.node);
+                        }
+                        l
+                    })
+                    .collect(),
                 parent_ino,
             }),
         );
         Ok(())
     }
 
-    /// The union inode number of a merged directory.
+    /// The union inode number of a merged directory (its first shard's
+    /// node is always known).
     fn dir_ino(&self, md: &MergedDir) -> Result<u64> {
-        let (s, n) = md.members[0];
+        let s = md.shards[0];
+        let n = *md.nodes[0].get().expect("first node known");
         let a = self.member(s)?.getattr(n)?;
         self.ino(s, a.ino)
     }
@@ -260,7 +326,7 @@ impl<I: Image> UnionImage<I> {
     /// union shows for its path.
     fn shows(&self, md: &MergedDir, s: u32, e: &DirEntry) -> Result<bool> {
         let p = child_path(&md.path, &e.name);
-        let c = self.candidates(&p, &md.members);
+        let c = self.candidates(&p, &md.shards);
         if c.len() <= 1 {
             return Ok(true);
         }
@@ -297,8 +363,8 @@ impl<I: Image> UnionImage<I> {
         };
         match (child(&r.first), child(&r.last)) {
             (Some(a), Some(b)) if a == b => {
-                let c = self.candidates(&child_path(&md.path, &a), &md.members);
-                Ok(c.first().is_some_and(|&(first, _)| first != s))
+                let c = self.candidates(&child_path(&md.path, &a), &md.shards);
+                Ok(c.first().is_some_and(|&first| md.shards[first] != s))
             }
             _ => Ok(false),
         }
@@ -318,13 +384,17 @@ impl<I: Image> UnionImage<I> {
                 cookie & ((1 << COOKIE_SHIFT) - 1),
             )
         };
-        while i < md.members.len() {
-            let (s, dir) = md.members[i];
-            if self.skip_listing(md, s)? {
+        while i < md.shards.len() {
+            let s = md.shards[i];
+            let dir = match self.skip_listing(md, s)? {
+                false => self.node_in(md, i)?,
+                true => None,
+            };
+            let Some(dir) = dir else {
                 i += 1;
                 inner = 2;
                 continue;
-            }
+            };
             let mut full = false;
             let mut err = None;
             self.member(s)?.readdir(dir, inner, &mut |e| {
