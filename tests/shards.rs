@@ -281,6 +281,13 @@ fn a_conflicting_path_is_an_error_naming_both_images_unless_a_rule_is_picked() {
             && e.contains("--on-conflict"),
         "{e}"
     );
+    // Unmounts even when an assertion below fails.
+    struct Umount<'a>(&'a Path);
+    impl Drop for Umount<'_> {
+        fn drop(&mut self) {
+            let _ = packfs().arg("umount").arg(self.0).status();
+        }
+    }
     // first: the file wins, the other image's directory is hidden.
     run(packfs()
         .arg("mount")
@@ -288,6 +295,7 @@ fn a_conflicting_path_is_an_error_naming_both_images_unless_a_rule_is_picked() {
         .arg(&i2)
         .arg(mnt.path())
         .args(["--on-conflict", "first"]));
+    let guard = Umount(mnt.path());
     let names = |p: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(p)
             .unwrap()
@@ -301,7 +309,7 @@ fn a_conflicting_path_is_an_error_naming_both_images_unless_a_rule_is_picked() {
         b"file in one"
     );
     assert_eq!(names(&mnt.path().join("a")), ["only1", "only2", "x"]);
-    run(packfs().arg("umount").arg(mnt.path()));
+    drop(guard);
     // last: the directory wins.
     run(packfs()
         .arg("mount")
@@ -309,6 +317,7 @@ fn a_conflicting_path_is_an_error_naming_both_images_unless_a_rule_is_picked() {
         .arg(&i2)
         .arg(mnt.path())
         .args(["--on-conflict", "last"]));
+    let _guard = Umount(mnt.path());
     assert_eq!(
         std::fs::read(mnt.path().join("a/x/inner")).unwrap(),
         b"inner"
