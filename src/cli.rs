@@ -61,6 +61,33 @@ pub enum OutFormat {
     Zip,
 }
 
+/// `--on-conflict`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Conflict {
+    Error,
+    First,
+    Last,
+}
+
+impl Conflict {
+    pub fn rule(self) -> mountfs::union::OnConflict {
+        match self {
+            Conflict::Error => mountfs::union::OnConflict::Error,
+            Conflict::First => mountfs::union::OnConflict::First,
+            Conflict::Last => mountfs::union::OnConflict::Last,
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ShardsCommand {
+    /// Write the manifest from the sidecars (*.shard.json) next to the shards.
+    /// Takes the manifest path or the -o template the shards were packed with.
+    Finalize { manifest_or_template: String },
+    /// Check that every shard a manifest names is there with its size and blake3.
+    Verify { manifest: PathBuf },
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
@@ -116,6 +143,24 @@ pub enum Command {
         /// No progress bar and no summary line.
         #[arg(short, long)]
         quiet: bool,
+        /// Split the tree into N standalone images (OUTPUT must contain {shard},
+        /// which becomes the shard number zero-padded to the digits of N-1) and
+        /// write a manifest (docs/SHARDS.md).
+        #[arg(long, value_name = "N")]
+        shards: Option<u32>,
+        /// With --shards: pack only shard K (0..N-1), e.g. $SLURM_ARRAY_TASK_ID; the
+        /// task that finds every shard's sidecar writes the manifest.
+        #[arg(long, value_name = "K", requires = "shards")]
+        shard: Option<u32>,
+        /// With --shards: the manifest's path (default: OUTPUT without {shard}, with
+        /// extension .manifest.json: out/train-{shard}.sqfs -> out/train.manifest.json).
+        #[arg(long, requires = "shards")]
+        manifest: Option<PathBuf>,
+        /// With --shards: weight of each entry in bytes, added to file sizes when
+        /// balancing shards (spreads many small or empty files).
+        #[arg(long, requires = "shards", value_parser = crate::size::parse_size,
+              default_value_t = packer::shards::DEFAULT_ENTRY_COST)]
+        entry_cost: u64,
     },
     /// Show the image's format, compression, sizes and counts.
     Info { image: PathBuf },
@@ -141,9 +186,16 @@ pub enum Command {
         path: String,
     },
     /// Mount an image read-only (returns once the mount is ready unless --foreground).
+    /// A shard manifest, or several images, mount as one tree.
     Mount {
-        image: PathBuf,
-        mountpoint: PathBuf,
+        /// IMAGE... MOUNTPOINT: one image, one shard manifest, or several images
+        /// merged into one tree (in the order given).
+        #[arg(required = true, num_args = 2.., value_name = "IMAGE... MOUNTPOINT")]
+        paths: Vec<PathBuf>,
+        /// For several images: what a path present in more than one shows
+        /// (error: refuse to mount).
+        #[arg(long, value_enum, default_value_t = Conflict::Error)]
+        on_conflict: Conflict,
         /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
         #[arg(long, value_parser = crate::size::parse_size)]
         cache_size: Option<u64>,
@@ -174,6 +226,11 @@ pub enum Command {
         /// negative lookups, bytes read) to FILE as JSON.
         #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
+    },
+    /// Shard manifests: write one from the shards' sidecars, or check the shards.
+    Shards {
+        #[command(subcommand)]
+        cmd: ShardsCommand,
     },
     /// Unmount a packfs mount.
     Umount { mountpoint: PathBuf },

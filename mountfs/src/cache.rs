@@ -19,6 +19,10 @@
 //! * Bytes are charged after the decode, and only if the slot is still in its
 //!   shard (it may have been evicted while loading), so the accounting never
 //!   counts a block that is no longer reachable.
+//! * **Namespaces.** A union of shard images (`crate::union`) gives every
+//!   shard a view of one cache ([`BlockCache::namespace`]): keys are
+//!   per-image offsets, so each view tags them with its namespace, and all
+//!   views share one budget (N shards must not mean N budgets).
 
 use lru::LruCache;
 use std::hash::{Hash, Hasher};
@@ -49,8 +53,11 @@ struct Slot {
     charged: AtomicUsize,
 }
 
+/// A key as stored: (namespace, the image's own key).
+type Key = (u32, u64);
+
 struct Shard {
-    lru: LruCache<u64, Arc<Slot>>,
+    lru: LruCache<Key, Arc<Slot>>,
     bytes: usize,
 }
 
@@ -64,6 +71,12 @@ pub struct CacheStats {
 }
 
 pub struct BlockCache {
+    core: Arc<Core>,
+    /// This view's namespace (0 unless made by [`BlockCache::namespace`]).
+    ns: u32,
+}
+
+struct Core {
     shards: Vec<Mutex<Shard>>,
     shard_budget: usize,
     budget: usize,
@@ -81,6 +94,47 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl BlockCache {
     pub fn new(budget_bytes: usize) -> Self {
         BlockCache {
+            core: Arc::new(Core::new(budget_bytes)),
+            ns: 0,
+        }
+    }
+
+    /// Another view of the same cache (same blocks budget and statistics)
+    /// whose keys cannot collide with this one's or any other namespace's.
+    pub fn namespace(&self, ns: u32) -> BlockCache {
+        BlockCache {
+            core: self.core.clone(),
+            ns,
+        }
+    }
+
+    pub fn budget(&self) -> usize {
+        self.core.budget
+    }
+
+    /// Returns the cached block for `key`, or runs `load` (once, whatever the
+    /// number of concurrent callers) and caches its result.
+    pub fn get_or_load<E>(
+        &self,
+        key: u64,
+        load: impl FnOnce() -> Result<Block, E>,
+    ) -> Result<Arc<Block>, E> {
+        self.core.get_or_load((self.ns, key), load)
+    }
+
+    /// Returns the block if it is cached, without loading or waiting.
+    pub fn peek(&self, key: u64) -> Option<Arc<Block>> {
+        self.core.peek((self.ns, key))
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.core.stats()
+    }
+}
+
+impl Core {
+    fn new(budget_bytes: usize) -> Self {
+        Core {
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
@@ -97,21 +151,15 @@ impl BlockCache {
         }
     }
 
-    pub fn budget(&self) -> usize {
-        self.budget
-    }
-
-    fn shard(&self, key: u64) -> &Mutex<Shard> {
+    fn shard(&self, key: Key) -> &Mutex<Shard> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut h);
         &self.shards[(h.finish() as usize) % SHARDS]
     }
 
-    /// Returns the cached block for `key`, or runs `load` (once, whatever the
-    /// number of concurrent callers) and caches its result.
-    pub fn get_or_load<E>(
+    fn get_or_load<E>(
         &self,
-        key: u64,
+        key: Key,
         load: impl FnOnce() -> Result<Block, E>,
     ) -> Result<Arc<Block>, E> {
         let shard = self.shard(key);
@@ -139,14 +187,13 @@ impl BlockCache {
         Ok(block)
     }
 
-    /// Returns the block if it is cached, without loading or waiting.
-    pub fn peek(&self, key: u64) -> Option<Arc<Block>> {
+    fn peek(&self, key: Key) -> Option<Arc<Block>> {
         let slot = lock(self.shard(key)).lru.peek(&key).cloned()?;
         let v = slot.value.try_lock().ok()?;
         v.clone()
     }
 
-    fn charge(&self, shard: &Mutex<Shard>, key: u64, slot: &Arc<Slot>, size: usize) {
+    fn charge(&self, shard: &Mutex<Shard>, key: Key, slot: &Arc<Slot>, size: usize) {
         let mut sh = lock(shard);
         let still_here = sh.lru.peek(&key).is_some_and(|s| Arc::ptr_eq(s, slot));
         if !still_here {
@@ -173,7 +220,7 @@ impl BlockCache {
         }
     }
 
-    pub fn stats(&self) -> CacheStats {
+    fn stats(&self) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
@@ -194,6 +241,19 @@ mod tests {
             data: vec![7u8; n],
             next: 0,
         }
+    }
+
+    #[test]
+    fn namespaces_share_the_budget_but_not_keys() {
+        let c = BlockCache::new(1 << 20);
+        let (a, b) = (c.namespace(1), c.namespace(2));
+        a.get_or_load(7, || Ok::<_, ()>(block(10))).unwrap();
+        let got = b.get_or_load(7, || Ok::<_, ()>(block(20))).unwrap();
+        assert_eq!(got.data.len(), 20, "namespace 2 saw namespace 1's block");
+        assert!(c.peek(7).is_none());
+        assert_eq!(a.peek(7).unwrap().data.len(), 10);
+        assert_eq!(c.stats().misses, 2);
+        assert_eq!(a.budget(), c.budget());
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub enum FsError {
     NoXattr,
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A union of shards that cannot be served as asked: a shard missing or
+    /// not matching its manifest, conflicting paths (the message names the
+    /// files and the path).
+    #[error("{0}")]
+    Shards(String),
 }
 
 /// A record that does not decode is structural damage: EIO, and the message
@@ -67,7 +72,8 @@ impl FsError {
             FsError::UnknownFormat(_)
             | FsError::Corrupt(_)
             | FsError::BadBlock { .. }
-            | FsError::Unsupported(_) => libc::EIO,
+            | FsError::Unsupported(_)
+            | FsError::Shards(_) => libc::EIO,
             FsError::NotFound => libc::ENOENT,
             FsError::NotDir => libc::ENOTDIR,
             FsError::IsDir => libc::EISDIR,

@@ -9,6 +9,7 @@ pub mod mount;
 pub mod readahead;
 pub mod source;
 pub mod squashfs;
+pub mod union;
 pub mod walk;
 pub mod zip;
 

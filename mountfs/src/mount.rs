@@ -7,6 +7,7 @@ use crate::fuse::FuseAdapter;
 use crate::readahead::StreamReadahead;
 use crate::source::{open_image, ImageSource, IoMode};
 use crate::squashfs::SquashFs;
+use crate::union::{self, OnConflict, UnionHandle, UnionImage, UnionOptions};
 use crate::zip::ZipFs;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use std::sync::Arc;
 pub enum Format {
     SquashFs,
     Zip,
+    /// A union of shards (`crate::union`).
+    Union,
 }
 
 /// Recognises an image by its magic bytes; `name` is for the error.
@@ -194,11 +197,29 @@ pub fn serve<I: Image>(
 pub enum AnyImage {
     SquashFs(SquashFs),
     Zip(ZipFs),
+    /// Several images as one tree; its shards are SquashFs or Zip.
+    Union(Box<UnionImage<AnyImage>>),
 }
 
 pub enum AnyHandle {
     SquashFs(crate::squashfs::OpenFile),
     Zip(crate::zip::ZipFile),
+    Union(Box<UnionHandle<AnyHandle>>),
+}
+
+/// Whether the file at `path` looks like a shard manifest (JSON) rather
+/// than an image: images start with binary magic, JSON with `{`.
+pub fn is_manifest(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let n = f.read(&mut head).unwrap_or(0);
+    head[..n]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
 }
 
 impl AnyImage {
@@ -208,18 +229,71 @@ impl AnyImage {
         Self::open_with(path, cache_bytes, IoMode::default())
     }
 
-    /// [`AnyImage::open`] reading the file as `io` says.
+    /// [`AnyImage::open`] reading the file as `io` says. A shard manifest
+    /// (`packfs pack --shards`) opens the union of its shards.
     pub fn open_with(path: &Path, cache_bytes: usize, io: IoMode) -> Result<Self> {
+        if is_manifest(path) {
+            return Self::open_union(
+                &[path.to_path_buf()],
+                cache_bytes,
+                io,
+                OnConflict::default(),
+            );
+        }
+        Self::open_plain(path, Arc::new(BlockCache::new(cache_bytes)), io)
+    }
+
+    /// One SquashFS or ZIP image file (never a manifest) over `cache`.
+    pub fn open_plain(path: &Path, cache: Arc<BlockCache>, io: IoMode) -> Result<Self> {
         // Sequential streams over the image get readahead (see readahead/).
         let src = StreamReadahead::new(open_image(path, io)?);
-        Self::from_source(Box::new(src), &path.display().to_string(), cache_bytes)
+        Self::from_source_with_cache(Box::new(src), &path.display().to_string(), cache)
+    }
+
+    /// One tree over several inputs: a single manifest (its shards), or
+    /// plain images in the order given (see [`crate::union`]). One cache of
+    /// `cache_bytes` serves all of them. A single plain image opens as itself.
+    pub fn open_union(
+        inputs: &[std::path::PathBuf],
+        cache_bytes: usize,
+        io: IoMode,
+        on_conflict: OnConflict,
+    ) -> Result<Self> {
+        let o = UnionOptions {
+            cache_bytes,
+            on_conflict,
+            open: Box::new(move |p: &Path, cache: Arc<BlockCache>| Self::open_plain(p, cache, io)),
+        };
+        match inputs {
+            [one] if is_manifest(one) => {
+                Ok(AnyImage::Union(Box::new(union::open_manifest(one, o)?)))
+            }
+            [one] => Self::open_plain(one, Arc::new(BlockCache::new(cache_bytes)), io),
+            many => {
+                if let Some(m) = many.iter().find(|p| is_manifest(p)) {
+                    return Err(FsError::Invalid(format!(
+                        "{}: a manifest mounts alone, not with other images",
+                        m.display()
+                    )));
+                }
+                Ok(AnyImage::Union(Box::new(union::open_images(many, o)?)))
+            }
+        }
     }
 
     /// Opens an image from any source (a file, memory, a fault-injecting
     /// test source, a remote object), detecting its format; `name` (a path
     /// or URL) prefixes errors.
     pub fn from_source(src: Box<dyn ImageSource>, name: &str, cache_bytes: usize) -> Result<Self> {
-        let cache = Arc::new(BlockCache::new(cache_bytes));
+        Self::from_source_with_cache(src, name, Arc::new(BlockCache::new(cache_bytes)))
+    }
+
+    /// [`AnyImage::from_source`] over a given cache (or cache namespace).
+    pub fn from_source_with_cache(
+        src: Box<dyn ImageSource>,
+        name: &str,
+        cache: Arc<BlockCache>,
+    ) -> Result<Self> {
         match detect(&*src, name) {
             Ok(Format::SquashFs) => SquashFs::open(src, cache)
                 .map(AnyImage::SquashFs)
@@ -227,6 +301,7 @@ impl AnyImage {
             Ok(Format::Zip) => ZipFs::open(src, cache)
                 .map(AnyImage::Zip)
                 .map_err(named(name)),
+            Ok(Format::Union) => unreachable!("detect never answers Union"),
             // Anything else may still be a zip: self-extracting archives and
             // zips with data in front start with something other than "PK".
             Err(unknown) => ZipFs::open(src, cache)
@@ -239,6 +314,7 @@ impl AnyImage {
         match self {
             AnyImage::SquashFs(_) => Format::SquashFs,
             AnyImage::Zip(_) => Format::Zip,
+            AnyImage::Union(_) => Format::Union,
         }
     }
 
@@ -247,13 +323,16 @@ impl AnyImage {
         match self {
             AnyImage::SquashFs(s) => s.preload(),
             AnyImage::Zip(z) => z.preload(),
+            AnyImage::Union(_) => Ok((0, 0)),
         }
     }
 
+    /// The block cache (for a union: the one all shards share).
     pub fn cache(&self) -> &Arc<BlockCache> {
         match self {
             AnyImage::SquashFs(s) => s.cache(),
             AnyImage::Zip(z) => z.cache(),
+            AnyImage::Union(u) => u.cache(),
         }
     }
 }
@@ -263,6 +342,10 @@ macro_rules! each {
         match $self {
             AnyImage::SquashFs($i) => $e,
             AnyImage::Zip($i) => $e,
+            AnyImage::Union($i) => {
+                let $i = &**$i;
+                $e
+            }
         }
     };
 }
@@ -288,12 +371,14 @@ impl Image for AnyImage {
         match self {
             AnyImage::SquashFs(i) => Ok(AnyHandle::SquashFs(Image::open(i, node)?)),
             AnyImage::Zip(i) => Ok(AnyHandle::Zip(Image::open(i, node)?)),
+            AnyImage::Union(i) => Ok(AnyHandle::Union(Box::new(Image::open(&**i, node)?))),
         }
     }
     fn read(&self, h: &AnyHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
         match (self, h) {
             (AnyImage::SquashFs(i), AnyHandle::SquashFs(h)) => Image::read(i, h, offset, size),
             (AnyImage::Zip(i), AnyHandle::Zip(h)) => Image::read(i, h, offset, size),
+            (AnyImage::Union(i), AnyHandle::Union(h)) => Image::read(&**i, h, offset, size),
             _ => Err(FsError::Invalid("handle from another image".into())),
         }
     }
@@ -301,9 +386,11 @@ impl Image for AnyImage {
         match (self, h) {
             (AnyImage::SquashFs(i), AnyHandle::SquashFs(h)) => Image::prefetch(i, h, offset, len),
             (AnyImage::Zip(i), AnyHandle::Zip(h)) => Image::prefetch(i, h, offset, len),
+            (AnyImage::Union(i), AnyHandle::Union(h)) => Image::prefetch(&**i, h, offset, len),
             _ => {}
         }
     }
+
     fn readlink(&self, node: crate::image::NodeId) -> Result<Vec<u8>> {
         each!(self, i => i.readlink(node))
     }

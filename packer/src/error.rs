@@ -58,6 +58,10 @@ pub enum PackError {
     /// A Python environment that `--mount-at`/`--compile` cannot handle.
     #[error("{path}: {message}", path = path.display())]
     Venv { path: PathBuf, message: String },
+    /// A shard sidecar or manifest that is missing, malformed or does not
+    /// match its images (the message names the file).
+    #[error("{0}")]
+    Shards(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }

@@ -10,6 +10,7 @@ mod error;
 mod io;
 mod metadata;
 mod output;
+pub mod shards;
 mod squashfs;
 #[cfg(test)]
 mod test_data;
@@ -113,12 +114,9 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
     let started = Instant::now();
     validate(opts)?;
     let target = output::prepare(src, out, opts.force)?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .thread_name(|i| format!("packfs-{i}"))
-        .build()
-        .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
-    // On any error `tmp` is dropped here, which deletes the temporary file.
+    // Created before the walk, so an output directory the user cannot write
+    // fails at once, not after scanning a large tree. On any error `tmp` is
+    // dropped, which deletes the temporary file.
     let tmp = target.create_temp()?;
     let tree = walk::walk(src, opts)?;
     log::debug!(
@@ -126,10 +124,26 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
         tree.nodes.len(),
         started.elapsed().as_secs_f64()
     );
+    write_squashfs(&tree, target, tmp, opts, started)
+}
+
+/// Writes `tree` as a SquashFS image into `tmp` and commits it to `target`.
+pub(crate) fn write_squashfs(
+    tree: &walk::Tree,
+    target: output::Target,
+    tmp: tempfile::NamedTempFile,
+    opts: &PackOptions,
+    started: Instant,
+) -> Result<PackSummary, PackError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .thread_name(|i| format!("packfs-{i}"))
+        .build()
+        .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
-    let w = squashfs::write_image(&tree, tmp.as_file(), target.path(), opts, &pool)?;
+    let w = squashfs::write_image(tree, tmp.as_file(), target.path(), opts, &pool)?;
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }

@@ -175,6 +175,136 @@ impl Tree {
     }
 }
 
+impl Tree {
+    /// Nodes in depth-first pre-order (siblings by name bytes), the root
+    /// left out: the order the ZIP writer writes entries and the order
+    /// shards are cut in (`crate::shards`).
+    pub fn pre_order(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.nodes.len().saturating_sub(1));
+        let mut stack: Vec<u32> = self.children(0).rev().collect();
+        while let Some(node) = stack.pop() {
+            out.push(node);
+            if self.inodes[self.nodes[node as usize].inode as usize].kind == Kind::Dir {
+                stack.extend(self.children(node).rev());
+            }
+        }
+        out
+    }
+
+    /// The tree restricted to the nodes marked in `keep`, which must hold
+    /// the root, every ancestor of a kept node and every name of a kept
+    /// hard-linked inode. Nodes keep their relative order (so children stay
+    /// contiguous and sorted), the arena, uid/gid table and xattr sets are
+    /// rebuilt with only what the kept nodes use. Inodes keep their link
+    /// counts, directories included: a directory's count stays the source's
+    /// (2 + all its subdirectories), which overstates it in a shard that
+    /// holds only some of them. That is the safe direction (`find`'s leaf
+    /// optimisation only skips work when the count is *lower*), and it makes
+    /// the union of the shards show the source's counts.
+    pub fn subset(&self, keep: &[bool]) -> Tree {
+        debug_assert!(keep[0]);
+        let mut new_node = vec![u32::MAX; self.nodes.len()];
+        let mut count = 0u32;
+        for (n, k) in keep.iter().enumerate() {
+            if *k {
+                new_node[n] = count;
+                count += 1;
+            }
+        }
+        let mut new_ino = vec![u32::MAX; self.inodes.len()];
+        let mut inode_order = Vec::new();
+        for (node, _) in self.nodes.iter().zip(keep).filter(|(_, k)| **k) {
+            let ino = node.inode as usize;
+            if new_ino[ino] == u32::MAX {
+                new_ino[ino] = 0;
+                inode_order.push(ino);
+            }
+        }
+        // Inodes in their original order: deterministic, and the order
+        // the writers number them in is decided by the nodes anyway.
+        inode_order.sort_unstable();
+        for (i, &ino) in inode_order.iter().enumerate() {
+            new_ino[ino] = i as u32;
+        }
+        let mut used_ids = vec![false; self.ids.len()];
+        let mut used_sets = vec![false; self.xattrs.sets.len()];
+        for &ino in &inode_order {
+            let i = &self.inodes[ino];
+            used_ids[i.uid_idx as usize] = true;
+            used_ids[i.gid_idx as usize] = true;
+            if i.xattr != INVALID_XATTR {
+                used_sets[i.xattr as usize] = true;
+            }
+        }
+        let remap = |used: &[bool]| -> Vec<u32> {
+            let mut next = 0;
+            used.iter()
+                .map(|&u| {
+                    let v = next;
+                    next += u as u32;
+                    if u {
+                        v
+                    } else {
+                        u32::MAX
+                    }
+                })
+                .collect()
+        };
+        let (id_map, set_map) = (remap(&used_ids), remap(&used_sets));
+        let mut xattrs = XattrSets::default();
+        for (s, set) in self.xattrs.sets.iter().enumerate() {
+            if used_sets[s] {
+                xattrs.intern(set.clone());
+            }
+        }
+        let mut t = Tree {
+            root: self.root.clone(),
+            overlay: self.overlay.clone(),
+            nodes: Vec::with_capacity(count as usize),
+            inodes: Vec::with_capacity(inode_order.len()),
+            arena: Vec::new(),
+            ids: (0..self.ids.len())
+                .filter(|&i| used_ids[i])
+                .map(|i| self.ids[i])
+                .collect(),
+            xattrs,
+        };
+        for n in (0..self.nodes.len()).filter(|&n| keep[n]) {
+            let old = &self.nodes[n];
+            let name_off = t.arena.len() as u64;
+            t.arena.extend_from_slice(self.name(n as u32));
+            let kept: Vec<u32> = self
+                .children(n as u32)
+                .filter(|&c| keep[c as usize])
+                .collect();
+            t.nodes.push(Node {
+                parent: new_node[old.parent as usize],
+                inode: new_ino[old.inode as usize],
+                name_off,
+                name_len: old.name_len,
+                first_child: kept.first().map_or(0, |&c| new_node[c as usize]),
+                child_count: kept.len() as u32,
+            });
+        }
+        for &ino in &inode_order {
+            let mut i = self.inodes[ino].clone();
+            if i.kind == Kind::Symlink {
+                let off = t.arena.len() as u64;
+                t.arena.extend_from_slice(self.symlink_target(ino as u32));
+                i.target_off = off;
+            }
+            i.node = new_node[i.node as usize];
+            i.uid_idx = id_map[i.uid_idx as usize] as u16;
+            i.gid_idx = id_map[i.gid_idx as usize] as u16;
+            if i.xattr != INVALID_XATTR {
+                i.xattr = set_map[i.xattr as usize];
+            }
+            t.inodes.push(i);
+        }
+        t
+    }
+}
+
 struct Walker<'a> {
     opts: &'a PackOptions,
     tree: Tree,

@@ -121,6 +121,20 @@ fn own_mount(img: &Path, latency: Option<&Latency>, mount_args: &[String]) -> an
 fn evict_list(ctx: &Ctx, sides: &[Side]) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = ctx.tree.files().map(|e| ctx.raw.join(&e.rel)).collect();
     v.extend(ctx.image.iter().cloned());
+    // A shard manifest's images are what a cold start must evict.
+    if let Some(m) = ctx
+        .image
+        .as_ref()
+        .filter(|m| mountfs::mount::is_manifest(m))
+    {
+        if let Ok(man) = packer::shards::read_manifest(m) {
+            v.extend(
+                man.shards
+                    .iter()
+                    .map(|s| packer::shards::resolve(m, &s.file)),
+            );
+        }
+    }
     for s in sides {
         if let SideKind::External { path } = &s.kind {
             v.extend(ctx.tree.files().map(|e| path.join(&e.rel)));

@@ -108,6 +108,21 @@ pub fn info(image: &Path) -> anyhow::Result<i32> {
             );
             println!("index memory: {}", human(i.index_bytes));
         }
+        AnyImage::Union(u) => {
+            let paths: Vec<_> = u.shard_paths().collect();
+            println!("image:        {}", image.display());
+            println!(
+                "format:       union of {} shards (packfs manifest)",
+                paths.len()
+            );
+            let mut total = 0;
+            for p in &paths {
+                let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                total += len;
+                println!("shard:        {} ({})", p.display(), human(len));
+            }
+            println!("size:         {} in all shards", human(total));
+        }
     }
     Ok(0)
 }

@@ -3,6 +3,7 @@
 mod inspect;
 mod mount;
 mod pack;
+mod shards;
 
 use crate::cli::{Cli, Command};
 
@@ -56,6 +57,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         } => inspect::extract(&image, &path, &output),
         c @ Command::Mount { .. } => mount::mount(c),
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Shards { cmd } => shards::run(cmd),
         Command::Bench(args) => crate::bench::run(*args),
         Command::UnmountWatcher {
             fd,

@@ -60,8 +60,8 @@ fn split_options(options: Vec<String>) -> Vec<String> {
 
 pub fn mount(c: Command) -> anyhow::Result<i32> {
     let Command::Mount {
-        image,
-        mountpoint,
+        mut paths,
+        on_conflict,
         cache_size,
         threads,
         foreground,
@@ -75,6 +75,8 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
     else {
         unreachable!()
     };
+    let mountpoint = paths.pop().expect("clap requires two paths");
+    let images = paths;
     check_mountpoint(&mountpoint, &options)?;
     let mut options = split_options(options);
     mountfs::mount::check_options(&options).map_err(|e| anyhow::anyhow!("-o {e}"))?;
@@ -87,8 +89,8 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         .map(str::to_string);
     options.retain(|o| !o.starts_with("fsname="));
     let cache = cache_size.unwrap_or_else(super::default_cache_size) as usize;
-    let img = AnyImage::open_with(&image, cache, io.mode())?;
-    let abs = std::fs::canonicalize(&image).unwrap_or(image.clone());
+    let img = AnyImage::open_union(&images, cache, io.mode(), on_conflict.rule())?;
+    let abs = std::fs::canonicalize(&images[0]).unwrap_or(images[0].clone());
     let opts = ServeOptions {
         threads: threads.unwrap_or_else(super::default_session_threads),
         allow_other,

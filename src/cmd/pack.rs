@@ -98,11 +98,20 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         compile,
         venv,
         quiet,
+        shards,
+        shard,
+        manifest,
+        entry_cost,
     } = c
     else {
         unreachable!()
     };
+    let template = output.to_string_lossy().into_owned();
+    // The extension after {shard} decides the format, as for one image.
     let fmt = format_for(&output, format)?;
+    if shards.is_none() && template.contains("{shard}") {
+        bail!("{template}: {{shard}} in the output name needs --shards N");
+    }
     if !block_size.is_power_of_two() || !(4096..=1 << 20).contains(&block_size) {
         bail!("--block-size {block_size}: must be a power of two from 4K to 1M");
     }
@@ -193,6 +202,46 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
         cancel: Some(cancel),
     };
+    if let Some(n) = shards {
+        let spec = packer::shards::ShardSpec {
+            shards: n,
+            template,
+            manifest,
+            entry_cost,
+            format: match fmt {
+                OutFormat::Squashfs => packer::shards::ShardFormat::SquashFs,
+                OutFormat::Zip => packer::shards::ShardFormat::Zip,
+            },
+            compression: format!("{compression:?}").to_lowercase(),
+        };
+        let done = packer::shards::pack_shards(&src, &spec, shard, &opts);
+        drop(stage);
+        let done = match done {
+            Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
+            r => r?,
+        };
+        if !quiet {
+            for r in &done {
+                eprintln!(
+                    "shard {}/{n}: {} entries, {} in, {} out -> {}",
+                    r.index,
+                    r.summary.entries,
+                    human(r.summary.bytes_in),
+                    human(r.summary.bytes_out),
+                    r.path.display()
+                );
+            }
+            match done.last().and_then(|r| r.manifest.as_ref()) {
+                Some(m) => eprintln!("manifest: {}", m.display()),
+                None => eprintln!(
+                    "manifest: not yet (written by the task that packs the last missing shard, \
+                     or by `packfs shards finalize {}`)",
+                    spec.manifest_path().display()
+                ),
+            }
+        }
+        return Ok(0);
+    }
     let packed = match fmt {
         OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts),
         OutFormat::Zip => packer::pack_zip(&src, &output, &opts),

@@ -92,8 +92,23 @@ const OUT_BUF: usize = 1 << 20;
 /// Packs `src` into the ZIP archive `out` (see [`crate::pack_zip`]).
 pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
     let started = Instant::now();
-    let codec = Codec::from_options(opts.compressor, opts.level)?;
+    Codec::from_options(opts.compressor, opts.level)?;
     let target = output::prepare(src, out, opts.force)?;
+    // On any error `tmp` is dropped, which deletes the temporary file.
+    let tmp = target.create_temp()?;
+    let tree = walk::walk(src, opts)?;
+    write_tree(&tree, target, tmp, opts, started)
+}
+
+/// Writes `tree` as a ZIP archive into `tmp` and commits it to `target`.
+pub(crate) fn write_tree(
+    tree: &Tree,
+    target: output::Target,
+    tmp: tempfile::NamedTempFile,
+    opts: &PackOptions,
+    started: Instant,
+) -> Result<PackSummary, PackError> {
+    let codec = Codec::from_options(opts.compressor, opts.level)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .thread_name(|i| format!("packfs-zip-{i}"))
@@ -104,15 +119,12 @@ pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, P
         .thread_name(|i| format!("packfs-read-{i}"))
         .build()
         .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
-    // On any error `tmp` is dropped, which deletes the temporary file.
-    let tmp = target.create_temp()?;
-    let tree = walk::walk(src, opts)?;
     if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
     let w = {
         let z = ZipWriter {
-            tree: &tree,
+            tree,
             opts,
             codec,
             pool: Arc::new(pool),

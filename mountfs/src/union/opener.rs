@@ -1,0 +1,48 @@
+//! How a union opens its shards: a caller-provided function (the union is
+//! generic over the shards' image type, `mount::AnyImage` in practice, so
+//! it does not depend on `mount`), each shard over its own namespace of one
+//! shared cache.
+
+use crate::cache::BlockCache;
+use crate::error::Result;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Opens one shard's image file over the cache (namespace) it is given.
+/// The union is generic over the shards' image type, which `mount`
+/// provides (`AnyImage`), so this module does not depend on it.
+pub type OpenFn<I> = Box<dyn Fn(&Path, Arc<BlockCache>) -> Result<I> + Send + Sync>;
+
+pub struct UnionOptions<I> {
+    /// One cache budget shared by all shards.
+    pub cache_bytes: usize,
+    pub on_conflict: OnConflict,
+    pub open: OpenFn<I>,
+}
+
+/// Opens shard images, each with its own namespace of the shared cache.
+pub struct Opener<I> {
+    pub(super) cache: Arc<BlockCache>,
+    pub(super) open: OpenFn<I>,
+    pub(super) next_ns: std::sync::atomic::AtomicU32,
+}
+
+impl<I> Opener<I> {
+    pub(super) fn open(&self, path: &Path) -> std::result::Result<I, String> {
+        let ns = self
+            .next_ns
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (self.open)(path, Arc::new(self.cache.namespace(ns + 1)))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// Which shard's entry a path held by several shards shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnConflict {
+    /// Refuse to mount (plain images are checked at open).
+    #[default]
+    Error,
+    First,
+    Last,
+}

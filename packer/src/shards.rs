@@ -1,0 +1,705 @@
+//! Splitting one source tree into N standalone images (shards), and the
+//! manifest that describes them (`packfs_format::shards`).
+//!
+//! # The split rule
+//! Every entry but the root, in depth-first pre-order with siblings by name
+//! bytes ([`Tree::pre_order`], the ZIP writer's entry order and, for files,
+//! the SquashFS writer's data order), gets a weight: a regular file its size
+//! plus `entry_cost`, anything else (directories, symlinks, further names of
+//! a hard-linked file) `entry_cost`. The sequence is cut into N contiguous
+//! runs at the positions whose cumulative weight is nearest to `W * i / N`
+//! (W the total), never inside a hard-link group (the first to the last
+//! name of an inode with several names): such a cut moves to the nearest
+//! allowed position. Cuts never go backwards, so a shard may be empty when
+//! N exceeds what can be cut.
+//!
+//! Only the walk's metadata goes in (names, sizes, link structure), so every
+//! task of a job array computes the same split on any node and with any
+//! thread count. Contiguous runs keep directories together and give each
+//! shard a `[first, last]` path range; a shard also holds the directories
+//! leading to its entries, with their real metadata. Union mounts route a
+//! path to the shards whose range meets its subtree (`packfs_format::shards::holds`).
+//!
+//! # Sidecars and the manifest
+//! Each shard writer also writes `<image>.shard.json` (a [`Sidecar`]) next
+//! to its image, atomically, then looks for the sidecars of all N shards; the
+//! task that finds them all writes the manifest (temporary file + rename).
+//! Its content depends only on the sidecars, so tasks finishing together
+//! write the same bytes. [`finalize`] does the same on demand.
+
+use crate::output::{self, Target};
+use crate::walk::{self, Kind, Tree};
+use crate::{validate, PackError, PackOptions, PackSummary};
+use packfs_format::shards::{
+    encode_path, manifest_name, shard_name, Manifest, Range, Shard, Split, MANIFEST_VERSION,
+};
+use serde::{Deserialize, Serialize};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Default per-entry weight: about what an entry costs beyond its data (an
+/// inode, a directory entry, a small file's share of a block), so a tree of
+/// a million empty files still spreads over the shards.
+pub const DEFAULT_ENTRY_COST: u64 = 4096;
+
+/// The image format of the shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardFormat {
+    SquashFs,
+    Zip,
+}
+
+impl ShardFormat {
+    fn name(self) -> &'static str {
+        match self {
+            ShardFormat::SquashFs => "squashfs",
+            ShardFormat::Zip => "zip",
+        }
+    }
+}
+
+/// What to split and where the shards go.
+pub struct ShardSpec {
+    /// N, at least 1.
+    pub shards: u32,
+    /// Output template, with `{shard}` (see `packfs_format::shards::shard_name`).
+    pub template: String,
+    /// Manifest path; default from the template (`manifest_name`).
+    pub manifest: Option<PathBuf>,
+    pub entry_cost: u64,
+    pub format: ShardFormat,
+    /// Codec name and level as the user sees them, for the manifest.
+    pub compression: String,
+}
+
+impl ShardSpec {
+    pub fn manifest_path(&self) -> PathBuf {
+        self.manifest
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(manifest_name(&self.template)))
+    }
+
+    pub fn image_path(&self, k: u32) -> PathBuf {
+        PathBuf::from(shard_name(&self.template, k, self.shards).expect("checked template"))
+    }
+}
+
+/// The per-shard file written next to each image: what the manifest will
+/// say about that shard, and which manifest it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sidecar {
+    pub packfs_shard: u32,
+    /// The manifest's file name (in the same directory).
+    pub manifest: String,
+    pub split: Split,
+    pub shard: Shard,
+}
+
+/// The cut of a tree: `cuts[k]..cuts[k + 1]` are shard k's positions in
+/// `order`.
+pub struct Plan {
+    pub order: Vec<u32>,
+    pub cuts: Vec<usize>,
+    pub total_bytes: u64,
+}
+
+/// Computes the split of `tree` into `n` shards (see the module doc).
+pub fn plan(tree: &Tree, n: u32, entry_cost: u64) -> Plan {
+    let order = tree.pre_order();
+    let m = order.len();
+    // Prefix weights; hard-link groups' first and last positions.
+    let mut prefix = Vec::with_capacity(m + 1);
+    prefix.push(0u128);
+    let mut first_pos = vec![usize::MAX; tree.inodes.len()];
+    let mut last_pos = vec![0usize; tree.inodes.len()];
+    let mut total_bytes = 0u64;
+    for (p, &node) in order.iter().enumerate() {
+        let ino = tree.nodes[node as usize].inode as usize;
+        let i = &tree.inodes[ino];
+        let first = first_pos[ino] == usize::MAX;
+        if first {
+            first_pos[ino] = p;
+        }
+        last_pos[ino] = p;
+        let w = if i.kind == Kind::File && first {
+            total_bytes += i.size;
+            i.size as u128 + entry_cost as u128
+        } else {
+            entry_cost as u128
+        };
+        prefix.push(prefix[p] + w);
+    }
+    // blocked[c]: a cut before position c would separate names of one inode.
+    let mut depth = vec![0i64; m + 2];
+    for ino in 0..tree.inodes.len() {
+        if first_pos[ino] != usize::MAX && last_pos[ino] > first_pos[ino] {
+            depth[first_pos[ino] + 1] += 1;
+            depth[last_pos[ino] + 1] -= 1;
+        }
+    }
+    let mut blocked = vec![false; m + 1];
+    let mut d = 0i64;
+    for (c, b) in blocked.iter_mut().enumerate() {
+        d += depth[c];
+        *b = d > 0;
+    }
+    let total = prefix[m];
+    let dist = |c: usize, t: u128| prefix[c].abs_diff(t);
+    let mut cuts = vec![0usize];
+    for i in 1..n as u128 {
+        let t = total * i / n as u128;
+        // Nearest position by weight (ties to the earlier one).
+        let above = prefix.partition_point(|&s| s < t).min(m);
+        let mut c = if above > 0 && dist(above - 1, t) <= dist(above, t) {
+            above - 1
+        } else {
+            above
+        };
+        if blocked[c] {
+            let left = (0..c).rev().find(|&x| !blocked[x]).unwrap_or(0);
+            let right = (c + 1..=m).find(|&x| !blocked[x]).unwrap_or(m);
+            c = if dist(left, t) <= dist(right, t) {
+                left
+            } else {
+                right
+            };
+        }
+        cuts.push(c.max(*cuts.last().expect("non-empty")));
+    }
+    cuts.push(m);
+    Plan {
+        order,
+        cuts,
+        total_bytes,
+    }
+}
+
+/// Shard `k`'s part of the plan: its entries' positions, plus the
+/// directories leading to them, as a `keep` mask over the tree's nodes.
+fn keep_mask(tree: &Tree, plan: &Plan, k: usize) -> Vec<bool> {
+    let mut keep = vec![false; tree.nodes.len()];
+    keep[0] = true;
+    for &node in &plan.order[plan.cuts[k]..plan.cuts[k + 1]] {
+        let mut n = node;
+        while !keep[n as usize] {
+            keep[n as usize] = true;
+            n = tree.nodes[n as usize].parent;
+        }
+    }
+    keep
+}
+
+fn rel_bytes(tree: &Tree, node: u32) -> Vec<u8> {
+    tree.rel_path(node).as_os_str().as_bytes().to_vec()
+}
+
+/// The manifest record of shard `k`, before the image exists (file, size
+/// and hash are filled in once it is written).
+fn shard_record(tree: &Tree, plan: &Plan, k: usize) -> Shard {
+    let run = &plan.order[plan.cuts[k]..plan.cuts[k + 1]];
+    let mut files = 0;
+    let mut bytes = 0;
+    let mut seen = std::collections::HashSet::new();
+    for &node in run {
+        let ino = tree.nodes[node as usize].inode;
+        let i = &tree.inodes[ino as usize];
+        if i.kind == Kind::File && seen.insert(ino) {
+            files += 1;
+            bytes += i.size;
+        }
+    }
+    Shard {
+        index: k as u32,
+        file: String::new(),
+        size: 0,
+        blake3: String::new(),
+        entries: run.len() as u64,
+        files,
+        bytes,
+        range: (!run.is_empty()).then(|| Range {
+            first: encode_path(&rel_bytes(tree, run[0])),
+            last: encode_path(&rel_bytes(tree, run[run.len() - 1])),
+        }),
+    }
+}
+
+fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -> Split {
+    Split {
+        shards: spec.shards,
+        weighting: "bytes+entry_cost".into(),
+        entry_cost: spec.entry_cost,
+        excludes: opts.excludes.clone(),
+        format: spec.format.name().into(),
+        compression: spec.compression.clone(),
+        level: opts.level,
+        block_size: opts.block_size,
+        mtime: opts.mtime,
+        all_root: opts.all_root,
+        no_fragments: opts.no_fragments,
+        source: src
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default(),
+        total_entries: plan.order.len() as u64,
+        total_bytes: plan.total_bytes,
+    }
+}
+
+/// What packing one shard produced.
+pub struct ShardResult {
+    pub index: u32,
+    pub path: PathBuf,
+    pub summary: PackSummary,
+    /// `Some(path)` if this call wrote the manifest (it found all sidecars).
+    pub manifest: Option<PathBuf>,
+}
+
+/// Packs shards of `src`: all N when `only` is `None` (then writes the
+/// manifest), else shard `only` alone (then writes the manifest only if the
+/// other N - 1 sidecars are already there). The tree is walked once.
+pub fn pack_shards(
+    src: &Path,
+    spec: &ShardSpec,
+    only: Option<u32>,
+    opts: &PackOptions,
+) -> Result<Vec<ShardResult>, PackError> {
+    let started = Instant::now();
+    validate(opts)?;
+    if spec.shards == 0 || spec.shards > MAX_SHARDS {
+        return Err(PackError::InvalidOption(format!(
+            "--shards {}: must be 1..={MAX_SHARDS}",
+            spec.shards
+        )));
+    }
+    if shard_name(&spec.template, 0, spec.shards).is_none() {
+        return Err(PackError::InvalidOption(format!(
+            "-o {}: a sharded output needs {{shard}} in its name (e.g. train-{{shard}}.sqfs)",
+            spec.template
+        )));
+    }
+    let which: Vec<u32> = match only {
+        Some(k) if k >= spec.shards => {
+            return Err(PackError::InvalidOption(format!(
+                "--shard {k}: must be below --shards {}",
+                spec.shards
+            )))
+        }
+        Some(k) => vec![k],
+        None => (0..spec.shards).collect(),
+    };
+    // Check every output before the (long) walk.
+    let targets: Vec<Target> = which
+        .iter()
+        .map(|&k| output::prepare(src, &spec.image_path(k), opts.force))
+        .collect::<Result<_, _>>()?;
+    let tree = walk::walk(src, opts)?;
+    if walk::cancelled(opts) {
+        return Err(PackError::Interrupted);
+    }
+    let plan = plan(&tree, spec.shards, spec.entry_cost);
+    let split = split_params(src, &plan, spec, opts);
+    let manifest = spec.manifest_path();
+    let mut out = Vec::new();
+    for (k, target) in which.into_iter().zip(targets) {
+        let sub = tree.subset(&keep_mask(&tree, &plan, k as usize));
+        let tmp = target.create_temp()?;
+        let summary = match spec.format {
+            ShardFormat::SquashFs => crate::write_squashfs(&sub, target, tmp, opts, started)?,
+            ShardFormat::Zip => crate::zip::write_tree(&sub, target, tmp, opts, started)?,
+        };
+        drop(sub);
+        let path = spec.image_path(k);
+        let mut record = shard_record(&tree, &plan, k as usize);
+        record.file = relative_name(&path, &manifest)?;
+        record.size = std::fs::metadata(&path)
+            .map_err(PackError::io(&path))?
+            .len();
+        record.blake3 = hash_file(&path)?;
+        write_sidecar(
+            &path,
+            &Sidecar {
+                packfs_shard: MANIFEST_VERSION,
+                manifest: file_name(&manifest)?,
+                split: split.clone(),
+                shard: record,
+            },
+        )?;
+        out.push(ShardResult {
+            index: k,
+            path,
+            summary,
+            manifest: None,
+        });
+    }
+    // Only when this process wrote every shard is a missing sidecar an
+    // error; a job-array task just leaves the manifest to the last one.
+    let wrote = match finalize_if_complete(&manifest, &split)? {
+        Ok(()) => Some(manifest),
+        Err(missing) if only.is_none() => {
+            return Err(PackError::Shards(format!(
+                "{}: sidecars missing after packing every shard: {missing}",
+                spec.manifest_path().display()
+            )))
+        }
+        Err(_) => None,
+    };
+    if let Some(last) = out.last_mut() {
+        last.manifest = wrote;
+    }
+    Ok(out)
+}
+
+/// Shards at most: node ids of a union mount carry the shard number in
+/// their low bits (`mountfs::union`).
+pub const MAX_SHARDS: u32 = 4096;
+
+fn file_name(p: &Path) -> Result<String, PackError> {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| PackError::InvalidOption(format!("{}: no file name", p.display())))
+}
+
+fn parent(p: &Path) -> &Path {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// The image's name as the manifest records it: its file name when both
+/// are in the same directory (the usual case, and what keeps the set of
+/// files relocatable), else its absolute path.
+fn relative_name(image: &Path, manifest: &Path) -> Result<String, PackError> {
+    let di = parent(image)
+        .canonicalize()
+        .map_err(PackError::io(parent(image)))?;
+    let dm = parent(manifest)
+        .canonicalize()
+        .map_err(PackError::io(parent(manifest)))?;
+    if di == dm {
+        file_name(image)
+    } else {
+        Ok(di.join(file_name(image)?).to_string_lossy().into_owned())
+    }
+}
+
+/// blake3 of a whole file, hex.
+pub fn hash_file(p: &Path) -> Result<String, PackError> {
+    let mut h = blake3::Hasher::new();
+    let mut f = std::fs::File::open(p).map_err(PackError::io(p))?;
+    std::io::copy(&mut f, &mut h).map_err(PackError::io(p))?;
+    Ok(h.finalize().to_hex().to_string())
+}
+
+fn sidecar_path(image: &Path) -> PathBuf {
+    let mut s = image.as_os_str().to_owned();
+    s.push(".shard.json");
+    PathBuf::from(s)
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory
+/// and a rename, so readers see the old content or the new, never a part.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PackError> {
+    use std::io::Write;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.tmp-", file_name(path)?))
+        .tempfile_in(parent(path))
+        .map_err(PackError::output(path, "creating its temporary file"))?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .map_err(PackError::output(path, "writing"))?;
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(PackError::output(path, "setting its mode"))?;
+    tmp.persist(path)
+        .map_err(|e| PackError::output(path, "renaming into place")(e.error))?;
+    Ok(())
+}
+
+fn write_sidecar(image: &Path, s: &Sidecar) -> Result<(), PackError> {
+    let mut json = serde_json::to_vec_pretty(s).expect("serialisable");
+    json.push(b'\n');
+    write_atomic(&sidecar_path(image), &json)
+}
+
+/// The sidecars in the manifest's directory that name this manifest, by
+/// shard index. A sidecar that does not parse is an error naming it.
+fn sidecars(manifest: &Path) -> Result<Vec<(PathBuf, Sidecar)>, PackError> {
+    let dir = parent(manifest);
+    let want = file_name(manifest)?;
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(PackError::io(dir))? {
+        let e = e.map_err(PackError::io(dir))?;
+        let name = e.file_name();
+        if !name.as_bytes().ends_with(b".shard.json") || name.as_bytes().starts_with(b".") {
+            continue;
+        }
+        let p = e.path();
+        let bytes = std::fs::read(&p).map_err(PackError::io(&p))?;
+        let s: Sidecar = serde_json::from_slice(&bytes)
+            .map_err(|e| PackError::Shards(format!("{}: not a shard sidecar: {e}", p.display())))?;
+        if s.manifest == want {
+            out.push((p, s));
+        }
+    }
+    out.sort_by_key(|(p, s)| (s.shard.index, p.clone()));
+    Ok(out)
+}
+
+/// Writes the manifest if the sidecars of all shards of `split` are present
+/// (sidecars of another split naming the same manifest are ignored);
+/// otherwise returns which are missing.
+fn finalize_if_complete(manifest: &Path, split: &Split) -> Result<Result<(), String>, PackError> {
+    let found: Vec<_> = sidecars(manifest)?
+        .into_iter()
+        .filter(|(_, s)| &s.split == split)
+        .collect();
+    let mut shards: Vec<Option<Shard>> = vec![None; split.shards as usize];
+    for (p, s) in found {
+        let k = s.shard.index as usize;
+        if k >= shards.len() {
+            return Err(PackError::Shards(format!(
+                "{}: shard {k} of a split into {}",
+                p.display(),
+                split.shards
+            )));
+        }
+        shards[k] = Some(s.shard);
+    }
+    let missing: Vec<String> = (0..split.shards)
+        .filter(|&k| shards[k as usize].is_none())
+        .map(|k| k.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Err(format!("shard(s) {}", missing.join(", "))));
+    }
+    let m = Manifest {
+        packfs_shards: MANIFEST_VERSION,
+        split: split.clone(),
+        shards: shards.into_iter().map(|s| s.expect("checked")).collect(),
+    };
+    let mut json = serde_json::to_vec_pretty(&m).expect("serialisable");
+    json.push(b'\n');
+    write_atomic(manifest, &json)?;
+    Ok(Ok(()))
+}
+
+/// `packfs shards finalize`: writes `manifest` from the sidecars next to it.
+/// They must all describe the same split and all N must be present, and
+/// each image must still have the size its sidecar recorded.
+pub fn finalize(manifest: &Path) -> Result<Manifest, PackError> {
+    let found = sidecars(manifest)?;
+    let Some((first_path, first)) = found.first() else {
+        return Err(PackError::Shards(format!(
+            "{}: no shard sidecars (*.shard.json) for this manifest in {}",
+            manifest.display(),
+            parent(manifest).display()
+        )));
+    };
+    for (p, s) in &found {
+        if s.split != first.split {
+            return Err(PackError::Shards(format!(
+                "{} and {} describe different splits (parameters or source differ); \
+                 remove the stale one",
+                first_path.display(),
+                p.display()
+            )));
+        }
+        let img = resolve(manifest, &s.shard.file);
+        let size = std::fs::metadata(&img).map_err(PackError::io(&img))?.len();
+        if size != s.shard.size {
+            return Err(PackError::Shards(format!(
+                "{}: {size} bytes, its sidecar says {}",
+                img.display(),
+                s.shard.size
+            )));
+        }
+    }
+    match finalize_if_complete(manifest, &first.split)? {
+        Ok(()) => {}
+        Err(missing) => {
+            return Err(PackError::Shards(format!(
+                "{}: {missing} not packed yet (no sidecar)",
+                manifest.display()
+            )))
+        }
+    }
+    read_manifest(manifest)
+}
+
+/// A shard's image path: `file` relative to the manifest's directory.
+pub fn resolve(manifest: &Path, file: &str) -> PathBuf {
+    parent(manifest).join(file)
+}
+
+pub fn read_manifest(p: &Path) -> Result<Manifest, PackError> {
+    let bytes = std::fs::read(p).map_err(PackError::io(p))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| PackError::Shards(format!("{}: not a packfs manifest: {e}", p.display())))
+}
+
+/// `packfs shards verify`: every image present with its recorded size and
+/// blake3. Returns one line per shard; the error names the first bad one.
+pub fn verify(manifest: &Path) -> Result<Vec<String>, PackError> {
+    let m = read_manifest(manifest)?;
+    let mut lines = Vec::new();
+    for s in &m.shards {
+        let img = resolve(manifest, &s.file);
+        let size = std::fs::metadata(&img).map_err(PackError::io(&img))?.len();
+        if size != s.size {
+            return Err(PackError::Shards(format!(
+                "{}: {size} bytes, the manifest says {}",
+                img.display(),
+                s.size
+            )));
+        }
+        let h = hash_file(&img)?;
+        if h != s.blake3 {
+            return Err(PackError::Shards(format!(
+                "{}: blake3 {h}, the manifest says {}",
+                img.display(),
+                s.blake3
+            )));
+        }
+        lines.push(format!(
+            "{}: ok ({} bytes, blake3 {})",
+            img.display(),
+            size,
+            h
+        ));
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn tree_of(build: impl FnOnce(&Path)) -> (tempfile::TempDir, Tree) {
+        let d = tempfile::tempdir().unwrap();
+        build(d.path());
+        let t = walk::walk(d.path(), &PackOptions::default()).unwrap();
+        (d, t)
+    }
+
+    fn shard_paths(t: &Tree, p: &Plan, k: usize) -> Vec<PathBuf> {
+        p.order[p.cuts[k]..p.cuts[k + 1]]
+            .iter()
+            .map(|&n| t.rel_path(n))
+            .collect()
+    }
+
+    #[test]
+    fn empty_files_spread_evenly_by_count() {
+        let (_d, t) = tree_of(|r| {
+            for i in 0..1000 {
+                fs::write(r.join(format!("f{i:04}")), b"").unwrap();
+            }
+        });
+        let p = plan(&t, 4, DEFAULT_ENTRY_COST);
+        let sizes: Vec<usize> = p.cuts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(sizes, vec![250; 4]);
+        assert_eq!(shard_paths(&t, &p, 1)[0], Path::new("f0250"));
+    }
+
+    #[test]
+    fn two_shards_cut_where_the_weights_are_closest_to_half() {
+        let (_d, t) = tree_of(|r| {
+            fs::write(r.join("a-big"), vec![1u8; 1 << 20]).unwrap();
+            fs::create_dir(r.join("b")).unwrap();
+            for i in 0..30 {
+                fs::write(r.join(format!("b/{i:02}")), vec![1u8; 3000 * i]).unwrap();
+            }
+        });
+        let p = plan(&t, 2, DEFAULT_ENTRY_COST);
+        // Brute force over every cut, weighing entries independently.
+        let w: Vec<u64> = p
+            .order
+            .iter()
+            .map(|&n| {
+                let i = &t.inodes[t.nodes[n as usize].inode as usize];
+                DEFAULT_ENTRY_COST + if i.kind == Kind::File { i.size } else { 0 }
+            })
+            .collect();
+        let total: u64 = w.iter().sum();
+        let best = (0..=w.len())
+            .min_by_key(|&c| {
+                let left: u64 = w[..c].iter().sum();
+                (2 * left).abs_diff(total)
+            })
+            .unwrap();
+        assert_eq!(p.cuts, vec![0, best, w.len()]);
+        // The big file is about half: shard 0 is it and a few small ones.
+        assert_eq!(shard_paths(&t, &p, 0)[0], Path::new("a-big"));
+        assert!(best > 1 && best < w.len() - 1, "{best}");
+    }
+
+    #[test]
+    fn hard_links_are_never_cut_apart() {
+        let (_d, t) = tree_of(|r| {
+            for i in 0..100 {
+                fs::write(r.join(format!("f{i:03}")), b"x").unwrap();
+            }
+            // Names at positions 10 and 90 of the order share one inode.
+            fs::remove_file(r.join("f090")).unwrap();
+            fs::hard_link(r.join("f010"), r.join("f090")).unwrap();
+        });
+        for n in [2, 3, 4, 7] {
+            let p = plan(&t, n, DEFAULT_ENTRY_COST);
+            let holder: Vec<usize> = ["f010", "f090"]
+                .iter()
+                .map(|name| {
+                    (0..n as usize)
+                        .find(|&k| shard_paths(&t, &p, k).contains(&PathBuf::from(name)))
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(holder[0], holder[1], "n = {n}: {:?}", p.cuts);
+        }
+    }
+
+    #[test]
+    fn more_shards_than_entries_leaves_some_empty() {
+        let (_d, t) = tree_of(|r| {
+            fs::write(r.join("a"), b"1").unwrap();
+            fs::write(r.join("b"), b"2").unwrap();
+        });
+        let p = plan(&t, 5, DEFAULT_ENTRY_COST);
+        let total: usize = p.cuts.windows(2).map(|w| w[1] - w[0]).sum();
+        assert_eq!(total, 2);
+        assert_eq!(*p.cuts.last().unwrap(), 2);
+        assert!(p.cuts.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn subset_keeps_ancestors_and_drops_the_rest() {
+        let (_d, t) = tree_of(|r| {
+            fs::create_dir_all(r.join("x/y")).unwrap();
+            fs::create_dir_all(r.join("z")).unwrap();
+            fs::write(r.join("x/y/f"), b"f").unwrap();
+            fs::write(r.join("z/g"), b"g").unwrap();
+            std::os::unix::fs::symlink("../x", r.join("z/l")).unwrap();
+        });
+        let mut keep = vec![false; t.nodes.len()];
+        let find = |p: &str| {
+            (0..t.nodes.len() as u32)
+                .find(|&n| t.rel_path(n) == Path::new(p))
+                .unwrap() as usize
+        };
+        for p in ["", "z", "z/l"] {
+            keep[find(p)] = true;
+        }
+        let s = t.subset(&keep);
+        let names: Vec<_> = s.pre_order().iter().map(|&n| s.rel_path(n)).collect();
+        assert_eq!(names, vec![PathBuf::from("z"), PathBuf::from("z/l")]);
+        let l = s.nodes[2].inode;
+        assert_eq!(s.symlink_target(l), b"../x");
+        // Directory link counts stay the source's (root: 2 + x + z).
+        assert_eq!(s.inodes[s.nodes[0].inode as usize].nlink, 4);
+    }
+}

@@ -1,0 +1,533 @@
+//! Shards (issue #14): `packfs pack --shards N [--shard K]`, the manifest,
+//! and the union mount. The union is checked entry by entry against the
+//! source through a real FUSE mount, and every shard on its own through the
+//! kernel's SquashFS driver (when root) and unsquashfs.
+
+mod common;
+use common::*;
+use mountfs::fs::{DirEntry, PackFs, ROOT};
+use mountfs::mount::AnyImage;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn packfs() -> Command {
+    Command::new(packfs_bin())
+}
+
+/// `packfs pack SRC --shards N -o DIR/t-{shard}.EXT -q EXTRA...`.
+fn pack_shards(src: &Path, dir: &Path, ext: &str, n: u32, extra: &[&str]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    run(packfs()
+        .arg("pack")
+        .arg(src)
+        .arg("--shards")
+        .arg(n.to_string())
+        .arg("-o")
+        .arg(dir.join(format!("t-{{shard}}.{ext}")))
+        .arg("-q")
+        .args(extra));
+    dir.join("t.manifest.json")
+}
+
+fn manifest_json(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn shard_files(m: &Path) -> Vec<PathBuf> {
+    manifest_json(m)["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| m.parent().unwrap().join(s["file"].as_str().unwrap()))
+        .collect()
+}
+
+/// Runs a command expected to fail; returns its stderr.
+fn fails(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "{cmd:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Paths listed by `unsquashfs -l` (without the squashfs-root prefix).
+fn unsquashfs_paths(img: &Path) -> BTreeSet<PathBuf> {
+    let out = run(Command::new("unsquashfs")
+        .arg("-l")
+        .arg("-no-progress")
+        .arg(img));
+    out.lines()
+        .filter_map(|l| l.strip_prefix("squashfs-root/"))
+        .map(PathBuf::from)
+        .collect()
+}
+
+#[test]
+fn union_of_shards_equals_the_source_and_each_shard_is_a_standard_image() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, true);
+    let want = manifest(&src, &ManifestOptions::default());
+    for n in [1u32, 4, 9] {
+        let m = pack_shards(&src, &t.path().join(format!("out{n}")), "sqfs", n, &[]);
+        let shards = shard_files(&m);
+        assert_eq!(shards.len(), n as usize);
+        let mnt = PackfsMount::new(&m, &[]);
+        assert_same(
+            &format!("union of {n} shards vs source"),
+            &manifest(mnt.path(), &ManifestOptions::default()),
+            &want,
+        );
+        // Every shard alone: its entries are the source's (directories keep
+        // the source's link count, see Tree::subset), and together they
+        // cover every path.
+        let mut covered = BTreeSet::new();
+        for s in &shards {
+            let listed = unsquashfs_paths(s);
+            for p in &listed {
+                assert!(
+                    want.contains_key(p),
+                    "{}: {} not in the source",
+                    s.display(),
+                    p.display()
+                );
+            }
+            covered.extend(listed);
+            if let Some(k) = KernelMount::new(s) {
+                for (p, e) in manifest(k.path(), &ManifestOptions::default()) {
+                    assert_eq!(Some(&e), want.get(&p), "{}: {}", s.display(), p.display());
+                }
+            }
+        }
+        assert_eq!(covered, want.keys().cloned().collect::<BTreeSet<_>>());
+    }
+}
+
+#[test]
+fn plain_images_mount_as_one_tree_without_a_manifest() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, true);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 5, &[]);
+    let mnt = t.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    run(packfs().arg("mount").args(shard_files(&m)).arg(&mnt));
+    let got = std::panic::catch_unwind(|| manifest(&mnt, &ManifestOptions::default()));
+    run(packfs().arg("umount").arg(&mnt));
+    let got = got.unwrap();
+    assert_same(
+        "union of plain shards vs source",
+        &got,
+        &manifest(&src, &ManifestOptions::default()),
+    );
+}
+
+/// Every file and the manifest, by name.
+fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn same_bytes_whatever_the_order_and_thread_count_of_the_tasks() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let env = ("SOURCE_DATE_EPOCH", "1700000000");
+    let all = t.path().join("all");
+    std::fs::create_dir(&all).unwrap();
+    run(packfs()
+        .env(env.0, env.1)
+        .arg("pack")
+        .arg(&src)
+        .args(["--shards", "4", "-q", "-j", "2", "-o"])
+        .arg(all.join("t-{shard}.sqfs")));
+    let tasks = t.path().join("tasks");
+    std::fs::create_dir(&tasks).unwrap();
+    for (i, k) in [3, 1, 0, 2].into_iter().enumerate() {
+        assert!(
+            !tasks.join("t.manifest.json").exists(),
+            "manifest before the last task"
+        );
+        run(packfs()
+            .env(env.0, env.1)
+            .arg("pack")
+            .arg(&src)
+            .args([
+                "--shards",
+                "4",
+                "--shard",
+                &k.to_string(),
+                "-q",
+                "-j",
+                &(1 + i % 2).to_string(),
+                "-o",
+            ])
+            .arg(tasks.join("t-{shard}.sqfs")));
+    }
+    let (a, b) = (contents(&all), contents(&tasks));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    assert_eq!(a.len(), 4 + 4 + 1, "{:?}", a.keys());
+    for (name, bytes) in &a {
+        assert!(
+            bytes == &b[name],
+            "{name} differs between one process and four tasks"
+        );
+    }
+    // Explicit finalize rewrites the same manifest.
+    let before = std::fs::read(tasks.join("t.manifest.json")).unwrap();
+    std::fs::remove_file(tasks.join("t.manifest.json")).unwrap();
+    run(packfs()
+        .args(["shards", "finalize"])
+        .arg(tasks.join("t-{shard}.sqfs")));
+    assert_eq!(
+        std::fs::read(tasks.join("t.manifest.json")).unwrap(),
+        before
+    );
+    run(packfs()
+        .args(["shards", "verify"])
+        .arg(tasks.join("t.manifest.json")));
+}
+
+#[test]
+fn finalize_names_the_missing_shards() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let out = t.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for k in [0, 2] {
+        run(packfs()
+            .arg("pack")
+            .arg(&src)
+            .args(["--shards", "3", "--shard", &k.to_string(), "-q", "-o"])
+            .arg(out.join("t-{shard}.sqfs")));
+    }
+    assert!(!out.join("t.manifest.json").exists());
+    let e = fails(
+        packfs()
+            .args(["shards", "finalize"])
+            .arg(out.join("t.manifest.json")),
+    );
+    assert!(
+        e.contains("shard(s) 1") && e.contains("t.manifest.json"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_missing_or_altered_shard_is_a_clear_error() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 4, &[]);
+    let shards = shard_files(&m);
+    let mnt = scratch();
+    // Same size, one byte changed: mounts (size check), verify catches it.
+    let mut bytes = std::fs::read(&shards[1]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let saved = std::fs::read(&shards[1]).unwrap();
+    std::fs::write(&shards[1], &bytes).unwrap();
+    let e = fails(packfs().args(["shards", "verify"]).arg(&m));
+    assert!(e.contains("t-1.sqfs") && e.contains("blake3"), "{e}");
+    std::fs::write(&shards[1], &saved).unwrap();
+    // Truncated: refused at mount, naming the file and both sizes.
+    std::fs::write(&shards[2], &saved[..4096]).unwrap();
+    let e = fails(packfs().arg("mount").arg(&m).arg(mnt.path()));
+    assert!(e.contains("t-2.sqfs") && e.contains("4096 bytes"), "{e}");
+    // Missing.
+    std::fs::remove_file(&shards[2]).unwrap();
+    let e = fails(packfs().arg("mount").arg(&m).arg(mnt.path()));
+    assert!(e.contains("t-2.sqfs") && e.contains("shard 2"), "{e}");
+    let e = fails(packfs().arg("ls").arg(&m));
+    assert!(e.contains("t-2.sqfs"), "{e}");
+}
+
+/// Two images where `a/x` is a file in one and a directory in the other,
+/// and `b` a file in both.
+fn conflicting_images(t: &Path) -> (PathBuf, PathBuf) {
+    let (s1, s2) = (t.join("s1"), t.join("s2"));
+    std::fs::create_dir_all(s1.join("a")).unwrap();
+    std::fs::create_dir_all(s2.join("a/x")).unwrap();
+    std::fs::write(s1.join("a/x"), b"file in one").unwrap();
+    std::fs::write(s2.join("a/x/inner"), b"inner").unwrap();
+    std::fs::write(s1.join("a/only1"), b"1").unwrap();
+    std::fs::write(s2.join("a/only2"), b"2").unwrap();
+    let (i1, i2) = (t.join("one.sqfs"), t.join("two.zip"));
+    pack(&s1, &i1, &[]);
+    pack(&s2, &i2, &[]);
+    (i1, i2)
+}
+
+#[test]
+fn a_conflicting_path_is_an_error_naming_both_images_unless_a_rule_is_picked() {
+    let t = scratch();
+    let (i1, i2) = conflicting_images(t.path());
+    let mnt = scratch();
+    let e = fails(packfs().arg("mount").arg(&i1).arg(&i2).arg(mnt.path()));
+    assert!(
+        e.contains("a/x")
+            && e.contains("one.sqfs")
+            && e.contains("two.zip")
+            && e.contains("--on-conflict"),
+        "{e}"
+    );
+    // Unmounts even when an assertion below fails.
+    struct Umount<'a>(&'a Path);
+    impl Drop for Umount<'_> {
+        fn drop(&mut self) {
+            let _ = packfs().arg("umount").arg(self.0).status();
+        }
+    }
+    // first: the file wins, the other image's directory is hidden.
+    run(packfs()
+        .arg("mount")
+        .arg(&i1)
+        .arg(&i2)
+        .arg(mnt.path())
+        .args(["--on-conflict", "first"]));
+    let guard = Umount(mnt.path());
+    let names = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        std::fs::read(mnt.path().join("a/x")).unwrap(),
+        b"file in one"
+    );
+    assert_eq!(names(&mnt.path().join("a")), ["only1", "only2", "x"]);
+    drop(guard);
+    // last: the directory wins.
+    run(packfs()
+        .arg("mount")
+        .arg(&i1)
+        .arg(&i2)
+        .arg(mnt.path())
+        .args(["--on-conflict", "last"]));
+    let _guard = Umount(mnt.path());
+    assert_eq!(
+        std::fs::read(mnt.path().join("a/x/inner")).unwrap(),
+        b"inner"
+    );
+    assert_eq!(names(&mnt.path().join("a")), ["only1", "only2", "x"]);
+}
+
+#[test]
+fn zip_shards_mount_like_one_zip_of_the_tree() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, true);
+    let one = t.path().join("one.zip");
+    pack(&src, &one, &[]);
+    let whole = PackfsMount::new(&one, &[]);
+    let want = manifest(whole.path(), &ManifestOptions::default());
+    for n in [1u32, 6] {
+        let m = pack_shards(&src, &t.path().join(format!("z{n}")), "zip", n, &[]);
+        let u = PackfsMount::new(&m, &[]);
+        assert_same(
+            &format!("{n} zip shards vs one zip"),
+            &manifest(u.path(), &ManifestOptions::default()),
+            &want,
+        );
+    }
+}
+
+/// Which shard images list `rel` (via `packfs ls` of its parent).
+fn holders(shards: &[PathBuf], rel: &str) -> Vec<usize> {
+    let (dir, name) = rel.rsplit_once('/').unwrap_or(("/", rel));
+    (0..shards.len())
+        .filter(|&k| {
+            let out = packfs()
+                .arg("ls")
+                .arg(&shards[k])
+                .arg(dir)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.rsplit('/').next() == Some(name))
+        })
+        .collect()
+}
+
+#[test]
+fn hard_links_stay_in_one_shard() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    for n in [2u32, 3, 8] {
+        let m = pack_shards(&src, &t.path().join(format!("o{n}")), "sqfs", n, &[]);
+        let shards = shard_files(&m);
+        for group in [
+            &["hard1", "d/hard2"][..],
+            &["tri1", "d/e/tri2", "d/e/f/tri3"],
+        ] {
+            let h: Vec<Vec<usize>> = group.iter().map(|p| holders(&shards, p)).collect();
+            assert_eq!(h[0].len(), 1, "{n} shards: {} in {:?}", group[0], h[0]);
+            assert!(
+                h.iter().all(|x| x == &h[0]),
+                "{n} shards: {group:?} split over {h:?}"
+            );
+        }
+    }
+}
+
+/// A tree with one directory large enough to span many shards and
+/// subdirectories cut across shard boundaries.
+fn wide_tree(root: &Path) {
+    let big = root.join("data/big");
+    std::fs::create_dir_all(&big).unwrap();
+    for i in 0..1500 {
+        std::fs::write(
+            big.join(format!("f{i:05}")),
+            bytes(i, (i % 7) as usize * 300, false),
+        )
+        .unwrap();
+    }
+    for d in 0..12 {
+        let sub = big.join(format!("sub{d:02}"));
+        std::fs::create_dir(&sub).unwrap();
+        for i in 0..150 {
+            std::fs::write(sub.join(format!("g{i:03}")), bytes(d * 1000 + i, 200, true)).unwrap();
+        }
+    }
+    std::fs::write(root.join("zz-last"), b"last").unwrap();
+}
+
+fn open_fs(m: &Path) -> PackFs<AnyImage> {
+    PackFs::new(AnyImage::open(m, 16 << 20).unwrap(), 0, 0)
+}
+
+#[test]
+fn readdir_of_a_merged_directory_resumes_from_every_cookie() {
+    let t = scratch();
+    let src = t.path().join("src");
+    wide_tree(&src);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 16, &[]);
+    let fs = open_fs(&m);
+    let big = fs.resolve(b"data/big").unwrap();
+    let mut full: Vec<DirEntry> = Vec::new();
+    fs.readdir(big.node, 0, &mut |e| {
+        full.push(e);
+        true
+    })
+    .unwrap();
+    let names: Vec<Vec<u8>> = full.iter().map(|e| e.name.clone()).collect();
+    let mut want: Vec<Vec<u8>> = std::fs::read_dir(src.join("data/big"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_encoded_bytes())
+        .collect();
+    want.sort();
+    want.insert(0, b"..".to_vec());
+    want.insert(0, b".".to_vec());
+    assert_eq!(
+        names, want,
+        "merged listing is the source's, in name order, each name once"
+    );
+    let cookies: BTreeSet<u64> = full.iter().map(|e| e.cookie).collect();
+    assert_eq!(cookies.len(), full.len(), "cookies are unique");
+    for (i, e) in full.iter().enumerate() {
+        let mut rest = Vec::new();
+        fs.readdir(big.node, e.cookie, &mut |x| {
+            rest.push(x.name);
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            rest,
+            names[i + 1..],
+            "resume after {:?}",
+            String::from_utf8_lossy(&e.name)
+        );
+        // A one-entry buffer resumes too.
+        let mut one = Vec::new();
+        fs.readdir(big.node, e.cookie, &mut |x| {
+            one.push(x.name);
+            false
+        })
+        .unwrap();
+        assert!(
+            one.len() <= 1 && one.first() == names.get(i + 1),
+            "after {i}"
+        );
+    }
+    // Directories spanning shards show once, with one node and inode number
+    // however they are reached.
+    for e in full.iter().filter(|e| e.name.starts_with(b"sub")) {
+        let a = fs.lookup(big.node, &e.name).unwrap();
+        assert_eq!(
+            (a.node, a.ino),
+            (e.node, e.ino),
+            "{}",
+            String::from_utf8_lossy(&e.name)
+        );
+        assert_eq!(fs.list(a.node).unwrap().len(), 150);
+    }
+}
+
+#[test]
+fn a_lookup_opens_only_the_shards_on_its_path() {
+    let t = scratch();
+    let src = t.path().join("src");
+    wide_tree(&src);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 16, &[]);
+    let fs = open_fs(&m);
+    let AnyImage::Union(u) = &*fs.image else {
+        panic!("a manifest opens a union")
+    };
+    assert_eq!(u.opened(), 1, "only shard 0 at open");
+    let a = fs.resolve(b"zz-last").unwrap();
+    let mut data = Vec::new();
+    fs.read_all(a.node, |b| {
+        data.extend_from_slice(b);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(data, b"last");
+    assert_eq!(u.opened(), 2, "shard 0 and the last shard");
+    let a = fs.resolve(b"data/big/sub05/g077").unwrap();
+    assert_eq!(a.size, 200);
+    assert!(
+        u.opened() <= 4,
+        "{} shards opened for two lookups",
+        u.opened()
+    );
+    assert_eq!(
+        fs.resolve(b"data/big/nope").unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(fs.getattr(ROOT).unwrap().node, ROOT);
+}
+
+#[test]
+fn run_mounts_a_manifest() {
+    let t = scratch();
+    let src = t.path().join("src");
+    wide_tree(&src);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 4, &[]);
+    let mnt = t.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = run(packfs()
+        .arg("run")
+        .arg(format!("{}:{}", m.display(), mnt.display()))
+        .args(["--", "cat"])
+        .arg(mnt.join("data/big/sub11/g149")));
+    assert_eq!(out.as_bytes(), bytes(11 * 1000 + 149, 200, true));
+    let cat = run(packfs().arg("cat").arg(&m).arg("zz-last"));
+    assert_eq!(cat, "last");
+    let info = run(packfs().arg("info").arg(&m));
+    assert!(info.contains("union of 4 shards"), "{info}");
+}
