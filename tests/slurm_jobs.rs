@@ -121,6 +121,20 @@ fn user() -> String {
 /// An `sbatch` of the script `name` written to `dir` (also its working
 /// directory), with `vars` exported to it; `--wait` unless `wait` is false.
 fn sbatch_cmd(dir: &Path, name: &str, script: &str, vars: &[(&str, &Path)], wait: bool) -> Command {
+    sbatch_cmd_with(dir, name, script, vars, wait, &[])
+}
+
+/// [`sbatch_cmd`] with `extra` options after the usual ones (on sbatch's
+/// command line the last of a repeated option wins, and any option there
+/// overrides the script's `#SBATCH` line).
+fn sbatch_cmd_with(
+    dir: &Path,
+    name: &str,
+    script: &str,
+    vars: &[(&str, &Path)],
+    wait: bool,
+    extra: &[&str],
+) -> Command {
     let file = dir.join(format!("{name}.sh"));
     std::fs::write(&file, script).unwrap();
     let mut export = format!("ALL,PATH={}", job_path());
@@ -142,7 +156,7 @@ fn sbatch_cmd(dir: &Path, name: &str, script: &str, vars: &[(&str, &Path)], wait
     if wait {
         c.arg("--wait");
     }
-    c.arg(&file);
+    c.args(extra).arg(&file);
     c
 }
 
@@ -320,6 +334,77 @@ fn cancelled_job(dir: &Path, image: &Path) {
         "the job took {took:?} to end after scancel: packfs run did not act on SIGTERM, \
          Slurm had to SIGKILL it"
     );
+}
+
+// ---------------------------------------------------------------- shards
+
+/// The doc's job array packs `src` as four shards, one per task (at most
+/// two at once on this node); the training job mounts the manifest the last
+/// task wrote and must see the source tree. The shards must be the bytes one
+/// process writes for the same split.
+fn shard_jobs(dir: &Path, src: &Path) {
+    let out = dir.join("shards-out");
+    let t = Instant::now();
+    let res = sbatch_cmd_with(
+        dir,
+        "pack-shards",
+        &job_script("pack-shards"),
+        &[("SRC", src), ("OUT", &out), ("SHARDS", Path::new("4"))],
+        true,
+        &[
+            "--array=0-3",
+            "--cpus-per-task=1",
+            &format!("--output={}", dir.join("pack-shards-%a.out").display()),
+        ],
+    )
+    .output()
+    .expect("sbatch");
+    let logs: String = (0..4)
+        .map(|a| {
+            std::fs::read_to_string(dir.join(format!("pack-shards-{a}.out"))).unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        res.status.success(),
+        "job array failed: {}\n{}\n{logs}",
+        res.status,
+        String::from_utf8_lossy(&res.stderr)
+    );
+    eprintln!("job array pack-shards: {:.1} s", t.elapsed().as_secs_f64());
+    let manifest = out.join("train.manifest.json");
+    assert!(manifest.is_file(), "no manifest after the array:\n{logs}");
+
+    // One process, same inputs: the same bytes, whatever order the tasks ran in.
+    let local = dir.join("shards-local");
+    std::fs::create_dir(&local).unwrap();
+    run(Command::new(packfs_bin())
+        .env("SOURCE_DATE_EPOCH", "0")
+        .arg("pack")
+        .arg(src)
+        .args(["--shards", "4", "-q", "-o"])
+        .arg(local.join("train-{shard}.sqfs")));
+    for name in [
+        "train-0.sqfs",
+        "train-1.sqfs",
+        "train-2.sqfs",
+        "train-3.sqfs",
+        "train.manifest.json",
+    ] {
+        let (a, b) = (
+            std::fs::read(out.join(name)),
+            std::fs::read(local.join(name)),
+        );
+        assert!(
+            a.as_ref().ok() == b.as_ref().ok() && a.is_ok(),
+            "{name}: the array's output differs from one process's"
+        );
+    }
+
+    let (files, digest) = expected_tree_digest(src);
+    let (id, log) = submit(dir, "train-shards", &[("MANIFEST", &manifest)]);
+    assert_eq!(field(&log, "files"), files.to_string(), "{log}");
+    assert_eq!(field(&log, "sha256"), digest, "{log}");
+    assert!(!PathBuf::from(format!("/tmp/{id}")).exists());
 }
 
 // ---------------------------------------------------------------- venv
@@ -512,6 +597,7 @@ fn hpc_doc_job_scripts_run_under_slurm() {
         });
         dataset_job(dir, &data_img, &data);
         cancelled_job(dir, &data_img);
+        shard_jobs(dir, &data);
         venv_jobs.join().unwrap();
     });
     eprintln!(
