@@ -7,11 +7,14 @@
 # caching negative entries (the default) and without (--negative-ttl 0).
 #
 #   benches/import_matrix.sh VENV OUT_PREFIX [MODULES]
+#   PARTS=local,latency,requests (default: all three) picks the sections.
 #
 # Needs root (kernel loop mount, drop_caches) and a release build.
 set -euo pipefail
 venv=$1 out=$2
 modules=${3:-numpy,pandas,scipy.stats}
+parts=${PARTS:-local,latency,requests}
+want() { [[ ",$parts," == *",$1,"* ]]; }
 bin=$(dirname "$0")/../target/release/packfs
 img=$(mktemp -u /var/tmp/bench-venv.XXXX).sqfs
 k=$(mktemp -d /var/tmp/bench-kernel.XXXX)
@@ -27,13 +30,18 @@ trap cleanup EXIT
 mount -t squashfs -o loop,ro "$img" "$k"
 common=(--raw "$venv" --image "$img" --workload import --import "$modules"
         --threads 1,4 --epochs 3 --repeat 2)
-echo "== local disk: raw, kernel, packfs"
-"$bin" bench "${common[@]}" --self-mount --mountpoint "kernel=$k" \
-    --json "$out-local.json" | tee "$out-local.txt"
+if want local; then
+    echo "== local disk: raw, kernel, packfs"
+    "$bin" bench "${common[@]}" --self-mount --mountpoint "kernel=$k" \
+        --json "$out-local.json" | tee "$out-local.txt"
+fi
 umount "$k"
-echo "== --emulate-latency 500,100: raw, packfs"
-"$bin" bench "${common[@]}" --emulate-latency 500,100 \
-    --json "$out-latency.json" | tee "$out-latency.txt"
+if want latency; then
+    echo "== --emulate-latency 500,100: raw, packfs"
+    "$bin" bench "${common[@]}" --emulate-latency 500,100 \
+        --json "$out-latency.json" | tee "$out-latency.txt"
+fi
+want requests || exit 0
 
 code="import ${modules}"
 echo "== daemon requests: 1 cold + 4 warm interpreters (--stats)" | tee "$out-requests.txt"
