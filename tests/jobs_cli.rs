@@ -166,3 +166,31 @@ fn an_error_states_its_cause_once() {
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
     assert!(err.contains("/nonexistent-packfs-src"), "{err}");
 }
+
+#[test]
+fn terminal_ioctls_are_answered_not_a_tty_and_counted() {
+    if !is_root() {
+        eprintln!("skipped: mounts need root here");
+        return;
+    }
+    let dir = scratch();
+    let img = small_image(dir.path());
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let stats = dir.path().join("stats.json");
+    run(Command::new(packfs_bin())
+        .arg("mount")
+        .arg(&img)
+        .arg(&mnt)
+        .arg("--stats")
+        .arg(&stats));
+    // Python's open() asks isatty (ioctl TCGETS) of every file it opens.
+    let out = run(Command::new("python3").arg("-c").arg(
+        "import sys\nfor _ in range(5):\n    f = open(sys.argv[1], 'rb'); print(f.isatty(), f.read()); f.close()",
+    ).arg(mnt.join("pkg/sub/b.txt")));
+    assert_eq!(out.matches("False b'b'").count(), 5, "{out}");
+    run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
+    let s = read_stats(&stats);
+    assert!(s["requests"]["other"].as_u64().unwrap() >= 10, "{s}");
+    assert_eq!(s["errors"], 0, "{s}");
+}

@@ -13,9 +13,9 @@
 use crate::error::FsError;
 use crate::fs::{Attr, FileKind, Image, Op, PackFs};
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -301,6 +301,26 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
             Ok(_) => reply.error(Errno::ERANGE),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    /// Every `open()` in Python (and C stdio, and `isatty`) asks TCGETS of
+    /// the new file; the kernel forwards each to the server (it remembers no
+    /// refusal, unlike FLUSH). Answered here as "not a terminal" without
+    /// fuser's default WARN line, which cost a formatted log record per
+    /// file opened.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.fs.counters.request(Op::Other);
+        reply.error(Errno::ENOTTY);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
