@@ -196,6 +196,15 @@ pub enum AnyImage {
     Zip(ZipFs),
 }
 
+/// An image opened from a location ([`AnyImage::open_location`]).
+pub struct OpenedImage {
+    pub image: AnyImage,
+    /// Length of the image file or object.
+    pub len: u64,
+    /// Request counters, for a remote image.
+    pub remote: Option<Arc<crate::remote::RemoteCounters>>,
+}
+
 pub enum AnyHandle {
     SquashFs(crate::squashfs::OpenFile),
     Zip(crate::zip::ZipFile),
@@ -213,6 +222,24 @@ impl AnyImage {
         // Sequential streams over the image get readahead (see readahead/).
         let src = StreamReadahead::new(open_image(path, io)?);
         Self::from_source(Box::new(src), &path.display().to_string(), cache_bytes)
+    }
+
+    /// Opens the image at `loc` (a file read as `io` says, or a remote
+    /// object read as `remote` says), wrapped for stream readahead.
+    pub fn open_location(
+        loc: &crate::location::ImageLocation,
+        cache_bytes: usize,
+        io: IoMode,
+        remote: &crate::remote::RemoteOptions,
+    ) -> Result<OpenedImage> {
+        let o = crate::location::open_location(loc, io, remote)?;
+        let len = o.source.len();
+        let src = StreamReadahead::new(o.source);
+        Ok(OpenedImage {
+            image: Self::from_source(Box::new(src), &o.name, cache_bytes)?,
+            len,
+            remote: o.remote,
+        })
     }
 
     /// Opens an image from any source (a file, memory, a fault-injecting
