@@ -3,6 +3,7 @@
 mod inspect;
 mod mount;
 mod pack;
+mod upload;
 
 use crate::cli::{Cli, Command, RemoteArgs};
 use std::sync::OnceLock;

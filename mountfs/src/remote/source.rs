@@ -28,6 +28,9 @@ struct Shared {
     remote: Remote,
     version: Version,
     ranges: RangeCache,
+    /// When the server stopped answering (a fetch timed out or could not
+    /// connect); None while it answers. See [`Shared::fetch`].
+    failing: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl RemoteSource {
@@ -55,6 +58,7 @@ impl RemoteSource {
                 remote,
                 version,
                 ranges,
+                failing: Default::default(),
             }),
             next: AtomicU64::new(u64::MAX),
         })
@@ -120,8 +124,42 @@ impl RemoteSource {
 impl Shared {
     /// One range GET with `If-Match`, its answer checked against the pin.
     /// Retries are object_store's; the whole fetch is cut at the timeout.
+    ///
+    /// While the server is failing, a fetch gets one attempt's time instead
+    /// of the whole timeout: one `read()` makes several FUSE requests (the
+    /// kernel retries a failed readahead page by page, an `open` looks up
+    /// and reads), and each waiting the full timeout would multiply it. The
+    /// first answer ends the failing state, so the mount recovers at once.
     async fn fetch(&self, idx: u64) -> std::result::Result<Bytes, RemoteError> {
+        let failing_since = *self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let r = self.fetch_within(idx, failing_since).await;
+        let mut f = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        match &r {
+            Ok(_) => *f = None,
+            Err(RemoteError::Timeout { .. } | RemoteError::Transport { .. }) => {
+                f.get_or_insert_with(std::time::Instant::now);
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    async fn fetch_within(
+        &self,
+        idx: u64,
+        failing_since: Option<std::time::Instant>,
+    ) -> std::result::Result<Bytes, RemoteError> {
         let opts = &self.remote.opts;
+        let limit = match failing_since {
+            Some(_) => opts.attempt_timeout().min(opts.timeout),
+            None => opts.timeout,
+        };
+        let last = failing_since.map_or(String::new(), |t| {
+            format!(
+                " (the server has not answered for {} s)",
+                t.elapsed().as_secs()
+            )
+        });
         let start = idx * opts.range_size;
         let end = (start + opts.range_size).min(self.version.len);
         let url = self.remote.url();
@@ -141,14 +179,14 @@ impl Shared {
             self.check(&r.meta, &r.range, start..end)?;
             r.bytes().await.map_err(|e| classify(url, &what, e))
         };
-        let bytes = match tokio::time::timeout(opts.timeout, get).await {
+        let bytes = match tokio::time::timeout(limit, get).await {
             Ok(r) => r?,
             Err(_) => {
                 return Err(RemoteError::Timeout {
                     url: url.into(),
                     what,
-                    secs: opts.timeout.as_secs(),
-                    last: String::new(),
+                    secs: limit.as_secs(),
+                    last,
                 })
             }
         };
@@ -276,12 +314,15 @@ fn read_error(e: RemoteError, len: usize, off: u64) -> crate::error::FsError {
     let at = format!("read of {len} bytes at offset {off}");
     match e {
         RemoteError::Timeout {
-            url, secs, what, ..
+            url,
+            secs,
+            what,
+            last,
         } => RemoteError::Timeout {
             url,
             what: at,
             secs,
-            last: format!(" ({what})"),
+            last: format!(" ({what}){last}"),
         },
         RemoteError::Transport { url, what, detail } => RemoteError::Transport {
             url,
