@@ -42,6 +42,68 @@ pub const NEGATIVE_TTL_DEFAULT: u64 = 365 * 24 * 3600;
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Command,
+    #[command(
+        flatten,
+        next_help_heading = "Remote images (s3://BUCKET/KEY, http(s)://HOST/PATH)"
+    )]
+    pub remote: RemoteArgs,
+}
+
+/// How `s3://` and `http(s)://` images are reached and read; accepted by
+/// every command that takes an image (and by `pack -o s3://...`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RemoteArgs {
+    /// S3 endpoint, e.g. https://lumidata.eu (default: $AWS_ENDPOINT_URL, the
+    /// profile's endpoint_url, else AWS).
+    #[arg(long, global = true, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Profile in ~/.aws/credentials and ~/.aws/config (default: $AWS_PROFILE;
+    /// keys in $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY win otherwise; no
+    /// keys at all: anonymous requests, for public buckets).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Bytes per range request (aligned), a power of two from 64K to 256M.
+    #[arg(long, global = true, value_parser = crate::size::parse_size, default_value = "4M")]
+    pub range_size: u64,
+    /// Byte budget of the cache of fetched ranges.
+    #[arg(long, global = true, value_parser = crate::size::parse_size, default_value = "256M")]
+    pub range_cache: u64,
+    /// Seconds a read may take, retries included, before it fails with EIO.
+    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 60)]
+    pub remote_timeout: u64,
+}
+
+impl RemoteArgs {
+    pub fn options(&self) -> mountfs::remote::RemoteOptions {
+        mountfs::remote::RemoteOptions {
+            endpoint: self.endpoint.clone(),
+            profile: self.profile.clone(),
+            range_size: self.range_size,
+            cache_bytes: self.range_cache,
+            timeout: std::time::Duration::from_secs(self.remote_timeout),
+            ..Default::default()
+        }
+    }
+
+    /// The flags again, for a `packfs mount` started by `run` or `bench`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(e) = &self.endpoint {
+            v.extend(["--endpoint".into(), e.clone()]);
+        }
+        if let Some(p) = &self.profile {
+            v.extend(["--profile".into(), p.clone()]);
+        }
+        v.extend([
+            "--range-size".into(),
+            self.range_size.to_string(),
+            "--range-cache".into(),
+            self.range_cache.to_string(),
+            "--remote-timeout".into(),
+            self.remote_timeout.to_string(),
+        ]);
+        v
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -93,6 +155,9 @@ pub enum Command {
     /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
     Pack {
         src: PathBuf,
+        /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
+        /// $TMPDIR, then sent as a multipart upload (the object appears only
+        /// when complete; an error or a signal aborts the upload).
         #[arg(short, long)]
         output: PathBuf,
         /// Override the format chosen from the output extension.

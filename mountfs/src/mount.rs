@@ -201,6 +201,15 @@ pub enum AnyImage {
     Union(Box<UnionImage<AnyImage>>),
 }
 
+/// An image opened from a location ([`AnyImage::open_location`]).
+pub struct OpenedImage {
+    pub image: AnyImage,
+    /// Length of the image file or object.
+    pub len: u64,
+    /// Request counters, for a remote image.
+    pub remote: Option<Arc<crate::remote::RemoteCounters>>,
+}
+
 pub enum AnyHandle {
     SquashFs(crate::squashfs::OpenFile),
     Zip(crate::zip::ZipFile),
@@ -279,6 +288,36 @@ impl AnyImage {
                 Ok(AnyImage::Union(Box::new(union::open_images(many, o)?)))
             }
         }
+    }
+
+    /// Opens the image at `loc` (a file read as `io` says, or a remote
+    /// object read as `remote` says), wrapped for stream readahead.
+    pub fn open_location(
+        loc: &crate::location::ImageLocation,
+        cache_bytes: usize,
+        io: IoMode,
+        remote: &crate::remote::RemoteOptions,
+    ) -> Result<OpenedImage> {
+        if let crate::location::ImageLocation::Local(p) = loc {
+            if is_manifest(p) {
+                let image =
+                    Self::open_union(std::slice::from_ref(p), cache_bytes, io, OnConflict::Error)?;
+                let len = std::fs::metadata(p).map_or(0, |m| m.len());
+                return Ok(OpenedImage {
+                    image,
+                    len,
+                    remote: None,
+                });
+            }
+        }
+        let o = crate::location::open_location(loc, io, remote)?;
+        let len = o.source.len();
+        let src = StreamReadahead::new(o.source);
+        Ok(OpenedImage {
+            image: Self::from_source(Box::new(src), &o.name, cache_bytes)?,
+            len,
+            remote: o.remote,
+        })
     }
 
     /// Opens an image from any source (a file, memory, a fault-injecting

@@ -15,8 +15,19 @@ use std::path::{Path, PathBuf};
 const CLI_CACHE: usize = 64 << 20;
 
 fn open(image: &Path) -> anyhow::Result<PackFs<AnyImage>> {
-    let img = AnyImage::open(image, CLI_CACHE)?;
-    Ok(PackFs::new(img, 0, 0))
+    Ok(PackFs::new(open_image(image)?.image, 0, 0))
+}
+
+/// The image a path or URL names (see `super::location`).
+fn open_image(image: &Path) -> anyhow::Result<mountfs::mount::OpenedImage> {
+    let loc = super::location(image)?;
+    let remote = super::remote_args().options();
+    Ok(AnyImage::open_location(
+        &loc,
+        CLI_CACHE,
+        Default::default(),
+        &remote,
+    )?)
 }
 
 fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &str) -> anyhow::Result<Attr> {
@@ -25,8 +36,9 @@ fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &str) -> anyhow::Result<At
 }
 
 pub fn info(image: &Path) -> anyhow::Result<i32> {
-    let img = AnyImage::open(image, CLI_CACHE)?;
-    let len = std::fs::metadata(image)?.len();
+    let mountfs::mount::OpenedImage {
+        image: img, len, ..
+    } = open_image(image)?;
     match &img {
         AnyImage::SquashFs(s) => {
             use packfs_format::squashfs::*;

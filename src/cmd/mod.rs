@@ -4,8 +4,24 @@ mod inspect;
 mod mount;
 mod pack;
 mod shards;
+mod upload;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, RemoteArgs};
+use std::sync::OnceLock;
+
+/// The remote flags of this invocation (set once by [`dispatch`]).
+static REMOTE: OnceLock<RemoteArgs> = OnceLock::new();
+
+/// The remote flags given on the command line: how `s3://` and `http(s)://`
+/// images are read (every command that opens an image asks here).
+pub fn remote_args() -> &'static RemoteArgs {
+    REMOTE.get().expect("dispatch sets the remote flags first")
+}
+
+/// What an image argument names (a file, `s3://`, `http(s)://`).
+pub fn location(image: &std::path::Path) -> anyhow::Result<mountfs::location::ImageLocation> {
+    mountfs::location::ImageLocation::from_path(image).map_err(anyhow::Error::msg)
+}
 
 /// Default number of FUSE session threads: twice the cores, 4 to 16.
 ///
@@ -40,6 +56,11 @@ pub fn default_cache_size() -> u64 {
 
 /// Runs a command; returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    cli.remote
+        .options()
+        .validate()
+        .map_err(anyhow::Error::msg)?;
+    let _ = REMOTE.set(cli.remote);
     match cli.cmd {
         c @ Command::Pack { .. } => pack::run(c),
         Command::Info { image } => inspect::info(&image),

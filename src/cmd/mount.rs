@@ -89,13 +89,60 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         .map(str::to_string);
     options.retain(|o| !o.starts_with("fsname="));
     let cache = cache_size.unwrap_or_else(super::default_cache_size) as usize;
-    let img = AnyImage::open_union(&images, cache, io.mode(), on_conflict.rule())?;
-    let abs = std::fs::canonicalize(&images[0]).unwrap_or(images[0].clone());
+    // One path (a file, a shard manifest, an s3:// or http(s):// URL) is
+    // opened by location; several local images merge into one tree.
+    let loc = match images.as_slice() {
+        [one] => Some(super::location(one)?),
+        many => {
+            for i in many {
+                if super::location(i)?.is_remote() {
+                    bail!(
+                        "{}: several images merge as local files only; mount a remote image alone",
+                        i.display()
+                    );
+                }
+            }
+            None
+        }
+    };
+    let remote = super::remote_args().options();
+    let open = || -> anyhow::Result<mountfs::mount::OpenedImage> {
+        Ok(match &loc {
+            Some(l) => AnyImage::open_location(l, cache, io.mode(), &remote)?,
+            None => mountfs::mount::OpenedImage {
+                image: AnyImage::open_union(&images, cache, io.mode(), on_conflict.rule())?,
+                len: 0,
+                remote: None,
+            },
+        })
+    };
+    // A file is opened before the fork, so its errors come straight back. A
+    // remote image is opened after it: its client runs threads, which a
+    // fork would lose. Its errors (403, 404, timeout) come through the pipe.
+    let is_remote = loc.as_ref().is_some_and(|l| l.is_remote());
+    let pre = match is_remote {
+        false => Some(open()?),
+        true => None,
+    };
+    let source_name = match &loc {
+        Some(remote) if is_remote => remote
+            // No query (a presigned URL's signature) in the mount table, and
+            // no comma, which would split the mount options.
+            .to_string()
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .replace(',', "%2C"),
+        _ => std::fs::canonicalize(&images[0])
+            .unwrap_or(images[0].clone())
+            .display()
+            .to_string(),
+    };
     let opts = ServeOptions {
         threads: threads.unwrap_or_else(super::default_session_threads),
         allow_other,
         options,
-        fsname: fsname.unwrap_or_else(|| format!("packfs:{}", abs.display())),
+        fsname: fsname.unwrap_or_else(|| format!("packfs:{source_name}")),
         readahead: 4 << 20,
         negative_ttl: (negative_ttl > 0).then(|| std::time::Duration::from_secs(negative_ttl)),
     };
@@ -103,6 +150,10 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
     let stats = stats.map(|p| std::path::absolute(&p).unwrap_or(p));
     if foreground {
         let _watch = spawn_unmount_watcher(&mountpoint, &opts.fsname)?;
+        let img = match pre {
+            Some(i) => i,
+            None => open()?,
+        };
         return serve(img, &mountpoint, &opts, preload, stats.as_deref(), None);
     }
 
@@ -140,6 +191,14 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         Err(e) => {
             let mut w = w;
             let _ = write!(w, "err {e:#}");
+            std::process::exit(1);
+        }
+    };
+    let img = match pre.map_or_else(open, Ok) {
+        Ok(i) => i,
+        Err(e) => {
+            let mut w = w;
+            let _ = write!(w, "err {e}");
             std::process::exit(1);
         }
     };
@@ -302,13 +361,16 @@ fn redirect_stdio() {
 }
 
 fn serve(
-    img: AnyImage,
+    opened: mountfs::mount::OpenedImage,
     mountpoint: &Path,
     opts: &ServeOptions,
     preload: bool,
     stats: Option<&Path>,
     ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> anyhow::Result<i32> {
+    let mountfs::mount::OpenedImage {
+        image: img, remote, ..
+    } = opened;
     if preload {
         let t = std::time::Instant::now();
         let (blocks, bytes) = img.preload()?;
@@ -321,16 +383,26 @@ fn serve(
     let fs = mountfs::mount::serve(img, mountpoint, opts, ready)
         .with_context(|| format!("mounting at {}", mountpoint.display()))?;
     if let Some(path) = stats {
-        write_stats(path, &fs.counters.snapshot())?;
+        let remote = remote.map(|r| r.snapshot());
+        write_stats(path, &fs.counters.snapshot(), remote.as_ref())?;
     }
     Ok(0)
 }
 
 /// Writes the mount's counters as JSON, atomically (temp + rename), so a
 /// reader polling for the file never sees half of it.
-fn write_stats(path: &Path, stats: &mountfs::fs::FsStats) -> anyhow::Result<()> {
+/// A remote image adds `"remote"`: its requests, bytes and first-byte times.
+fn write_stats(
+    path: &Path,
+    stats: &mountfs::fs::FsStats,
+    remote: Option<&mountfs::remote::RemoteStats>,
+) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp~");
-    let json = serde_json::to_string_pretty(stats)?;
+    let mut value = serde_json::to_value(stats)?;
+    if let (Some(r), Some(obj)) = (remote, value.as_object_mut()) {
+        obj.insert("remote".into(), serde_json::to_value(r)?);
+    }
+    let json = serde_json::to_string_pretty(&value)?;
     std::fs::write(&tmp, json + "\n")
         .and_then(|_| std::fs::rename(&tmp, path))
         .with_context(|| format!("--stats {}", path.display()))
@@ -441,6 +513,7 @@ pub fn run(
         }
         let mut cmd = std::process::Command::new(&exe);
         cmd.arg("mount").arg(img).arg(mp).arg("--io").arg(io.name());
+        cmd.args(super::remote_args().to_args());
         if let Some(c) = cache_size {
             cmd.arg("--cache-size").arg(c.to_string());
         }

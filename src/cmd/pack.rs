@@ -59,6 +59,12 @@ fn install_cancel_handler() -> Arc<AtomicBool> {
     flag
 }
 
+/// Where the image goes.
+enum Dest {
+    File,
+    S3(mountfs::remote::Target),
+}
+
 pub fn format_for(
     output: &std::path::Path,
     forced: Option<OutFormat>,
@@ -111,6 +117,18 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
     let fmt = format_for(&output, format)?;
     if shards.is_none() && template.contains("{shard}") {
         bail!("{template}: {{shard}} in the output name needs --shards N");
+    }
+    let dest = match super::location(&output)? {
+        mountfs::location::ImageLocation::Local(_) => Dest::File,
+        mountfs::location::ImageLocation::S3 { bucket, key } => {
+            Dest::S3(mountfs::remote::Target::S3 { bucket, key })
+        }
+        mountfs::location::ImageLocation::Http(u) => bail!(
+            "{u}: packfs uploads to s3://BUCKET/KEY only (a plain web server takes no uploads)"
+        ),
+    };
+    if shards.is_some() && matches!(dest, Dest::S3(_)) {
+        bail!("{template}: shards are packed to local files; upload them, or pack each to s3:// one by one");
     }
     if !block_size.is_power_of_two() || !(4096..=1 << 20).contains(&block_size) {
         bail!("--block-size {block_size}: must be a power of two from 4K to 1M");
@@ -200,7 +218,29 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         no_fragments,
         overlay: stage.as_ref().map(|s| s.path().to_path_buf()),
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
-        cancel: Some(cancel),
+        cancel: Some(cancel.clone()),
+    };
+    // To object storage: the multipart upload is started first (a wrong
+    // bucket or key fails now, not after the pack), the image packed to a
+    // temporary file, then sent (see mountfs::remote::upload).
+    let upload = match &dest {
+        Dest::S3(target) => Some(super::upload::begin(target, force)?),
+        Dest::File => None,
+    };
+    let tmp_dir = match &upload {
+        Some(_) => Some(
+            tempfile::Builder::new()
+                .prefix("packfs-upload-")
+                .tempdir()
+                .context("creating a temporary directory in $TMPDIR for the image")?,
+        ),
+        None => None,
+    };
+    let local = match &tmp_dir {
+        Some(d) => d
+            .path()
+            .join(output.file_name().unwrap_or("image".as_ref())),
+        None => output.clone(),
     };
     if let Some(n) = shards {
         let spec = packer::shards::ShardSpec {
@@ -243,15 +283,29 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let packed = match fmt {
-        OutFormat::Squashfs => packer::pack_squashfs(&src, &output, &opts),
-        OutFormat::Zip => packer::pack_zip(&src, &output, &opts),
+        OutFormat::Squashfs => packer::pack_squashfs(&src, &local, &opts),
+        OutFormat::Zip => packer::pack_zip(&src, &local, &opts),
     };
     // The staging tree goes first: dying of a signal runs no destructors.
     drop(stage);
     let summary = match packed {
-        Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
+        Err(packer::PackError::Interrupted) => {
+            drop(upload);
+            drop(tmp_dir);
+            return Err(die_of_signal());
+        }
         r => r?,
     };
+    if let Some(up) = upload {
+        let sent = super::upload::send(up, &local, &cancel, quiet);
+        drop(tmp_dir);
+        match sent {
+            Err(mountfs::remote::RemoteError::Interrupted) => return Err(die_of_signal()),
+            r => {
+                r.with_context(|| format!("uploading the image to {}", output.display()))?;
+            }
+        }
+    }
     if !quiet {
         let ratio = if summary.bytes_in > 0 {
             summary.bytes_out as f64 / summary.bytes_in as f64

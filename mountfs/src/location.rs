@@ -1,0 +1,181 @@
+//! What an image argument names, and a source for it: the one place the
+//! CLI's commands (mount, run, info, ls, cat, extract, bench) turn
+//! `IMAGE` into bytes, so that a new kind of location is one change here.
+
+use crate::error::{FsError, Result};
+use crate::remote::RemoteOptions;
+use crate::source::{open_image, ImageSource, IoMode};
+use std::path::{Path, PathBuf};
+
+/// Where an image is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageLocation {
+    /// A file.
+    Local(PathBuf),
+    /// `s3://BUCKET/KEY`: an S3 object (endpoint and keys from the
+    /// environment, the AWS files or flags).
+    S3 { bucket: String, key: String },
+    /// `http://...` or `https://...`: any server that answers range GETs
+    /// (a public LUMI-O bucket, a presigned URL, nginx).
+    Http(String),
+}
+
+impl ImageLocation {
+    /// Reads an image argument: `s3://`, `http://` and `https://` prefixes
+    /// name remote objects, anything else a file.
+    pub fn parse(arg: &str) -> std::result::Result<Self, String> {
+        let lower = arg.get(..8).unwrap_or(arg).to_ascii_lowercase();
+        if lower.starts_with("s3://") {
+            let rest = &arg[5..];
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
+                return Err(format!(
+                    "{arg}: an S3 image is s3://BUCKET/KEY (a bucket and an object key)"
+                ));
+            }
+            return Ok(ImageLocation::S3 {
+                bucket: bucket.into(),
+                key: key.into(),
+            });
+        }
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            let host = arg.split_once("://").map_or("", |(_, r)| r);
+            if host.is_empty() || host.starts_with('/') {
+                return Err(format!("{arg}: a URL needs a host"));
+            }
+            return Ok(ImageLocation::Http(arg.into()));
+        }
+        Ok(ImageLocation::Local(arg.into()))
+    }
+
+    /// [`ImageLocation::parse`] for a path argument (a non-UTF-8 path is a file).
+    pub fn from_path(p: &Path) -> std::result::Result<Self, String> {
+        match p.to_str() {
+            Some(s) => Self::parse(s),
+            None => Ok(ImageLocation::Local(p.into())),
+        }
+    }
+
+    pub fn is_remote(&self) -> bool {
+        !matches!(self, ImageLocation::Local(_))
+    }
+
+    /// The last component of the path or key ("train.sqfs").
+    pub fn file_name(&self) -> Option<String> {
+        match self {
+            ImageLocation::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
+            ImageLocation::S3 { key, .. } => key.rsplit('/').next().map(str::to_string),
+            ImageLocation::Http(u) => {
+                let path = u.split(['?', '#']).next().unwrap_or(u);
+                path.rsplit('/')
+                    .next()
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ImageLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ImageLocation::Local(p) => write!(f, "{}", p.display()),
+            ImageLocation::S3 { bucket, key } => write!(f, "s3://{bucket}/{key}"),
+            ImageLocation::Http(u) => f.write_str(u),
+        }
+    }
+}
+
+/// A source opened for a location, with what the caller may report.
+pub struct Opened {
+    pub source: Box<dyn ImageSource>,
+    /// The path or URL, for messages.
+    pub name: String,
+    /// Request counters of a remote source.
+    pub remote: Option<std::sync::Arc<crate::remote::RemoteCounters>>,
+}
+
+/// Opens a source for `loc`: a file with `io`, a remote object with
+/// `remote` (a HEAD first: a 403 or 404 is an error here, before anything
+/// is mounted). Not yet wrapped for stream readahead (see `AnyImage::open_location`).
+pub fn open_location(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) -> Result<Opened> {
+    let name = loc.to_string();
+    match loc {
+        ImageLocation::Local(p) => Ok(Opened {
+            source: open_image(p, io)?,
+            name,
+            remote: None,
+        }),
+        #[cfg(feature = "remote")]
+        ImageLocation::S3 { .. } | ImageLocation::Http(_) => {
+            use crate::remote::{Remote, RemoteSource, Target};
+            let target = match loc {
+                ImageLocation::S3 { bucket, key } => Target::S3 {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                },
+                _ => Target::Http { url: name.clone() },
+            };
+            let src = RemoteSource::open(Remote::connect(&target, remote)?)?;
+            let counters = src.counters();
+            Ok(Opened {
+                source: Box::new(src),
+                name,
+                remote: Some(counters),
+            })
+        }
+        #[cfg(not(feature = "remote"))]
+        _ => {
+            let _ = remote;
+            Err(FsError::Unsupported(format!(
+                "{name}: this build of packfs reads no remote images (feature \"remote\")"
+            )))
+        }
+    }
+}
+
+/// Parses an argument into a location, as an `FsError` for callers that
+/// have no other error type.
+pub fn parse_arg(arg: &str) -> Result<ImageLocation> {
+    ImageLocation::parse(arg).map_err(FsError::Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_name_files_buckets_and_urls() {
+        use ImageLocation as L;
+        assert_eq!(L::parse("data.sqfs").unwrap(), L::Local("data.sqfs".into()));
+        assert_eq!(L::parse("./s3:/x").unwrap(), L::Local("./s3:/x".into()));
+        assert_eq!(
+            L::parse("s3://bucket/dir/train.sqfs").unwrap(),
+            L::S3 {
+                bucket: "bucket".into(),
+                key: "dir/train.sqfs".into()
+            }
+        );
+        assert_eq!(
+            L::parse("HTTPS://lumidata.eu/b/x.sqfs").unwrap(),
+            L::Http("HTTPS://lumidata.eu/b/x.sqfs".into())
+        );
+        for bad in [
+            "s3://",
+            "s3://bucket",
+            "s3://bucket/",
+            "s3:///key",
+            "http://",
+            "https:///x",
+        ] {
+            assert!(L::parse(bad).is_err(), "{bad}");
+        }
+        let u = L::parse("http://h:8080/a/b.zip?X-Amz-Signature=1").unwrap();
+        assert_eq!(u.file_name().as_deref(), Some("b.zip"));
+        assert!(u.is_remote() && !L::parse("x").unwrap().is_remote());
+        assert_eq!(
+            L::parse("s3://b/k/v.sqfs").unwrap().to_string(),
+            "s3://b/k/v.sqfs"
+        );
+    }
+}

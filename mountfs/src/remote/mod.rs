@@ -1,0 +1,91 @@
+//! Images read straight from object storage (`s3://BUCKET/KEY`) or a web
+//! server (`http(s)://HOST/PATH`) by range requests: no staging copy, no
+//! inodes, and many nodes can read one object at once.
+//!
+//! # Design
+//!
+//! **What a request costs.** On object storage every request pays a first-byte
+//! latency (tens of ms on LUMI-O or S3, ~70 ms on moto) that dwarfs the
+//! transfer of a few MiB, and some stores bill per request. So the unit of
+//! I/O is a *range*: the object is cut into aligned ranges of
+//! `RemoteOptions::range_size` bytes (4 MiB by default, `--range-size`), and a
+//! read of any bytes fetches the ranges that cover them, whole. The readers
+//! above ask for small, scattered pieces (a 96-byte superblock, 8 KiB
+//! metadata blocks, the fragment and id indexes at the end, 128 KiB data
+//! blocks): aligned ranges turn the metadata walk of a whole image into a
+//! handful of requests, where the decoded-block cache alone would send one
+//! request per metadata block.
+//!
+//! **The range cache** ([`ranges`]) keeps fetched ranges in an LRU with a byte
+//! budget (`--range-cache`, 256 MiB by default), so memory is bounded
+//! whatever the image size, and a fetch in flight is shared: a second reader
+//! of the same range waits for the first request instead of sending its own
+//! (single flight, as the block cache does for decoding). A failed fetch is
+//! not remembered: the next read asks again, so a mount recovers when the
+//! server does.
+//!
+//! **Parallel requests and readahead.** A read spanning several ranges
+//! starts all of their fetches at once, on a small tokio runtime owned by the
+//! client ([`client`]; `read_at` is synchronous and called from FUSE session
+//! threads, which wait on the fetch). `will_need` hints start fetches without
+//! waiting; the image source is wrapped in
+//! [`crate::readahead::StreamReadahead`] like a local one, which widens the
+//! hints of sequential streams to run 4 MiB ahead, and the source itself runs
+//! [`RemoteOptions::readahead`] ranges ahead of a reader that moves from one
+//! range to the next (a sequential pass then waits for the network once,
+//! not once per range). Readahead fetches are bounded: at most
+//! [`ranges::MAX_AHEAD`] at a time and never more than the cache budget.
+//!
+//! **Failures are bounded in time.** Each request has an attempt timeout
+//! (a quarter of `--remote-timeout`, 1 to 20 s); 5xx answers, 408, 429,
+//! connection errors and timed-out attempts are retried with exponential
+//! backoff (object_store's retry loop: 50 ms doubling to 2 s); and the whole
+//! fetch, retries included, is cut at `--remote-timeout`. Past that the read
+//! is `FsError::Io` naming the URL and the offset (EIO at the FUSE edge),
+//! never a hang; 4xx answers fail at once.
+//!
+//! **One version of the object.** The length and ETag (or, for servers
+//! without ETags, Last-Modified) are pinned when the source is opened, by a
+//! HEAD request that also proves the credentials and the object before
+//! anything is mounted (a 403 or 404 is an error naming the URL and the
+//! status). Every GET carries `If-Match: ETAG`, and the ETag, total length
+//! and range of each answer are checked again, so an object replaced while
+//! mounted gives EIO ("changed since it was opened"), never a mix of old and
+//! new bytes. Ranges already cached are of the pinned version and keep
+//! being served.
+//!
+//! **Counted.** [`RemoteCounters`]: HTTP requests by kind as they leave the
+//! process (retries included), ranges fetched, bytes fetched, readahead
+//! fetches, failures and time to first byte; `packfs mount --stats` and
+//! `packfs bench` report them.
+//!
+//! **Credentials** ([`config`]) come the way S3 users have them: the
+//! `AWS_*` environment, `AWS_PROFILE` or `--profile` with `~/.aws/credentials`
+//! and `~/.aws/config` (what LUMI's `lumio-conf` writes), `--endpoint`; no
+//! credentials means anonymous requests (public buckets). Signing is
+//! object_store's; nothing here signs requests.
+//!
+//! **Upload** ([`upload`]): `packfs pack -o s3://...` writes the image to a
+//! local temporary file and then sends it as a multipart upload, part by
+//! part (see that module for why not while it is written).
+
+#[cfg(feature = "remote")]
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod options;
+#[cfg(feature = "remote")]
+pub mod ranges;
+#[cfg(feature = "remote")]
+pub mod source;
+pub mod stats;
+#[cfg(feature = "remote")]
+pub mod upload;
+
+#[cfg(feature = "remote")]
+pub use client::{Remote, Target};
+pub use error::RemoteError;
+pub use options::RemoteOptions;
+#[cfg(feature = "remote")]
+pub use source::RemoteSource;
+pub use stats::{RemoteCounters, RemoteStats};

@@ -1,0 +1,226 @@
+//! Fetched ranges: an LRU with a byte budget, and the fetches in flight.
+//!
+//! Invariants: a range index is either cached, in flight, or neither, never
+//! two flights for one index (so concurrent readers of a range cost one
+//! request); cached bytes never exceed the budget (the range just inserted
+//! always stays, so the budget must hold two ranges); a failure is handed to
+//! the readers waiting for that flight and then forgotten.
+
+use super::error::RemoteError;
+use bytes::Bytes;
+use lru::LruCache;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Readahead fetches in flight at most (demand fetches are not limited).
+pub const MAX_AHEAD: usize = 8;
+
+/// One fetch in flight; readers wait on it.
+#[derive(Default)]
+pub struct Flight {
+    done: Mutex<Option<Result<Bytes, RemoteError>>>,
+    cv: Condvar,
+    /// Started by readahead (counts against `MAX_AHEAD`).
+    ahead: bool,
+}
+
+impl Flight {
+    /// Waits for the result, at most `limit`; None when it did not come.
+    pub fn wait(&self, limit: Duration) -> Option<Result<Bytes, RemoteError>> {
+        let deadline = Instant::now() + limit;
+        let mut g = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = &*g {
+                return Some(r.clone());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            g = self
+                .cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// What a lookup found.
+pub enum Lookup {
+    Ready(Bytes),
+    /// In flight; `true` when this caller started it and must run the fetch.
+    Wait(Arc<Flight>, bool),
+    /// Not cached, and readahead may not start it now.
+    Skip,
+}
+
+struct State {
+    ready: LruCache<u64, Bytes>,
+    bytes: usize,
+    flying: HashMap<u64, Arc<Flight>>,
+    ahead: usize,
+}
+
+pub struct RangeCache {
+    budget: usize,
+    range: usize,
+    state: Mutex<State>,
+}
+
+impl RangeCache {
+    /// A cache of `budget` bytes for ranges of `range` bytes.
+    pub fn new(budget: usize, range: usize) -> Self {
+        RangeCache {
+            budget,
+            range,
+            state: Mutex::new(State {
+                ready: LruCache::unbounded(),
+                bytes: 0,
+                flying: HashMap::new(),
+                ahead: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The range `idx`: cached, in flight, or claimed for the caller to fetch.
+    /// `ahead` (readahead) claims only within `MAX_AHEAD` and the budget.
+    pub fn lookup(&self, idx: u64, ahead: bool) -> Lookup {
+        let mut s = self.lock();
+        if let Some(b) = s.ready.get(&idx) {
+            return Lookup::Ready(b.clone());
+        }
+        if let Some(f) = s.flying.get(&idx) {
+            return Lookup::Wait(f.clone(), false);
+        }
+        if ahead
+            && (s.ahead >= MAX_AHEAD || s.bytes + (s.flying.len() + 1) * self.range > self.budget)
+        {
+            return Lookup::Skip;
+        }
+        let f = Arc::new(Flight {
+            ahead,
+            ..Default::default()
+        });
+        s.flying.insert(idx, f.clone());
+        s.ahead += ahead as usize;
+        Lookup::Wait(f, true)
+    }
+
+    /// Whether `idx` is cached or in flight (no LRU update).
+    pub fn has(&self, idx: u64) -> bool {
+        let s = self.lock();
+        s.ready.contains(&idx) || s.flying.contains_key(&idx)
+    }
+
+    /// Ends the flight of `idx` with `result`: wakes its readers, caches a
+    /// success (evicting the least recently used ranges over the budget).
+    pub fn finish(&self, idx: u64, flight: &Flight, result: Result<Bytes, RemoteError>) {
+        {
+            let mut s = self.lock();
+            s.flying.remove(&idx);
+            s.ahead -= flight.ahead as usize;
+            if let Ok(b) = &result {
+                s.bytes += b.len();
+                if let Some(old) = s.ready.put(idx, b.clone()) {
+                    s.bytes -= old.len();
+                }
+                while s.bytes > self.budget && s.ready.len() > 1 {
+                    match s.ready.pop_lru() {
+                        Some((_, old)) => s.bytes -= old.len(),
+                        None => break,
+                    }
+                }
+            }
+        }
+        *flight.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        flight.cv.notify_all();
+    }
+
+    /// Bytes cached now.
+    pub fn cached_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(c: &RangeCache, idx: u64, n: usize) {
+        let Lookup::Wait(f, true) = c.lookup(idx, false) else {
+            panic!("{idx} not claimable")
+        };
+        c.finish(idx, &f, Ok(Bytes::from(vec![idx as u8; n])));
+    }
+
+    #[test]
+    fn one_flight_per_range_and_the_budget_holds() {
+        let c = RangeCache::new(300, 100);
+        let Lookup::Wait(f, true) = c.lookup(7, false) else {
+            panic!()
+        };
+        // A second reader joins the flight instead of fetching.
+        let Lookup::Wait(g, false) = c.lookup(7, false) else {
+            panic!()
+        };
+        assert!(Arc::ptr_eq(&f, &g));
+        c.finish(7, &f, Ok(Bytes::from_static(&[1; 100])));
+        assert_eq!(g.wait(Duration::ZERO).unwrap().unwrap().len(), 100);
+        for i in 0..5 {
+            done(&c, i, 100);
+        }
+        assert!(c.cached_bytes() <= 300);
+        // The most recent are kept, the oldest evicted.
+        assert!(c.has(4) && c.has(3) && !c.has(0) && !c.has(7));
+    }
+
+    #[test]
+    fn failures_reach_the_waiters_and_are_forgotten() {
+        let c = RangeCache::new(1000, 100);
+        let Lookup::Wait(f, true) = c.lookup(1, false) else {
+            panic!()
+        };
+        let Lookup::Wait(g, false) = c.lookup(1, false) else {
+            panic!()
+        };
+        c.finish(1, &f, Err(RemoteError::Config("boom".into())));
+        assert!(g.wait(Duration::ZERO).unwrap().is_err());
+        // The next reader fetches again.
+        assert!(matches!(c.lookup(1, false), Lookup::Wait(_, true)));
+    }
+
+    #[test]
+    fn readahead_is_bounded_by_flights_and_budget() {
+        let c = RangeCache::new(100 * 20, 100);
+        let mut claimed = Vec::new();
+        for i in 0..20 {
+            if let Lookup::Wait(f, true) = c.lookup(i, true) {
+                claimed.push((i, f));
+            }
+        }
+        assert_eq!(claimed.len(), MAX_AHEAD);
+        // Demand fetches are never refused.
+        assert!(matches!(c.lookup(100, false), Lookup::Wait(_, true)));
+        for (i, f) in &claimed {
+            c.finish(*i, f, Ok(Bytes::from(vec![0; 100])));
+        }
+        let small = RangeCache::new(200, 100);
+        assert!(matches!(small.lookup(0, true), Lookup::Wait(_, true)));
+        assert!(matches!(small.lookup(1, true), Lookup::Wait(_, true)));
+        assert!(matches!(small.lookup(2, true), Lookup::Skip));
+    }
+
+    #[test]
+    fn a_waiter_gives_up_after_its_limit() {
+        let c = RangeCache::new(1000, 100);
+        let Lookup::Wait(f, true) = c.lookup(3, false) else {
+            panic!()
+        };
+        let t = Instant::now();
+        assert!(f.wait(Duration::from_millis(50)).is_none());
+        assert!(t.elapsed() >= Duration::from_millis(50));
+    }
+}

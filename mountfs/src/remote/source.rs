@@ -1,0 +1,339 @@
+//! [`RemoteSource`]: an [`ImageSource`] over range GETs of one object
+//! version (the design is in the [module doc](super)).
+
+use super::client::{classify, Remote, Version};
+use super::error::RemoteError;
+use super::ranges::{Flight, Lookup, RangeCache};
+use super::stats::{RemoteCounters, RemoteStats};
+use crate::error::Result;
+use crate::source::{range_check, ImageSource};
+use bytes::Bytes;
+use object_store::{GetOptions, GetRange};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An object read by aligned range requests through a range cache.
+///
+/// Invariant: every byte it returns belongs to the version pinned at open
+/// (`version`): each answer's ETag (or Last-Modified), total length and
+/// range are checked before its bytes are cached.
+pub struct RemoteSource {
+    shared: Arc<Shared>,
+    /// One past the last range a reader asked for, for readahead.
+    next: AtomicU64,
+}
+
+struct Shared {
+    remote: Remote,
+    version: Version,
+    ranges: RangeCache,
+    /// When the server stopped answering (a fetch timed out or could not
+    /// connect); None while it answers. See [`Shared::fetch`].
+    failing: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl RemoteSource {
+    /// Opens the object: one HEAD pins its length and ETag, and fails with
+    /// the status (403, 404...) when the object cannot be read.
+    pub fn open(remote: Remote) -> std::result::Result<Self, RemoteError> {
+        let version = remote.head()?;
+        if version.len == 0 {
+            return Err(RemoteError::Config(format!(
+                "{}: empty object",
+                remote.url()
+            )));
+        }
+        if version.etag.is_none() && version.modified.is_none() {
+            log::warn!(
+                "{}: the server sends neither ETag nor Last-Modified: a replaced object is \
+                 detected only if its length changes",
+                remote.url()
+            );
+        }
+        let o = &remote.opts;
+        let ranges = RangeCache::new(o.cache_bytes as usize, o.range_size as usize);
+        Ok(RemoteSource {
+            shared: Arc::new(Shared {
+                remote,
+                version,
+                ranges,
+                failing: Default::default(),
+            }),
+            next: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        self.shared.remote.url()
+    }
+
+    pub fn version(&self) -> &Version {
+        &self.shared.version
+    }
+
+    pub fn stats(&self) -> RemoteStats {
+        self.shared.remote.counters.snapshot()
+    }
+
+    /// The counters, shared, for a caller that outlives its borrow.
+    pub fn counters(&self) -> Arc<RemoteCounters> {
+        self.shared.remote.counters.clone()
+    }
+
+    fn range_size(&self) -> u64 {
+        self.shared.remote.opts.range_size
+    }
+
+    fn last_range(&self) -> u64 {
+        (self.shared.version.len - 1) / self.range_size()
+    }
+
+    /// The range `idx`, in flight or cached; starts its fetch when neither.
+    fn start(&self, idx: u64, ahead: bool) -> Lookup {
+        let l = self.shared.ranges.lookup(idx, ahead);
+        if let Lookup::Wait(flight, true) = &l {
+            let (shared, flight) = (self.shared.clone(), flight.clone());
+            self.shared.remote.handle().spawn(async move {
+                let r = shared.fetch(idx).await;
+                if r.is_ok() && ahead {
+                    shared.remote.counters.ranges_ahead.fetch_add(1, Relaxed);
+                }
+                shared.ranges.finish(idx, &flight, r);
+            });
+        }
+        l
+    }
+
+    /// Starts readahead of the ranges after `idx` when a reader moved from
+    /// one range to the next (or stayed on one).
+    fn follow(&self, first: u64, last: u64) {
+        let prev = self.next.swap(last + 1, Relaxed);
+        let n = self.shared.remote.opts.readahead as u64;
+        if n == 0 || !(prev == first || prev == first + 1) {
+            return;
+        }
+        for idx in last + 1..=(last + n).min(self.last_range()) {
+            if let Lookup::Skip = self.start(idx, true) {
+                break;
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// One range GET with `If-Match`, its answer checked against the pin.
+    /// Retries are object_store's; the whole fetch is cut at the timeout.
+    ///
+    /// While the server is failing, a fetch gets one attempt's time instead
+    /// of the whole timeout: one `read()` makes several FUSE requests (the
+    /// kernel retries a failed readahead page by page, an `open` looks up
+    /// and reads), and each waiting the full timeout would multiply it. The
+    /// first answer ends the failing state, so the mount recovers at once.
+    async fn fetch(&self, idx: u64) -> std::result::Result<Bytes, RemoteError> {
+        let failing_since = *self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let r = self.fetch_within(idx, failing_since).await;
+        let mut f = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        match &r {
+            Ok(_) => *f = None,
+            Err(RemoteError::Timeout { .. } | RemoteError::Transport { .. }) => {
+                f.get_or_insert_with(std::time::Instant::now);
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    async fn fetch_within(
+        &self,
+        idx: u64,
+        failing_since: Option<std::time::Instant>,
+    ) -> std::result::Result<Bytes, RemoteError> {
+        let opts = &self.remote.opts;
+        let limit = match failing_since {
+            Some(_) => opts.attempt_timeout().min(opts.timeout),
+            None => opts.timeout,
+        };
+        let last = failing_since.map_or(String::new(), |t| {
+            format!(
+                " (the server has not answered for {} s)",
+                t.elapsed().as_secs()
+            )
+        });
+        let start = idx * opts.range_size;
+        let end = (start + opts.range_size).min(self.version.len);
+        let url = self.remote.url();
+        let what = format!("range GET of bytes {start}..{end}");
+        let get = async {
+            let o = GetOptions {
+                range: Some(GetRange::Bounded(start..end)),
+                if_match: self.version.etag.clone(),
+                ..Default::default()
+            };
+            let r = self
+                .remote
+                .store()
+                .get_opts(self.remote.path(), o)
+                .await
+                .map_err(|e| classify(url, &what, e))?;
+            self.check(&r.meta, &r.range, start..end)?;
+            r.bytes().await.map_err(|e| classify(url, &what, e))
+        };
+        let bytes = match tokio::time::timeout(limit, get).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(RemoteError::Timeout {
+                    url: url.into(),
+                    what,
+                    secs: limit.as_secs(),
+                    last,
+                })
+            }
+        };
+        if bytes.len() as u64 != end - start {
+            return Err(RemoteError::Transport {
+                url: url.into(),
+                what,
+                detail: format!("{} bytes arrived", bytes.len()),
+            });
+        }
+        let c = &self.remote.counters;
+        c.ranges.fetch_add(1, Relaxed);
+        c.bytes.fetch_add(bytes.len() as u64, Relaxed);
+        Ok(bytes)
+    }
+
+    /// The answer must come from the pinned version and be the range asked.
+    fn check(
+        &self,
+        meta: &object_store::ObjectMeta,
+        got: &std::ops::Range<u64>,
+        want: std::ops::Range<u64>,
+    ) -> std::result::Result<(), RemoteError> {
+        let v = &self.version;
+        let changed = |detail: String| RemoteError::Changed {
+            url: self.remote.url().into(),
+            detail,
+        };
+        if let (Some(pinned), Some(now)) = (&v.etag, &meta.e_tag) {
+            if pinned != now {
+                return Err(changed(format!("ETag {pinned} is now {now}")));
+            }
+        }
+        if v.etag.is_none() {
+            let now =
+                (meta.last_modified.timestamp() != 0).then(|| meta.last_modified.to_rfc2822());
+            if v.modified.is_some() && now != v.modified {
+                return Err(changed(format!(
+                    "Last-Modified {} is now {}",
+                    v.modified.as_deref().unwrap_or("-"),
+                    now.as_deref().unwrap_or("absent")
+                )));
+            }
+        }
+        if meta.size != v.len {
+            return Err(changed(format!("length {} is now {}", v.len, meta.size)));
+        }
+        if *got != want {
+            return Err(RemoteError::Transport {
+                url: self.remote.url().into(),
+                what: format!("range GET of bytes {}..{}", want.start, want.end),
+                detail: format!("the server sent bytes {}..{}", got.start, got.end),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl ImageSource for RemoteSource {
+    fn len(&self) -> u64 {
+        self.shared.version.len
+    }
+
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        range_check(self.len(), off, buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let rs = self.range_size();
+        let (first, last) = (off / rs, (off + buf.len() as u64 - 1) / rs);
+        // Every fetch first, then the waits: the ranges come in parallel.
+        let looked: Vec<(u64, Lookup)> =
+            (first..=last).map(|i| (i, self.start(i, false))).collect();
+        self.follow(first, last);
+        let opts = &self.shared.remote.opts;
+        for (idx, l) in looked {
+            let data = match l {
+                Lookup::Ready(b) => b,
+                Lookup::Wait(f, _) => wait(&f, opts.timeout, self.url()).map_err(|e| {
+                    let e = read_error(e, buf.len(), off);
+                    log::error!("{e}");
+                    e
+                })?,
+                Lookup::Skip => unreachable!("demand lookups are never skipped"),
+            };
+            // The part of this range that the read covers.
+            let r0 = idx * rs;
+            let from = off.max(r0);
+            let to = (off + buf.len() as u64).min(r0 + data.len() as u64);
+            buf[(from - off) as usize..(to - off) as usize]
+                .copy_from_slice(&data[(from - r0) as usize..(to - r0) as usize]);
+        }
+        Ok(())
+    }
+
+    fn will_need(&self, off: u64, len: usize) {
+        if len == 0 || off >= self.len() {
+            return;
+        }
+        let rs = self.range_size();
+        let end = (off + len as u64).min(self.len());
+        for idx in off / rs..=(end - 1) / rs {
+            if let Lookup::Skip = self.start(idx, true) {
+                break;
+            }
+        }
+    }
+}
+
+/// Waits for a flight; the runtime cuts each fetch at `timeout`, so this
+/// limit (a little longer) only guards against a runtime that stopped.
+fn wait(f: &Flight, timeout: Duration, url: &str) -> std::result::Result<Bytes, RemoteError> {
+    f.wait(timeout + Duration::from_secs(5)).unwrap_or_else(|| {
+        Err(RemoteError::Timeout {
+            url: url.into(),
+            what: "waiting for a fetch".into(),
+            secs: timeout.as_secs(),
+            last: String::new(),
+        })
+    })
+}
+
+/// The fetch's error, restated for this read (length and offset).
+fn read_error(e: RemoteError, len: usize, off: u64) -> crate::error::FsError {
+    let at = format!("read of {len} bytes at offset {off}");
+    match e {
+        RemoteError::Timeout {
+            url,
+            secs,
+            what,
+            last,
+        } => RemoteError::Timeout {
+            url,
+            what: at,
+            secs,
+            last: format!(" ({what}){last}"),
+        },
+        RemoteError::Transport { url, what, detail } => RemoteError::Transport {
+            url,
+            what: at,
+            detail: format!("{what}: {detail}"),
+        },
+        RemoteError::Changed { url, detail } => RemoteError::Changed {
+            url,
+            detail: format!("{at}: {detail}"),
+        },
+        other => other,
+    }
+    .into()
+}

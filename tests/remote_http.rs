@@ -1,0 +1,250 @@
+//! Images mounted from a web server by range requests (issue #13), against a
+//! real server started here (`scripts/range_server.py`, what a public LUMI-O
+//! bucket or nginx serves): the same tree as the kernel's mount of the same
+//! image; a replaced object gives EIO and never mixed bytes; a stalled or
+//! dead server gives EIO within `--remote-timeout` and the mount reads
+//! again once the server is back; 403 and 404 fail at mount, naming the URL.
+
+mod common;
+#[path = "common/servers.rs"]
+mod servers;
+
+use common::*;
+use servers::RangeServer;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Files of distinct incompressible content, so every file has its own
+/// data blocks and ranges (`n` files of `size` bytes).
+fn distinct_files(root: &Path, n: usize, size: usize) -> Vec<(PathBuf, Vec<u8>)> {
+    std::fs::create_dir_all(root).unwrap();
+    (0..n)
+        .map(|i| {
+            let rel = PathBuf::from(format!("f{i:03}.bin"));
+            let data = bytes(1000 + i as u64, size, false);
+            std::fs::write(root.join(&rel), &data).unwrap();
+            (rel, data)
+        })
+        .collect()
+}
+
+fn read(p: &Path) -> Result<Vec<u8>, i32> {
+    std::fs::read(p).map_err(|e| e.raw_os_error().unwrap_or(0))
+}
+
+#[test]
+fn http_mounts_equal_the_kernel_and_the_source_both_formats() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let sqfs = t.path().join("img.sqfs");
+    let zip = t.path().join("img.zip");
+    pack(&src, &sqfs, &[]);
+    pack(&src, &zip, &[]);
+    let server = RangeServer::start(t.path(), &[]);
+    let opts = ManifestOptions {
+        dir_size: true,
+        ..Default::default()
+    };
+    // Small ranges: reads span ranges, fetched in parallel, with readahead.
+    for range in ["64K", "4M"] {
+        let m = PackfsMount::new(Path::new(&server.url("img.sqfs")), &["--range-size", range]);
+        let got = manifest(m.path(), &opts);
+        match KernelMount::new(&sqfs) {
+            Some(k) => assert_same(
+                &format!("http mount (ranges {range}) vs kernel"),
+                &got,
+                &manifest(k.path(), &opts),
+            ),
+            None => eprintln!("no kernel mount (not root?): compared with the source only"),
+        }
+        let o = ManifestOptions::default();
+        assert_same(
+            "http mount vs source",
+            &manifest(m.path(), &o),
+            &manifest(&src, &o),
+        );
+    }
+    // ZIP: the same tree as a local mount of the same file, and the
+    // source's contents.
+    let remote = PackfsMount::new(Path::new(&server.url("img.zip")), &["--range-size", "64K"]);
+    let local = PackfsMount::new(&zip, &[]);
+    let o = ManifestOptions {
+        xattrs: false,
+        ..Default::default()
+    };
+    let got = manifest(remote.path(), &o);
+    assert_same("http zip vs local zip", &got, &manifest(local.path(), &o));
+    // ZIP keeps no special files: the regular files' contents.
+    let hashes = |m: &std::collections::BTreeMap<PathBuf, Entry>| {
+        m.iter()
+            .filter_map(|(p, e)| Some((p.clone(), e.hash?)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(hashes(&got), hashes(&manifest(&src, &o)));
+    // info, ls and cat read the same URL without mounting.
+    let info = run(Command::new(packfs_bin())
+        .arg("info")
+        .arg(server.url("img.sqfs")));
+    assert!(info.contains("SquashFS 4.0"), "{info}");
+    let cat = Command::new(packfs_bin())
+        .arg("cat")
+        .arg(server.url("img.zip"))
+        .arg("d/rand1048577")
+        .output()
+        .unwrap();
+    assert!(cat.status.success());
+    assert_eq!(
+        cat.stdout,
+        std::fs::read(src.join("d/rand1048577")).unwrap()
+    );
+    let ls = run(Command::new(packfs_bin())
+        .args(["ls", "-R"])
+        .arg(server.url("img.sqfs")));
+    assert!(ls.contains("dup_big_b"), "{ls}");
+}
+
+#[test]
+fn a_replaced_object_gives_eio_never_mixed_bytes() {
+    let t = scratch();
+    let src = t.path().join("src");
+    let files = distinct_files(&src, 40, 100_000);
+    let img = t.path().join("img.sqfs");
+    pack(&src, &img, &["--no-fragments"]);
+    let server = RangeServer::start(t.path(), &[]);
+    // 64 KiB ranges and a cache of two: most of the image is not fetched yet.
+    let m = PackfsMount::new(
+        Path::new(&server.url("img.sqfs")),
+        &["--range-size", "64K", "--range-cache", "128K"],
+    );
+    let (first, rest) = files.split_at(10);
+    for (rel, data) in first {
+        assert_eq!(read(&m.path().join(rel)).as_ref(), Ok(data), "{rel:?}");
+    }
+    // Replace the object in place with an image of other files of the
+    // same names and sizes.
+    let src2 = t.path().join("src2");
+    std::fs::create_dir_all(&src2).unwrap();
+    for (i, (rel, _)) in files.iter().enumerate() {
+        std::fs::write(src2.join(rel), bytes(9000 + i as u64, 100_000, false)).unwrap();
+    }
+    let img2 = t.path().join("img2.sqfs");
+    pack(&src2, &img2, &["--no-fragments"]);
+    std::fs::rename(&img2, &img).unwrap();
+    let mut eio = 0;
+    for (rel, data) in rest {
+        match read(&m.path().join(rel)) {
+            Ok(got) => assert_eq!(&got, data, "{rel:?}: bytes of another version"),
+            Err(e) => {
+                assert_eq!(e, libc::EIO, "{rel:?}");
+                eio += 1;
+            }
+        }
+    }
+    assert!(eio > 0, "no read noticed the replaced object");
+}
+
+/// Reads `rel` through `mp`, timing it.
+fn timed_read(mp: &Path, rel: &Path) -> (Result<Vec<u8>, i32>, Duration) {
+    let t = Instant::now();
+    let r = read(&mp.join(rel));
+    (r, t.elapsed())
+}
+
+#[test]
+fn a_stalled_or_dead_server_gives_eio_in_time_and_the_mount_recovers() {
+    let t = scratch();
+    let src = t.path().join("src");
+    let files = distinct_files(&src, 8, 300_000);
+    let img = t.path().join("img.sqfs");
+    pack(&src, &img, &["--no-fragments"]);
+    let mut server = RangeServer::start(t.path(), &[]);
+    let m = PackfsMount::new(
+        Path::new(&server.url("img.sqfs")),
+        &[
+            "--range-size",
+            "64K",
+            "--range-cache",
+            "128K",
+            "--remote-timeout",
+            "3",
+        ],
+    );
+    let limit = Duration::from_secs(3 + 4);
+    assert_eq!(read(&m.path().join(&files[0].0)), Ok(files[0].1.clone()));
+
+    // Stalled: no answer at all.
+    server.stall();
+    let (r, took) = timed_read(m.path(), &files[1].0);
+    assert_eq!(r, Err(libc::EIO), "read from a stalled server");
+    assert!(took < limit, "EIO after {took:?}");
+    assert!(took >= Duration::from_secs(2), "gave up early: {took:?}");
+    server.resume();
+    let (r, _) = timed_read(m.path(), &files[1].0);
+    assert_eq!(
+        r.as_ref(),
+        Ok(&files[1].1),
+        "after the server answered again"
+    );
+
+    // Dead: connections refused, retried until the timeout.
+    server.kill();
+    let (r, took) = timed_read(m.path(), &files[2].0);
+    assert_eq!(r, Err(libc::EIO), "read from a dead server");
+    assert!(took < limit, "EIO after {took:?}");
+    server.restart();
+    let (r, _) = timed_read(m.path(), &files[2].0);
+    assert_eq!(r.as_ref(), Ok(&files[2].1), "after the server came back");
+    // And a server that comes back within the timeout is never noticed.
+    server.kill();
+    let reader = {
+        let p = m.path().join(&files[3].0);
+        std::thread::spawn(move || read(&p))
+    };
+    std::thread::sleep(Duration::from_millis(800));
+    server.restart();
+    assert_eq!(reader.join().unwrap().as_ref(), Ok(&files[3].1));
+    // The remaining files read whole.
+    for (rel, data) in &files[4..] {
+        assert_eq!(read(&m.path().join(rel)).as_ref(), Ok(data));
+    }
+}
+
+#[test]
+fn forbidden_and_missing_objects_fail_at_mount_naming_the_url_and_status() {
+    let t = scratch();
+    let src = t.path().join("src");
+    distinct_files(&src, 2, 1000);
+    std::fs::create_dir(t.path().join("private")).unwrap();
+    pack(&src, &t.path().join("private/img.sqfs"), &[]);
+    let server = RangeServer::start(t.path(), &["--forbid", "/private/"]);
+    let mp = scratch();
+    for (name, status) in [("private/img.sqfs", "403"), ("missing.sqfs", "404")] {
+        let url = server.url(name);
+        for args in [
+            vec!["mount", &url, mp.path().to_str().unwrap()],
+            vec!["info", &url],
+        ] {
+            let out = Command::new(packfs_bin()).args(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(
+                err.contains(&url) && err.contains(status),
+                "{args:?}: {err}"
+            );
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        assert!(
+            !mounts.contains(mp.path().to_str().unwrap()),
+            "mounted anyway"
+        );
+    }
+    // A malformed location is a usage error naming it, before any request.
+    let out = Command::new(packfs_bin())
+        .args(["info", "s3://bucket-without-key"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("s3://BUCKET/KEY"));
+}
