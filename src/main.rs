@@ -20,6 +20,19 @@ fn main() {
         .format_timestamp(None)
         .init();
     let cli = cli::Cli::parse();
+    if matches!(
+        cli.cmd,
+        cli::Command::Info { .. } | cli::Command::Ls { .. } | cli::Command::Cat { .. }
+    ) {
+        // Listing commands end quietly when their reader goes away
+        // (`packfs ls IMG | head`), as `ls` and `cat` do, instead of
+        // panicking in println! on EPIPE. Only these: a mount daemon or a
+        // pack must never die of a closed pipe.
+        // SAFETY: restoring a default signal action before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

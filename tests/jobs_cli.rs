@@ -194,3 +194,30 @@ fn terminal_ioctls_are_answered_not_a_tty_and_counted() {
     assert!(s["requests"]["other"].as_u64().unwrap() >= 10, "{s}");
     assert_eq!(s["errors"], 0, "{s}");
 }
+
+#[test]
+fn a_listing_piped_into_head_ends_quietly() {
+    // More listing than a pipe buffer holds (64 KiB), so writes after
+    // `head` has gone fail with EPIPE.
+    let dir = scratch();
+    let src = dir.path().join("many");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..3000 {
+        std::fs::write(src.join(format!("file-with-a-longish-name-{i:05}")), b"x").unwrap();
+    }
+    let img = dir.path().join("many.sqfs");
+    pack(&src, &img, &[]);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} ls -l {} / | head -c 1 >/dev/null; echo done",
+            packfs_bin().display(),
+            img.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("Broken pipe"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+}
