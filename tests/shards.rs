@@ -531,3 +531,28 @@ fn run_mounts_a_manifest() {
     let info = run(packfs().arg("info").arg(&m));
     assert!(info.contains("union of 4 shards"), "{info}");
 }
+
+/// A shard that cannot be opened on first use (not yet copied back, a
+/// storage error) gives an error for the paths it holds, and is opened on a
+/// later access once it is there: a transient failure is not remembered.
+#[test]
+fn a_shard_that_failed_to_open_is_opened_once_it_is_back() {
+    let t = scratch();
+    let src = t.path().join("src");
+    wide_tree(&src);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 16, &[]);
+    let last = shard_files(&m).pop().unwrap();
+    let fs = open_fs(&m);
+    let away = last.with_extension("away");
+    std::fs::rename(&last, &away).unwrap();
+    assert!(fs.resolve(b"zz-last").is_err(), "the last shard is gone");
+    std::fs::rename(&away, &last).unwrap();
+    let a = fs.resolve(b"zz-last").expect("opened now that it is back");
+    let mut data = Vec::new();
+    fs.read_all(a.node, |b| {
+        data.extend_from_slice(b);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(data, b"last");
+}

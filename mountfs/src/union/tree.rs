@@ -16,7 +16,10 @@ const COOKIE_SHIFT: u32 = 52;
 /// One shard: its image, opened on first use.
 pub(super) struct Member<I> {
     pub(super) path: PathBuf,
-    pub(super) img: OnceLock<std::result::Result<I, String>>,
+    /// Set on the first *successful* open only: a failed open (a shard not
+    /// yet copied, a storage error) is tried again on the next access,
+    /// never remembered as a broken shard.
+    pub(super) img: OnceLock<I>,
     /// Inode number of the shard's root, once opened.
     pub(super) root_ino: OnceLock<u64>,
 }
@@ -115,17 +118,20 @@ impl<I: Image> UnionImage<I> {
     /// The shard's image, opening it on first use.
     pub(super) fn member(&self, s: u32) -> Result<&I> {
         let m = &self.members[s as usize];
-        let r = m.img.get_or_init(|| self.opener.open(&m.path));
-        match r {
-            Ok(img) => {
-                if m.root_ino.get().is_none() {
-                    let ino = img.getattr(ROOT)?.ino;
-                    let _ = m.root_ino.set(ino);
-                }
-                Ok(img)
+        let img = match m.img.get() {
+            Some(img) => img,
+            None => {
+                let opened = self.opener.open(&m.path).map_err(FsError::Shards)?;
+                // Two threads may race to open it; either copy serves.
+                let _ = m.img.set(opened);
+                m.img.get().expect("set above or by the winner of the race")
             }
-            Err(msg) => Err(FsError::Shards(msg.clone())),
+        };
+        if m.root_ino.get().is_none() {
+            let ino = img.getattr(ROOT)?.ino;
+            let _ = m.root_ino.set(ino);
         }
+        Ok(img)
     }
 
     /// The union node of shard `s`'s node `n`.
