@@ -33,9 +33,9 @@ fn read_stats(path: &Path) -> serde_json::Value {
     }
 }
 
-/// Looks up missing names `n` times each through a mount made with
-/// `extra`; returns the daemon's stats.
-fn probe_missing(img: &Path, extra: &[&str], n: usize) -> serde_json::Value {
+/// Mounts `img` (with `extra` options and `--stats`), runs `work` on the
+/// mountpoint, unmounts; returns the daemon's stats.
+fn with_stats(img: &Path, extra: &[&str], work: impl FnOnce(&Path)) -> serde_json::Value {
     let dir = scratch();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
@@ -47,16 +47,24 @@ fn probe_missing(img: &Path, extra: &[&str], n: usize) -> serde_json::Value {
         .arg("--stats")
         .arg(&stats)
         .args(extra));
-    for _ in 0..n {
-        for name in ["nope.py", "pkg/missing.so", "pkg/sub/none"] {
-            let e = std::fs::symlink_metadata(mnt.join(name)).unwrap_err();
-            assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
-        }
-        // Existing names still resolve.
-        assert_eq!(std::fs::read(mnt.join("pkg/sub/b.txt")).unwrap(), b"b");
-    }
+    work(&mnt);
     run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
     read_stats(&stats)
+}
+
+/// Looks up missing names `n` times each through a mount made with
+/// `extra`; returns the daemon's stats.
+fn probe_missing(img: &Path, extra: &[&str], n: usize) -> serde_json::Value {
+    with_stats(img, extra, |mnt| {
+        for _ in 0..n {
+            for name in ["nope.py", "pkg/missing.so", "pkg/sub/none"] {
+                let e = std::fs::symlink_metadata(mnt.join(name)).unwrap_err();
+                assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+            }
+            // Existing names still resolve.
+            assert_eq!(std::fs::read(mnt.join("pkg/sub/b.txt")).unwrap(), b"b");
+        }
+    })
 }
 
 #[test]
@@ -175,22 +183,14 @@ fn terminal_ioctls_are_answered_not_a_tty_and_counted() {
     }
     let dir = scratch();
     let img = small_image(dir.path());
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let stats = dir.path().join("stats.json");
-    run(Command::new(packfs_bin())
-        .arg("mount")
-        .arg(&img)
-        .arg(&mnt)
-        .arg("--stats")
-        .arg(&stats));
-    // Python's open() asks isatty (ioctl TCGETS) of every file it opens.
-    let out = run(Command::new("python3").arg("-c").arg(
-        "import sys\nfor _ in range(5):\n    f = open(sys.argv[1], 'rb'); print(f.isatty(), f.read()); f.close()",
-    ).arg(mnt.join("pkg/sub/b.txt")));
-    assert_eq!(out.matches("False b'b'").count(), 5, "{out}");
-    run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
-    let s = read_stats(&stats);
+    let s = with_stats(&img, &[], |mnt| {
+        // Python's open() asks isatty (ioctl TCGETS) of every file it opens.
+        let out = run(Command::new("python3")
+            .arg("-c")
+            .arg("import sys\nfor _ in range(5):\n    f = open(sys.argv[1], 'rb'); print(f.isatty(), f.read()); f.close()")
+            .arg(mnt.join("pkg/sub/b.txt")));
+        assert_eq!(out.matches("False b'b'").count(), 5, "{out}");
+    });
     assert!(s["requests"]["other"].as_u64().unwrap() >= 10, "{s}");
     assert_eq!(s["errors"], 0, "{s}");
 }
