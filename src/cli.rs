@@ -288,7 +288,9 @@ pub enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = NEGATIVE_TTL_DEFAULT)]
         negative_ttl: u64,
         /// When the mount ends, write what it served (FUSE requests by kind,
-        /// negative lookups, bytes read) to FILE as JSON.
+        /// negative lookups, bytes read; for a remote image, its requests, bytes
+        /// fetched and time to first byte) to FILE as JSON; also at once on
+        /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
         #[arg(long, value_name = "FILE")]
         stats: Option<PathBuf>,
     },

@@ -248,3 +248,80 @@ fn forbidden_and_missing_objects_fail_at_mount_naming_the_url_and_status() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("s3://BUCKET/KEY"));
 }
+
+/// `packfs bench --image URL` mounts the object itself and charges each run
+/// with the requests its daemon sent: a cold pass over every file fetches
+/// about the image once (whole aligned ranges), a warm pass nothing.
+#[test]
+fn bench_of_a_remote_image_reports_its_requests_per_run() {
+    let t = scratch();
+    let src = t.path().join("src");
+    distinct_files(&src, 40, 300_000);
+    let img = t.path().join("img.sqfs");
+    pack(&src, &img, &[]);
+    let len = std::fs::metadata(&img).unwrap().len();
+    let server = RangeServer::start(t.path(), &[]);
+    let json = t.path().join("bench.json");
+    let out = run(Command::new(packfs_bin())
+        .args(["bench", "--raw"])
+        .arg(&src)
+        .arg("--image")
+        .arg(server.url("img.sqfs"))
+        .args([
+            "--workload",
+            "sequential",
+            "--threads",
+            "1",
+            "--epochs",
+            "2",
+        ])
+        .args(["--range-size", "1M", "--json"])
+        .arg(&json));
+    assert!(
+        out.contains("remote image: rd MB / rd calls of packfs = bytes fetched / GET requests"),
+        "{out}"
+    );
+    let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = rep["runs"].as_array().unwrap();
+    let packfs: Vec<_> = runs.iter().filter(|r| r["side"] == "packfs").collect();
+    assert_eq!(packfs.len(), 2, "{rep}");
+    let (gets, _) = server.stats();
+    let mut charged = 0;
+    for r in &packfs {
+        assert_eq!(r["errors"], 0, "{r}");
+        let remote = &r["storage"]["remote"];
+        let n = remote["get_requests"].as_u64().unwrap();
+        let bytes = remote["bytes_fetched"].as_u64().unwrap();
+        charged += n;
+        if r["cold"] == true {
+            // Every file read once: the image's 1 MiB ranges, each fetched once.
+            assert!(
+                bytes >= len * 9 / 10 && bytes <= len * 13 / 10,
+                "cold pass fetched {bytes} of a {len}-byte image: {remote}"
+            );
+            assert!(
+                n >= len / (1 << 20) && n <= len.div_ceil(1 << 20) + 2,
+                "{remote}"
+            );
+            assert_eq!(remote["head_requests"], 1, "{remote}");
+            assert!(remote["ttfb_ms_mean"].as_f64().unwrap() > 0.0, "{remote}");
+        } else {
+            assert_eq!(
+                (n, bytes),
+                (0, 0),
+                "a warm pass is served from the caches: {remote}"
+            );
+        }
+    }
+    // The runs' requests are the server's, less the bench's check of the
+    // mount before the timed runs.
+    assert!(
+        charged > 0 && charged <= gets,
+        "{charged} charged, {gets} served"
+    );
+    // No column of the raw side claims remote requests.
+    assert!(runs
+        .iter()
+        .filter(|r| r["side"] == "raw")
+        .all(|r| r["storage"]["remote"].is_null()));
+}

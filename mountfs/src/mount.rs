@@ -177,20 +177,32 @@ pub fn serve<I: Image>(
     opts: &ServeOptions,
     on_ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> std::io::Result<Arc<PackFs<I>>> {
+    let fs = Arc::new(PackFs::new(image, opts.readahead, opts.threads.clamp(1, 4)));
+    serve_fs(fs.clone(), mountpoint, opts, on_ready)?;
+    Ok(fs)
+}
+
+/// [`serve`] for a filesystem the caller built, so that it can keep a
+/// handle on it while it is served (e.g. to report its counters on a
+/// signal). Returns when the mount goes away.
+pub fn serve_fs<I: Image>(
+    fs: Arc<PackFs<I>>,
+    mountpoint: &Path,
+    opts: &ServeOptions,
+    on_ready: Option<Box<dyn FnOnce() + Send>>,
+) -> std::io::Result<()> {
     // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
     // forces allow_other, which unprivileged users cannot get without
     // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
     // process that unmounts when the daemon dies.
     let (mo, acl) = mount_options(opts)?;
-    let fs = Arc::new(PackFs::new(image, opts.readahead, opts.threads.clamp(1, 4)));
-    let adapter = FuseAdapter::new(fs.clone(), opts.negative_ttl, on_ready);
+    let adapter = FuseAdapter::new(fs, opts.negative_ttl, on_ready);
     let mut config = fuser::Config::default();
     config.mount_options = mo;
     config.acl = acl;
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    fuser::Session::new(adapter, mountpoint, &config)?.run()?;
-    Ok(fs)
+    fuser::Session::new(adapter, mountpoint, &config)?.run()
 }
 
 /// Any image packfs reads, as one concrete [`Image`] for the CLI and server.

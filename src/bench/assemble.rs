@@ -135,6 +135,11 @@ fn side_info(ctx: &Ctx, s: &Side) -> report::SideInfo {
                 dev(ctx.raw_dev)
             ),
         ),
+        SideKind::Packfs { .. } if ctx.image_remote => (
+            "packfs",
+            format!("{method}; mount refreshed (daemon restarted: block and range caches empty, object opened anew)"),
+            "requests the daemon sent to the server (--stats on SIGUSR1): GETs, bytes fetched, time to first byte; mount daemon /proc/PID/io".to_string(),
+        ),
         SideKind::Packfs { emu, .. } => (
             "packfs",
             format!(

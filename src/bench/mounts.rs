@@ -85,6 +85,8 @@ pub struct OwnMount {
     image: PathBuf,
     args: Vec<String>,
     dir: tempfile::TempDir,
+    /// Holds the daemon's `--stats` file (the mountpoint cannot).
+    stats_dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
@@ -95,6 +97,7 @@ impl OwnMount {
             image: image.to_path_buf(),
             args: args.to_vec(),
             dir: scratch_dir("mnt")?,
+            stats_dir: scratch_dir("stats")?,
             child: None,
         };
         m.start()?;
@@ -107,6 +110,35 @@ impl OwnMount {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    fn stats_path(&self) -> PathBuf {
+        self.stats_dir.path().join("stats.json")
+    }
+
+    /// The daemon's counters now: it writes its `--stats` file on SIGUSR1,
+    /// which this waits for (5 s at most). None when not mounted, or when
+    /// the answer does not come.
+    pub fn stats(&self) -> Option<serde_json::Value> {
+        let pid = self.pid()?;
+        let path = self.stats_path();
+        // Gone first, so that the file read below is this signal's answer
+        // (the daemon writes it whole, by rename).
+        let _ = std::fs::remove_file(&path);
+        // SAFETY: kill on our own child's pid.
+        if unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) } != 0 {
+            return None;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return serde_json::from_str(&text).ok();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Mounts the image (the mount must be stopped).
@@ -123,6 +155,8 @@ impl OwnMount {
             .arg0("packfs")
             .arg("mount")
             .arg("--foreground")
+            .arg("--stats")
+            .arg(self.stats_path())
             .args(&self.args)
             .arg(&self.image)
             .arg(self.dir.path())

@@ -16,8 +16,12 @@ use std::path::{Path, PathBuf};
 pub struct Ctx {
     /// The raw tree, canonical.
     pub raw: PathBuf,
-    /// The image, canonical; None when only --mountpoint sides are measured.
+    /// The image, canonical (a URL as given when `image_remote`); None when
+    /// only --mountpoint sides are measured.
     pub image: Option<PathBuf>,
+    /// The image is an `s3://` or `http(s)://` object: nothing local to
+    /// evict or count on a device; its requests are counted instead.
+    pub image_remote: bool,
     /// The raw tree's listing, which every workload and check is planned from.
     pub tree: Tree,
     pub method: cold::Method,
@@ -40,6 +44,7 @@ impl Ctx {
         Ctx {
             raw: "/raw".into(),
             image: image.map(PathBuf::from),
+            image_remote: false,
             tree: Tree {
                 entries: vec![
                     e("", Kind::Dir, 0),
@@ -89,14 +94,21 @@ pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
         .as_deref()
         .map(Latency::parse)
         .transpose()?;
-    let (raw, image) = resolve_paths(a)?;
+    let (raw, image, image_remote) = resolve_paths(a)?;
+    if image_remote && latency.is_some() {
+        bail!("--emulate-latency cannot be combined with a remote --image: its latency is the network's");
+    }
     let tree = Tree::scan(&raw).context("scanning the raw tree")?;
     check_tree(&a.workload, &tree, &raw, &a.python)?;
     let plans = plan_workloads(a, &tree)?;
     let method = cold::choose(a.cold)?;
     let ctx = Ctx {
         raw_dev: iostat::device_of(&raw),
-        image_dev: image.as_deref().and_then(iostat::device_of),
+        image_dev: image
+            .as_deref()
+            .filter(|_| !image_remote)
+            .and_then(iostat::device_of),
+        image_remote,
         raw,
         image,
         tree,
@@ -111,10 +123,18 @@ pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
 
 /// --raw and --image, canonical: the report names where the data really is,
 /// and the passthrough of the image's directory (--emulate-latency) mounts
-/// the directory that holds the file, not the one a symlink sits in.
-fn resolve_paths(a: &BenchArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+/// the directory that holds the file, not the one a symlink sits in. An
+/// `s3://` or `http(s)://` image stays as given (third value: remote).
+fn resolve_paths(a: &BenchArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>, bool)> {
     let raw =
         std::fs::canonicalize(&a.raw).with_context(|| format!("--raw {}", a.raw.display()))?;
+    if let Some(p) = &a.image {
+        let loc = mountfs::location::ImageLocation::from_path(p)
+            .map_err(|e| anyhow::anyhow!("--image {e}"))?;
+        if loc.is_remote() {
+            return Ok((raw, Some(p.clone()), true));
+        }
+    }
     let image = match &a.image {
         Some(p) => {
             let p = std::fs::canonicalize(p).with_context(|| format!("--image {}", p.display()))?;
@@ -125,7 +145,7 @@ fn resolve_paths(a: &BenchArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
         }
         None => None,
     };
-    Ok((raw, image))
+    Ok((raw, image, false))
 }
 
 /// Whether `w` reads the contents of regular files.
@@ -343,8 +363,34 @@ mod tests {
         let img = dir.path().join("x.sqfs");
         std::fs::write(&img, "").unwrap();
         let a = args::parse(&["--raw", d, "--image", img.to_str().unwrap()]);
-        let (raw, image) = resolve_paths(&a).unwrap();
+        let (raw, image, remote) = resolve_paths(&a).unwrap();
+        assert!(!remote);
         assert_eq!(raw, std::fs::canonicalize(d).unwrap());
         assert_eq!(image, Some(std::fs::canonicalize(&img).unwrap()));
+    }
+
+    #[test]
+    fn a_remote_image_is_kept_as_given_and_refuses_emulated_latency() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        for url in ["s3://bucket/img.sqfs", "https://host/data/img.sqfs"] {
+            let a = args::parse(&["--raw", d, "--image", url]);
+            let (_, image, remote) = resolve_paths(&a).unwrap();
+            assert!(remote);
+            assert_eq!(image, Some(PathBuf::from(url)));
+        }
+        let a = args::parse(&["--raw", d, "--image", "s3://bucket"]);
+        let e = resolve_paths(&a).unwrap_err().to_string();
+        assert!(e.starts_with("--image s3://bucket: an S3 image is"), "{e}");
+        let a = args::parse(&[
+            "--raw",
+            d,
+            "--image",
+            "s3://b/k",
+            "--emulate-latency",
+            "100",
+        ]);
+        let e = prepare(&a).err().unwrap().to_string();
+        assert!(e.contains("its latency is the network's"), "{e}");
     }
 }

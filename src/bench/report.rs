@@ -127,6 +127,24 @@ pub struct Storage {
     pub device_reads: Option<u64>,
     pub device_read_bytes: Option<u64>,
     pub passthrough: Option<PassthroughOps>,
+    /// Requests to a remote image (`--image s3://...`), from the daemon's counters.
+    #[serde(default)]
+    pub remote: Option<RemoteOps>,
+}
+
+/// What packfs's mount of a remote image asked of the server during a run.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub struct RemoteOps {
+    /// GET requests sent (retries included).
+    pub get_requests: u64,
+    /// HEAD requests (one per open of the object: a cold run's mount).
+    pub head_requests: u64,
+    /// Bytes of object data received.
+    pub bytes_fetched: u64,
+    /// Ranges fetched ahead of any reader.
+    pub ranges_ahead: u64,
+    /// Mean time from sending a GET to its response headers, ms.
+    pub ttfb_ms_mean: f64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -188,9 +206,10 @@ pub fn table(rep: &Report) -> String {
             None => ("-".into(), "-".into()),
         };
         let s = &r.storage;
-        let (rd_bytes, rd_calls) = match &s.passthrough {
-            Some(p) => (Some(p.read_bytes), Some(p.reads)),
-            None => (s.read_bytes, s.read_syscalls),
+        let (rd_bytes, rd_calls) = match (&s.remote, &s.passthrough) {
+            (Some(r), _) => (Some(r.bytes_fetched), Some(r.get_requests)),
+            (None, Some(p)) => (Some(p.read_bytes), Some(p.reads)),
+            (None, None) => (s.read_bytes, s.read_syscalls),
         };
         rows.push(vec![
             r.side.clone(),
@@ -248,6 +267,11 @@ pub fn table(rep: &Report) -> String {
             "emulated latency: {} us per metadata op, {} us per read (rd MB / rd calls = passthrough reads of the storage)\n",
             l.meta_us, l.read_us
         ));
+    }
+    if rep.runs.iter().any(|r| r.storage.remote.is_some()) {
+        out.push_str(
+            "remote image: rd MB / rd calls of packfs = bytes fetched / GET requests sent\n",
+        );
     }
     out.push_str("vs raw = seconds / raw seconds of the same workload, threads and epoch (below 1 = faster than raw)\n");
     if !rep.config.verified {

@@ -75,7 +75,21 @@ pub fn open(
             },
             SideSpec::Packfs => {
                 let img = ctx.image.as_ref().context("--image is required")?;
-                own_mount(img, latency, mount_args)?
+                if ctx.image_remote {
+                    // The remote flags (endpoint, profile, range size and
+                    // cache, timeout) are global: the daemon gets them again.
+                    let mut args = mount_args.to_vec();
+                    args.extend(crate::cmd::remote_args().to_args());
+                    Side {
+                        label: "packfs".into(),
+                        kind: SideKind::Packfs {
+                            mount: OwnMount::new(img, &args)?,
+                            emu: None,
+                        },
+                    }
+                } else {
+                    own_mount(img, latency, mount_args)?
+                }
             }
             SideSpec::External { spec, label, path } => {
                 let path = std::fs::canonicalize(&path)
@@ -120,7 +134,9 @@ fn own_mount(img: &Path, latency: Option<&Latency>, mount_args: &[String]) -> an
 /// handle the bench has on a cache it does not own).
 fn evict_list(ctx: &Ctx, sides: &[Side]) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = ctx.tree.files().map(|e| ctx.raw.join(&e.rel)).collect();
-    v.extend(ctx.image.iter().cloned());
+    // A remote image has no local pages; a cold start empties the daemon's
+    // range cache by restarting it.
+    v.extend(ctx.image.iter().filter(|_| !ctx.image_remote).cloned());
     // A shard manifest's images are what a cold start must evict.
     if let Some(m) = ctx
         .image

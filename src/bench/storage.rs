@@ -10,13 +10,15 @@ use super::report;
 use super::sides::{Side, SideKind};
 
 /// Everything a run's storage counters are computed from.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub proc: Option<iostat::ProcIo>,
     /// Bytes read by waited-for children (`import`'s interpreters).
     pub children: u64,
     pub disk: Option<iostat::DiskReads>,
     pub pt: Option<CounterSnapshot>,
+    /// The daemon's request counters, for a remote image.
+    pub remote: Option<mountfs::remote::RemoteStats>,
 }
 
 /// Counters of `side` now. `before` orders the reads so that the bench's
@@ -37,12 +39,22 @@ pub fn snapshot(ctx: &Ctx, side: &Side, before: bool) -> Snapshot {
     let disk = dev.and_then(iostat::diskstats);
     let pt = side.passthrough();
     let children = iostat::children_read_bytes();
+    let remote = match &side.kind {
+        SideKind::Packfs { mount, .. } if ctx.image_remote => remote_stats(mount),
+        _ => None,
+    };
     Snapshot {
         proc: if before { proc() } else { first },
         children,
         disk,
         pt,
+        remote,
     }
+}
+
+/// The `remote` part of the daemon's counters.
+fn remote_stats(mount: &super::mounts::OwnMount) -> Option<mountfs::remote::RemoteStats> {
+    serde_json::from_value(mount.stats()?.get("remote")?.clone()).ok()
 }
 
 /// The counters a cold run of `side` is charged from, read before the side
@@ -53,6 +65,10 @@ pub fn before_cold(ctx: &Ctx, side: &Side) -> Snapshot {
     let mut pre = snapshot(ctx, side, true);
     if matches!(side.kind, SideKind::Packfs { .. }) {
         pre.proc = Some(iostat::ProcIo::default());
+        // Likewise its requests: the HEAD and the table reads of the mount.
+        if ctx.image_remote {
+            pre.remote = Some(Default::default());
+        }
     }
     pre
 }
@@ -86,6 +102,31 @@ pub fn storage(before: &Snapshot, after: &Snapshot, w: Workload, raw: bool) -> r
             }),
             _ => None,
         },
+        remote: match (&before.remote, &after.remote) {
+            (Some(a), Some(b)) => Some(remote_delta(a, b)),
+            _ => None,
+        },
+    }
+}
+
+/// The requests between two snapshots of one daemon's counters.
+fn remote_delta(
+    a: &mountfs::remote::RemoteStats,
+    b: &mountfs::remote::RemoteStats,
+) -> report::RemoteOps {
+    let gets = b.get_requests.saturating_sub(a.get_requests);
+    // The counters keep a mean; the window's mean comes from the two sums.
+    let sum = |s: &mountfs::remote::RemoteStats| s.ttfb_ms_mean * s.get_requests as f64;
+    report::RemoteOps {
+        get_requests: gets,
+        head_requests: b.head_requests.saturating_sub(a.head_requests),
+        bytes_fetched: b.bytes_fetched.saturating_sub(a.bytes_fetched),
+        ranges_ahead: b.ranges_ahead.saturating_sub(a.ranges_ahead),
+        ttfb_ms_mean: if gets > 0 {
+            ((sum(b) - sum(a)) / gets as f64).max(0.0)
+        } else {
+            0.0
+        },
     }
 }
 
@@ -106,6 +147,7 @@ mod tests {
                 reads: pt * 2,
                 read_bytes: pt * 3,
             }),
+            remote: None,
         }
     }
 
@@ -158,6 +200,40 @@ mod tests {
             false,
         );
         assert_eq!((s.read_bytes, s.read_syscalls), (Some(0), Some(0)));
+    }
+
+    #[test]
+    fn remote_requests_are_the_growth_and_the_window_mean_first_byte() {
+        let s = |gets, bytes, mean| mountfs::remote::RemoteStats {
+            get_requests: gets,
+            head_requests: 1,
+            bytes_fetched: bytes,
+            ttfb_ms_mean: mean,
+            ..Default::default()
+        };
+        let (a, b) = (s(10, 1000, 5.0), s(30, 9000, 7.0));
+        let before = Snapshot {
+            remote: Some(a),
+            ..Snapshot::default()
+        };
+        let after = Snapshot {
+            remote: Some(b),
+            ..Snapshot::default()
+        };
+        let r = storage(&before, &after, Workload::Shuffle, false)
+            .remote
+            .unwrap();
+        assert_eq!(
+            (r.get_requests, r.head_requests, r.bytes_fetched),
+            (20, 0, 8000)
+        );
+        // (30 * 7 - 10 * 5) / 20 = 8 ms for the 20 GETs of the window.
+        assert!((r.ttfb_ms_mean - 8.0).abs() < 1e-9, "{}", r.ttfb_ms_mean);
+        assert!(
+            storage(&before, &Snapshot::default(), Workload::Walk, false)
+                .remote
+                .is_none()
+        );
     }
 
     #[test]

@@ -148,6 +148,13 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
     };
     // Relative to where `packfs mount` was started, not the daemon's cwd.
     let stats = stats.map(|p| std::path::absolute(&p).unwrap_or(p));
+    if stats.is_some() {
+        // Before any thread exists (a remote image's client starts some), so
+        // that every thread inherits the mask and SIGUSR1 reaches only the
+        // thread that waits for it (see `serve`), never its default action
+        // (terminate) in a thread that does not.
+        block_sigusr1();
+    }
     if foreground {
         let _watch = spawn_unmount_watcher(&mountpoint, &opts.fsname)?;
         let img = match pre {
@@ -380,13 +387,58 @@ fn serve(
             t.elapsed().as_secs_f64()
         );
     }
-    let fs = mountfs::mount::serve(img, mountpoint, opts, ready)
+    let fs = std::sync::Arc::new(mountfs::fs::PackFs::new(
+        img,
+        opts.readahead,
+        opts.threads.clamp(1, 4),
+    ));
+    if let Some(path) = stats {
+        let (fs, remote, path) = (fs.clone(), remote.clone(), path.to_path_buf());
+        std::thread::Builder::new()
+            .name("stats".into())
+            .spawn(move || loop {
+                if !wait_sigusr1() {
+                    return;
+                }
+                let r = remote.as_ref().map(|r| r.snapshot());
+                if let Err(e) = write_stats(&path, &fs.counters.snapshot(), r.as_ref()) {
+                    log::error!("{e:#}");
+                }
+            })
+            .context("starting the stats thread")?;
+    }
+    mountfs::mount::serve_fs(fs.clone(), mountpoint, opts, ready)
         .with_context(|| format!("mounting at {}", mountpoint.display()))?;
     if let Some(path) = stats {
         let remote = remote.map(|r| r.snapshot());
         write_stats(path, &fs.counters.snapshot(), remote.as_ref())?;
     }
     Ok(0)
+}
+
+/// Blocks SIGUSR1 in this thread and every thread it starts from now on.
+fn block_sigusr1() {
+    // SAFETY: sigset_t initialised by sigemptyset before use; the mask
+    // change affects only this thread (and threads created after it).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for a SIGUSR1 sent to the process (blocked by [`block_sigusr1`]);
+/// false if waiting failed.
+fn wait_sigusr1() -> bool {
+    // SAFETY: as above; sigwait stores the signal number in `sig`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        let mut sig = 0;
+        libc::sigwait(&set, &mut sig) == 0
+    }
 }
 
 /// Writes the mount's counters as JSON, atomically (temp + rename), so a

@@ -1,7 +1,7 @@
 //! What a remote source sent and received: counted as requests leave the
 //! process, so retries show.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Requests as they leave the process (retries included) and what the
@@ -24,7 +24,7 @@ pub struct RemoteCounters {
 }
 
 /// A snapshot of [`RemoteCounters`], as `--stats` and `bench` write it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct RemoteStats {
     pub get_requests: u64,
     pub head_requests: u64,

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""A TCP proxy for HTTP/1.x that adds a fixed latency to every request, and counts them.
+
+For benchmarks of remote images (issue #13): every client (packfs, s3fs, ratarmount)
+talks to the same local S3 server (moto) through this proxy, so they all see the
+same injected per-request latency and are all measured by the same instrument.
+Stdlib only; `tc netem` is not available on this kernel.
+
+    latency_proxy.py --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT2 \\
+                     --latency-ms 5 [--connect-ms 0] [--stats FILE]
+
+How latency is injected: per connection, the first client->server chunk of each
+request waits --latency-ms before it is forwarded. "First chunk of a request" is
+the first chunk of a new connection, or the first client->server chunk after the
+server last sent something (a direction flip: HTTP/1.1 keep-alive sends the next
+request only once the previous answer arrived). Later chunks of the same request
+(headers split over segments, a PUT body) and the whole answer, however large,
+pass without delay. So each request/response round trip costs +L once, like a
+network RTT or an object store's first-byte latency; the bandwidth is untouched.
+--connect-ms (default 0) adds a further delay to the first request of each new
+connection, to model a TCP (or TLS) handshake if wanted.
+A client that pipelines several requests in one chunk is delayed once for them.
+
+What is counted (cumulative since start):
+  requests          {"GET": n, "HEAD": n, "PUT": n, ...}: one per request line seen at
+                    the start of a request ("flips" not starting with a request line,
+                    e.g. a body sent after "100 Continue", are counted in
+                    "non_request_flips" and delayed like a request)
+  bytes_s2c         bytes forwarded server->client (headers included)
+  bytes_c2s         bytes forwarded client->server
+  body_bytes        {"GET": n, ...}: sum of the Content-Length of the answers, per
+                    method of the request they answer (HEAD, 1xx, 204, 304: none)
+  status            {"200": n, "206": n, ...}
+  connections       connections accepted; "open": currently open
+  delayed_chunks    chunks that waited the latency
+A GET with a Range is counted as one GET (status 206).
+
+How to read the counters (your choice):
+  * GET http://LISTEN/_proxy/stats on the proxy's own port: answered by the proxy
+    itself as JSON (not forwarded, delayed or counted); e.g.
+        curl -s http://127.0.0.1:PORT/_proxy/stats
+  * --stats FILE: the same JSON written (atomically, via FILE.tmp + rename) on
+    SIGUSR1 and at exit (SIGINT/SIGTERM).
+Benchmarks take the counters before and after a pass and subtract.
+
+Prints "listening HOST:PORT" on stdout (flushed) once ready; --listen HOST:0
+picks a free port.
+"""
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+
+BUF = 1 << 20  # read size per chunk
+REQ_LINE = re.compile(rb"^([A-Z]{3,10}) (\S+) HTTP/1\.[01]\r?$")
+STATS_PATHS = (b"/_proxy/stats", b"/_proxy/stats/")
+
+STATS = {
+    "started": time.time(),
+    "latency_ms": 0.0,
+    "connect_ms": 0.0,
+    "connections": 0,
+    "open": 0,
+    "requests": collections.Counter(),
+    "non_request_flips": 0,
+    "delayed_chunks": 0,
+    "bytes_c2s": 0,
+    "bytes_s2c": 0,
+    "body_bytes": collections.Counter(),
+    "status": collections.Counter(),
+    "upstream_errors": 0,
+}
+
+
+def snapshot():
+    s = dict(STATS)
+    for k in ("requests", "body_bytes", "status"):
+        s[k] = dict(STATS[k])
+    s["requests_total"] = sum(STATS["requests"].values())
+    s["now"] = time.time()
+    return s
+
+
+def write_stats(path):
+    if not path:
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(snapshot(), f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def tune(writer):
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        except OSError:
+            pass
+    writer.transport.set_write_buffer_limits(high=4 << 20)
+
+
+class Conn:
+    """State shared by the two directions of one proxied connection."""
+
+    def __init__(self):
+        self.last = None  # "c2s" / "s2c": direction of the last forwarded chunk
+        self.line = None  # bytes of a request line being assembled (None: not looking)
+        self.pending = collections.deque()  # methods of requests awaiting an answer
+        self.head = None  # bytes of a response header being assembled (None: in a body)
+        self.body_left = 0  # body bytes of the current answer not yet seen
+
+    # client -> server: request lines
+    def see_request_bytes(self, data):
+        if self.line is None:
+            return
+        self.line += data[: 8192]
+        i = self.line.find(b"\n")
+        if i < 0 and len(self.line) < 8192:
+            return
+        first = self.line[: i if i >= 0 else 8192]
+        self.line = None
+        m = REQ_LINE.match(first)
+        if m:
+            method = m.group(1).decode()
+            STATS["requests"][method] += 1
+            self.pending.append(method)
+        else:
+            STATS["non_request_flips"] += 1
+
+    # server -> client: status lines and Content-Length, to attribute body bytes
+    def see_response_bytes(self, data):
+        pos = 0
+        n = len(data)
+        while pos < n:
+            if self.head is None:
+                if self.body_left > 0:
+                    take = min(self.body_left, n - pos)
+                    self.body_left -= take
+                    pos += take
+                    continue
+                self.head = b""
+            # assembling a header block
+            chunk = data[pos : pos + 65536]
+            self.head += chunk
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.head) > 65536:  # not HTTP as expected: stop parsing this answer
+                    self.head = None
+                    self.body_left = 1 << 62
+                return
+            hdr = self.head[: end + 4]
+            consumed = len(chunk) - (len(self.head) - len(hdr))
+            pos += consumed
+            self.head = None
+            self._answer(hdr)
+
+    def _answer(self, hdr):
+        lines = hdr.split(b"\r\n")
+        try:
+            code = int(lines[0].split()[1])
+        except (IndexError, ValueError):
+            code = 0
+        if 100 <= code < 200:  # interim answer: the final one follows
+            return
+        STATS["status"][str(code)] += 1
+        method = self.pending.popleft() if self.pending else "?"
+        length = 0
+        for ln in lines[1:]:
+            if ln[:15].lower() == b"content-length:":
+                try:
+                    length = int(ln[15:].strip())
+                except ValueError:
+                    length = 0
+        if method == "HEAD" or code in (204, 304):
+            length = 0
+        STATS["body_bytes"][method] += length
+        self.body_left = length
+
+
+async def pump(reader, writer, conn, direction, latency, first_extra):
+    """Copy reader -> writer until EOF; half-close writer at EOF."""
+    first = True
+    try:
+        while True:
+            data = await reader.read(BUF)
+            if not data:
+                break
+            if direction == "c2s":
+                if conn.last != "c2s":  # a new request: new connection or a flip
+                    conn.line = b""
+                    delay = latency + (first_extra if first else 0.0)
+                    if delay > 0:
+                        STATS["delayed_chunks"] += 1
+                        await asyncio.sleep(delay)
+                conn.see_request_bytes(data)
+                STATS["bytes_c2s"] += len(data)
+            else:
+                conn.see_response_bytes(data)
+            conn.last = direction
+            first = False
+            writer.write(data)
+            await writer.drain()
+            if direction == "s2c":
+                STATS["bytes_s2c"] += len(data)
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError, asyncio.IncompleteReadError):
+        writer.transport.abort()
+
+
+async def serve_stats(writer):
+    body = json.dumps(snapshot(), indent=1, sort_keys=True).encode() + b"\n"
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    )
+    await writer.drain()
+    writer.close()
+
+
+async def handle(creader, cwriter, upstream, latency, connect_extra):
+    STATS["connections"] += 1
+    STATS["open"] += 1
+    uwriter = None
+    try:
+        tune(cwriter)
+        # Peek at the first chunk: the proxy's own stats path is answered here.
+        first = await creader.read(BUF)
+        if not first:
+            cwriter.close()
+            return
+        line = first.split(b"\n", 1)[0]
+        m = REQ_LINE.match(line)
+        if m and m.group(1) == b"GET" and m.group(2) in STATS_PATHS:
+            await serve_stats(cwriter)
+            return
+        try:
+            ureader, uwriter = await asyncio.open_connection(
+                upstream[0], upstream[1], limit=BUF
+            )
+        except OSError as e:
+            STATS["upstream_errors"] += 1
+            print("upstream %s:%d: %s" % (upstream[0], upstream[1], e), file=sys.stderr)
+            cwriter.transport.abort()
+            return
+        tune(uwriter)
+        conn = Conn()
+        # The first chunk: a new request (delayed, counted) like any other.
+        conn.line = b""
+        delay = latency + connect_extra
+        if delay > 0:
+            STATS["delayed_chunks"] += 1
+            await asyncio.sleep(delay)
+        conn.see_request_bytes(first)
+        STATS["bytes_c2s"] += len(first)
+        conn.last = "c2s"
+        uwriter.write(first)
+        await uwriter.drain()
+        await asyncio.gather(
+            pump(creader, uwriter, conn, "c2s", latency, 0.0),
+            pump(ureader, cwriter, conn, "s2c", latency, 0.0),
+        )
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        STATS["open"] -= 1
+        for w in (cwriter, uwriter):
+            if w is not None:
+                try:
+                    w.close()
+                except Exception:
+                    pass
+
+
+def hostport(s):
+    host, _, port = s.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+async def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--listen", required=True, help="HOST:PORT to listen on (PORT 0: any)")
+    ap.add_argument("--upstream", required=True, help="HOST:PORT of the HTTP server")
+    ap.add_argument("--latency-ms", type=float, default=5.0, help="added once per request")
+    ap.add_argument("--connect-ms", type=float, default=0.0,
+                    help="added once more to a new connection's first request")
+    ap.add_argument("--stats", help="write counters as JSON here on SIGUSR1 and at exit")
+    a = ap.parse_args()
+    latency = a.latency_ms / 1000.0
+    STATS["latency_ms"] = a.latency_ms
+    STATS["connect_ms"] = a.connect_ms
+    up = hostport(a.upstream)
+    lh, lp = hostport(a.listen)
+    server = await asyncio.start_server(
+        lambda r, w: handle(r, w, up, latency, a.connect_ms / 1000.0),
+        lh, lp, limit=BUF, backlog=1024, reuse_address=True,
+    )
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    loop.add_signal_handler(signal.SIGUSR1, write_stats, a.stats)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+    port = server.sockets[0].getsockname()[1]
+    print("listening %s:%d" % (lh, port), flush=True)
+    async with server:
+        await stop
+    write_stats(a.stats)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
