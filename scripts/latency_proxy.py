@@ -30,6 +30,9 @@ What is counted (cumulative since start):
   bytes_c2s         bytes forwarded client->server
   body_bytes        {"GET": n, ...}: sum of the Content-Length of the answers, per
                     method of the request they answer (HEAD, 1xx, 204, 304: none)
+  targets           {"GET /bucket/key": n, ...}: requests per method and path (query
+                    string dropped; at most 10000 distinct, the rest under "other")
+  target_bytes      {"GET /bucket/key": n, ...}: body bytes per method and path
   status            {"200": n, "206": n, ...}
   connections       connections accepted; "open": currently open
   delayed_chunks    chunks that waited the latency
@@ -74,6 +77,8 @@ STATS = {
     "bytes_c2s": 0,
     "bytes_s2c": 0,
     "body_bytes": collections.Counter(),
+    "targets": collections.Counter(),
+    "target_bytes": collections.Counter(),
     "status": collections.Counter(),
     "upstream_errors": 0,
 }
@@ -81,7 +86,7 @@ STATS = {
 
 def snapshot():
     s = dict(STATS)
-    for k in ("requests", "body_bytes", "status"):
+    for k in ("requests", "body_bytes", "status", "targets", "target_bytes"):
         s[k] = dict(STATS[k])
     s["requests_total"] = sum(STATS["requests"].values())
     s["now"] = time.time()
@@ -116,7 +121,7 @@ class Conn:
     def __init__(self):
         self.last = None  # "c2s" / "s2c": direction of the last forwarded chunk
         self.line = None  # bytes of a request line being assembled (None: not looking)
-        self.pending = collections.deque()  # methods of requests awaiting an answer
+        self.pending = collections.deque()  # (method, target) of requests awaiting an answer
         self.head = None  # bytes of a response header being assembled (None: in a body)
         self.body_left = 0  # body bytes of the current answer not yet seen
 
@@ -133,8 +138,13 @@ class Conn:
         m = REQ_LINE.match(first)
         if m:
             method = m.group(1).decode()
+            path = m.group(2).split(b"?", 1)[0][:300].decode("latin-1")
+            target = method + " " + path
+            if target not in STATS["targets"] and len(STATS["targets"]) >= 10000:
+                target = "other"
             STATS["requests"][method] += 1
-            self.pending.append(method)
+            STATS["targets"][target] += 1
+            self.pending.append((method, target))
         else:
             STATS["non_request_flips"] += 1
 
@@ -174,7 +184,7 @@ class Conn:
         if 100 <= code < 200:  # interim answer: the final one follows
             return
         STATS["status"][str(code)] += 1
-        method = self.pending.popleft() if self.pending else "?"
+        method, target = self.pending.popleft() if self.pending else ("?", "?")
         length = 0
         for ln in lines[1:]:
             if ln[:15].lower() == b"content-length:":
@@ -185,6 +195,7 @@ class Conn:
         if method == "HEAD" or code in (204, 304):
             length = 0
         STATS["body_bytes"][method] += length
+        STATS["target_bytes"][target] += length
         self.body_left = length
 
 
@@ -229,7 +240,12 @@ async def serve_stats(writer):
     writer.close()
 
 
+TASKS = set()  # strong references: asyncio forgets a handler's task once its client is gone
+
+
 async def handle(creader, cwriter, upstream, latency, connect_extra):
+    task = asyncio.current_task()
+    TASKS.add(task)
     STATS["connections"] += 1
     STATS["open"] += 1
     uwriter = None
@@ -274,6 +290,7 @@ async def handle(creader, cwriter, upstream, latency, connect_extra):
     except (ConnectionError, OSError):
         pass
     finally:
+        TASKS.discard(task)
         STATS["open"] -= 1
         for w in (cwriter, uwriter):
             if w is not None:

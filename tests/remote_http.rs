@@ -325,3 +325,106 @@ fn bench_of_a_remote_image_reports_its_requests_per_run() {
         .filter(|r| r["side"] == "raw")
         .all(|r| r["storage"]["remote"].is_null()));
 }
+
+/// The daemon's `--stats` now (it writes them on SIGUSR1), as JSON.
+fn live_stats(mountpoint: &Path, file: &Path) -> serde_json::Value {
+    let _ = std::fs::remove_file(file);
+    let pid = daemon_pid(mountpoint);
+    assert!(Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(t) = std::fs::read_to_string(file) {
+            return serde_json::from_str(&t).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no stats written on SIGUSR1");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An object larger than the range cache: small files read in a shuffled
+/// order fetch the pieces they need, not a whole range (and readahead) per
+/// file, which fetched the image many times over; a sequential pass still
+/// fetches whole ranges, about the image once. The bytes are the source's
+/// either way.
+#[test]
+fn an_object_larger_than_the_range_cache_is_read_in_pieces_when_shuffled() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // 30 small files, each followed by a 2 MB one: small files far apart,
+    // as in an image much larger than this one, where random readers seldom
+    // land near each other.
+    let mut files = Vec::new();
+    for i in 0..30u64 {
+        for (name, size) in [
+            (format!("{i:02}a_small"), 100_000),
+            (format!("{i:02}b_big"), 2_000_000),
+        ] {
+            let data = bytes(5000 + 2 * i + (size > 100_000) as u64, size, false);
+            std::fs::write(src.join(&name), &data).unwrap();
+            files.push((PathBuf::from(name), data));
+        }
+    }
+    // Each file in its own blocks, where the listing puts it (packed
+    // together as fragments, the small files would sit side by side).
+    let img = t.path().join("img.sqfs");
+    pack(&src, &img, &["--no-fragments"]);
+    let len = std::fs::metadata(&img).unwrap().len();
+    let server = RangeServer::start(t.path(), &[]);
+    let url = server.url("img.sqfs");
+    let stats = t.path().join("stats.json");
+    // 1 MiB ranges, a cache of 16 (a quarter of the image): 64 KiB pieces.
+    let pass = |order: &[usize]| -> (u64, u64) {
+        let m = PackfsMount::new(
+            Path::new(&url),
+            &[
+                "--range-size",
+                "1M",
+                "--range-cache",
+                "16M",
+                "--cache-size",
+                "1M",
+                "--stats",
+                stats.to_str().unwrap(),
+            ],
+        );
+        for &i in order {
+            let (rel, data) = &files[i];
+            assert!(
+                read(&m.path().join(rel)).unwrap() == *data,
+                "{}",
+                rel.display()
+            );
+        }
+        let s = live_stats(m.path(), &stats);
+        let r = &s["remote"];
+        (
+            r["get_requests"].as_u64().unwrap(),
+            r["bytes_fetched"].as_u64().unwrap(),
+        )
+    };
+    let mut small: Vec<usize> = (0..files.len()).step_by(2).collect();
+    let mut x = 7u64;
+    for i in (1..small.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        small.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let (gets, bytes) = pass(&small);
+    // 3 MB of small files; a whole range per file would be 30 MiB or more.
+    assert!(
+        bytes < 8 << 20,
+        "shuffled small files fetched {bytes} bytes in {gets} GETs"
+    );
+    let all: Vec<usize> = (0..files.len()).collect();
+    let (gets, bytes) = pass(&all);
+    assert!(
+        bytes <= len * 13 / 10 && gets <= 2 * len.div_ceil(1 << 20),
+        "sequential pass fetched {bytes} bytes in {gets} GETs of a {len}-byte image"
+    );
+}

@@ -123,6 +123,12 @@ pub struct BenchArgs {
     /// How packfs's own mount reads the image (`mount --io`).
     #[arg(long, value_enum)]
     pub mount_io: Option<crate::cli::Io>,
+    /// Do not time the raw tree (it is still scanned to plan the workloads
+    /// and to verify the mounts); there are no ratios then. For comparing
+    /// mounts or mount options with each other, e.g. the two --mount-io
+    /// modes under --emulate-latency, where the raw side is the slow part.
+    #[arg(long)]
+    pub no_raw: bool,
 }
 
 /// An external mount named on the command line.

@@ -216,9 +216,12 @@ pub fn own_mount_args(a: &BenchArgs) -> Vec<String> {
 /// The sides in the order they are set up, measured and reported: raw
 /// first (every ratio is against it), then packfs's own mount of the image
 /// unless --mountpoint names the mounts to measure without --self-mount,
-/// then each --mountpoint as given.
+/// then each --mountpoint as given. No raw side with --no-raw.
 pub fn side_specs(a: &BenchArgs) -> Vec<SideSpec> {
-    let mut specs = vec![SideSpec::Raw];
+    let mut specs = Vec::new();
+    if !a.no_raw {
+        specs.push(SideSpec::Raw);
+    }
     if a.mountpoints.is_empty() || a.self_mount {
         specs.push(SideSpec::Packfs);
     }
@@ -290,6 +293,8 @@ mod tests {
     fn own_mount_unless_mountpoints_name_the_sides() {
         let a = args::parse(&["--raw", "r", "--image", "i"]);
         assert_eq!(side_specs(&a), [SideSpec::Raw, SideSpec::Packfs]);
+        let a = args::parse(&["--raw", "r", "--image", "i", "--no-raw"]);
+        assert_eq!(side_specs(&a), [SideSpec::Packfs]);
 
         let a = args::parse(&["--raw", "r", "--mountpoint", "/m", "--mountpoint", "k=/k"]);
         assert_eq!(

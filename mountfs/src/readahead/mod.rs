@@ -38,8 +38,8 @@
 //! decoders: the readers hint each block of the image before touching it
 //! ([`ImageSource::will_need`]). [`StreamReadahead`] wraps the image source
 //! and widens hints that continue one of 8 streams (within 1 MiB of its end)
-//! to run 4 MiB ahead, issued half a window at a time; a hint far from every
-//! stream is passed on exactly. It is applied where images are opened
+//! to run 4 MiB ahead once the stream has been continued twice, issued half a
+//! window at a time; a hint far from every stream is passed on exactly. It is applied where images are opened
 //! (`AnyImage::open_with`); the sources themselves advise exactly what they
 //! are asked (`posix_fadvise` for the default `pread` source, `madvise` for
 //! [`MmapSource`]). The window sizes were measured with the map, where the

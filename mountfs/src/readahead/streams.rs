@@ -5,9 +5,15 @@
 //! ([`ImageSource::will_need`]), and on a memory map a hinted range is read
 //! exactly as hinted: the kernel's sequential readahead never starts, so a
 //! sequential pass over the image costs one storage read per block (this is
-//! what the window was measured against; see the module doc for `pread`). Here a hint that starts near where an earlier one ended
-//! continues that stream, and the stream's hints run `RA_WINDOW` (4 MiB)
-//! ahead of it, issued half a window at a time. A few streams are tracked
+//! what the window was measured against; see the module doc for `pread`).
+//! Here a hint that starts near where an earlier one ended continues that
+//! stream; once a stream has been continued twice, its hints run
+//! `RA_WINDOW` (4 MiB) ahead of it, issued half a window at a time. Twice,
+//! not once: with 8 streams each taking hints within 1 MiB of its end, a
+//! random reader's hint lands near *some* stream's end often (on an 832 MB
+//! image about 2% of the time, on a 20 MB one almost always), and each such
+//! false start cost a 4 MiB window, which on an object store is fetched:
+//! two in a row is the square of that chance. A few streams are tracked
 //! because several readers (threads, or the prefetcher running ahead of a
 //! reader) walk different parts of the image at once; a hint far from every
 //! stream is advised exactly, so random readers read no more than before.
@@ -66,10 +72,14 @@ impl<S: ImageSource> ImageSource for StreamReadahead<S> {
     }
 }
 
+/// Continuations a stream needs before its hints are widened.
+const RA_CONFIRM: u8 = 2;
+
 #[derive(Default)]
 struct Streams {
-    /// (end of the last hinted range, end of what was advised ahead).
-    at: [(u64, u64); RA_STREAMS],
+    /// (end of the last hinted range, end of what was advised ahead,
+    /// continuations seen, up to `RA_CONFIRM`).
+    at: [(u64, u64, u8); RA_STREAMS],
     /// Next slot to recycle for a new stream.
     victim: usize,
 }
@@ -81,20 +91,25 @@ impl Streams {
         let found = self
             .at
             .iter()
-            .position(|&(next, _)| next != 0 && off + RA_SLACK >= next && off <= next + RA_SLACK);
+            .position(|&(next, ..)| next != 0 && off + RA_SLACK >= next && off <= next + RA_SLACK);
         let Some(i) = found else {
             let v = self.victim;
             self.victim = (v + 1) % RA_STREAMS;
-            self.at[v] = (end, end);
+            self.at[v] = (end, end, 0);
             return (off, end);
         };
-        let (next, advised) = self.at[i];
+        let (next, advised, seen) = self.at[i];
+        if seen + 1 < RA_CONFIRM {
+            // Not a stream yet: advised exactly.
+            self.at[i] = (end.max(next), advised.max(end), seen + 1);
+            return (off.max(advised), end.max(advised));
+        }
         if advised >= end + RA_WINDOW / 2 {
             self.at[i].0 = end.max(next);
             return (off, off);
         }
         let to = end + RA_WINDOW;
-        self.at[i] = (end.max(next), to);
+        self.at[i] = (end.max(next), to, RA_CONFIRM);
         (off.max(advised), to)
     }
 }
@@ -113,6 +128,10 @@ mod tests {
         // always covers at least half a window past the block, in few calls.
         let (bs, mut frontier, mut calls) = (128u64 << 10, 100u64, 0);
         let mut off = 100;
+        // The first continuation is advised exactly (not a stream yet).
+        assert_eq!(s.hint(off, off + bs), (off, off + bs));
+        off += bs;
+        frontier = frontier.max(off);
         while off < 64 << 20 {
             let (a, b) = s.hint(off, off + bs);
             if a < b {
@@ -162,10 +181,11 @@ mod tests {
         src.will_need(0, 100);
         src.will_need(100, 100);
         src.will_need(200, 50);
+        src.will_need(250, 50);
         let w = RA_WINDOW as usize;
         assert_eq!(
             *src.inner().1.lock().unwrap(),
-            [(0, 100), (100, 100 + w), (200, 0)]
+            [(0, 100), (100, 100), (200, 50 + w), (250, 0)]
         );
     }
 }

@@ -3,8 +3,9 @@
 //! Invariants: a range index is either cached, in flight, or neither, never
 //! two flights for one index (so concurrent readers of a range cost one
 //! request); cached bytes never exceed the budget (the range just inserted
-//! always stays, so the budget must hold two ranges); a failure is handed to
-//! the readers waiting for that flight and then forgotten.
+//! always stays, so the budget must hold two ranges); readahead never has
+//! more than half the budget in flight (counted in whole ranges); a failure is handed to the readers
+//! waiting for that flight and then forgotten.
 
 use super::error::RemoteError;
 use bytes::Bytes;
@@ -95,9 +96,10 @@ impl RangeCache {
         if let Some(f) = s.flying.get(&idx) {
             return Lookup::Wait(f.clone(), false);
         }
-        if ahead
-            && (s.ahead >= MAX_AHEAD || s.bytes + (s.flying.len() + 1) * self.range > self.budget)
-        {
+        // Readahead may evict cached ranges (it is what a reader moving
+        // through the object needs next) but never have more than half the
+        // budget in flight, so it cannot evict what it fetched before use.
+        if ahead && (s.ahead >= MAX_AHEAD || (s.ahead + 1) * self.range > self.budget / 2) {
             return Lookup::Skip;
         }
         let f = Arc::new(Flight {
@@ -207,10 +209,20 @@ mod tests {
         for (i, f) in &claimed {
             c.finish(*i, f, Ok(Bytes::from(vec![0; 100])));
         }
-        let small = RangeCache::new(200, 100);
-        assert!(matches!(small.lookup(0, true), Lookup::Wait(_, true)));
+        // At most half the budget in flight ahead...
+        let small = RangeCache::new(400, 100);
+        let Lookup::Wait(f0, true) = small.lookup(0, true) else {
+            panic!()
+        };
         assert!(matches!(small.lookup(1, true), Lookup::Wait(_, true)));
         assert!(matches!(small.lookup(2, true), Lookup::Skip));
+        // ...but a full cache does not stop readahead: it evicts the oldest.
+        small.finish(0, &f0, Ok(Bytes::from(vec![0; 100])));
+        for i in 10..14 {
+            done(&small, i, 100);
+        }
+        assert_eq!(small.cached_bytes(), 400);
+        assert!(matches!(small.lookup(3, true), Lookup::Wait(_, true)));
     }
 
     #[test]

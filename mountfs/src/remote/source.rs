@@ -13,7 +13,36 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Cache keys with this bit set name pieces, the others ranges.
+const PIECE: u64 = 1 << 63;
+/// The smallest piece; see [`piece_size`].
+const MIN_PIECE: u64 = 64 << 10;
+/// Hints longer than this were widened by a sequential stream and fetch
+/// whole ranges; shorter ones name the block about to be read.
+const STREAM_HINT: u64 = 1 << 20;
+
+/// The piece size for ranges of `range` bytes: 1/16 of a range (256 KiB for
+/// the default 4 MiB), at least 64 KiB: about one or two data blocks, so a
+/// random read of a small file costs one short GET.
+pub fn piece_size(range: u64) -> u64 {
+    (range / 16).max(MIN_PIECE).min(range)
+}
+
 /// An object read by aligned range requests through a range cache.
+///
+/// **Pieces.** When the object is larger than the range cache, whole ranges
+/// cannot all stay cached, and a shuffled pass over small files would fetch
+/// a whole range for each file it reads (measured before pieces: a 832 MB
+/// image of 50,000 JPEGs with a 128 MiB range cache, one shuffled pass,
+/// 4 threads: 6,030 GETs and 25.3 GB fetched, 30x the image). So for such
+/// an object a read that is not moving through the object fetches only the
+/// aligned *pieces* ([`piece_size`]) it touches; a read that crossed from
+/// one range into the next (a sequential reader) and hints widened by a
+/// sequential stream fetch whole ranges, with readahead, as before. A range
+/// already cached or in flight always serves. Pieces share the range
+/// cache's budget, LRU and single flight (keys with [`PIECE`] set). An
+/// object that fits in the cache is fetched in whole ranges only: every
+/// byte fetched stays, and fewer requests are better.
 ///
 /// Invariant: every byte it returns belongs to the version pinned at open
 /// (`version`): each answer's ETag (or Last-Modified), total length and
@@ -22,6 +51,8 @@ pub struct RemoteSource {
     shared: Arc<Shared>,
     /// One past the last range a reader asked for, for readahead.
     next: AtomicU64,
+    /// Bytes per piece; equal to the range size when pieces are off.
+    piece: u64,
 }
 
 struct Shared {
@@ -53,7 +84,13 @@ impl RemoteSource {
         }
         let o = &remote.opts;
         let ranges = RangeCache::new(o.cache_bytes as usize, o.range_size as usize);
+        let piece = if version.len > o.cache_bytes {
+            piece_size(o.range_size)
+        } else {
+            o.range_size
+        };
         Ok(RemoteSource {
+            piece,
             shared: Arc::new(Shared {
                 remote,
                 version,
@@ -89,28 +126,68 @@ impl RemoteSource {
         (self.shared.version.len - 1) / self.range_size()
     }
 
-    /// The range `idx`, in flight or cached; starts its fetch when neither.
-    fn start(&self, idx: u64, ahead: bool) -> Lookup {
-        let l = self.shared.ranges.lookup(idx, ahead);
+    fn pieces(&self) -> bool {
+        self.piece < self.range_size()
+    }
+
+    /// The range or piece `key` (see [`PIECE`]), in flight or cached;
+    /// starts its fetch when neither.
+    fn start(&self, key: u64, ahead: bool) -> Lookup {
+        let l = self.shared.ranges.lookup(key, ahead);
         if let Lookup::Wait(flight, true) = &l {
             let (shared, flight) = (self.shared.clone(), flight.clone());
+            let span = self.span(key);
             self.shared.remote.handle().spawn(async move {
-                let r = shared.fetch(idx).await;
+                let r = shared.fetch(span).await;
                 if r.is_ok() && ahead {
                     shared.remote.counters.ranges_ahead.fetch_add(1, Relaxed);
                 }
-                shared.ranges.finish(idx, &flight, r);
+                shared.ranges.finish(key, &flight, r);
             });
         }
         l
     }
 
+    /// The object's bytes that `key` holds.
+    fn span(&self, key: u64) -> std::ops::Range<u64> {
+        let (idx, size) = match key & PIECE {
+            0 => (key, self.range_size()),
+            _ => (key & !PIECE, self.piece),
+        };
+        let start = idx * size;
+        start..(start + size).min(self.len())
+    }
+
+    /// Cache entries to read `off..end` (within range `idx`) from: the
+    /// range, or with pieces on and `whole` false, the pieces it touches
+    /// unless the range is cached or on its way. With each, where its bytes
+    /// start in the object.
+    fn entries(
+        &self,
+        idx: u64,
+        off: u64,
+        end: u64,
+        whole: bool,
+        ahead: bool,
+    ) -> Vec<(u64, Lookup)> {
+        let rs = self.range_size();
+        if whole || !self.pieces() || self.shared.ranges.has(idx) {
+            return vec![(idx * rs, self.start(idx, ahead))];
+        }
+        let ps = self.piece;
+        let (a, b) = (off.max(idx * rs), end.min((idx + 1) * rs));
+        (a / ps..=(b - 1) / ps)
+            .map(|p| (p * ps, self.start(PIECE | p, ahead)))
+            .collect()
+    }
+
     /// Starts readahead of the ranges after `idx` when a reader moved from
-    /// one range to the next (or stayed on one).
+    /// one range to the next (or, without pieces, stayed on one).
     fn follow(&self, first: u64, last: u64) {
         let prev = self.next.swap(last + 1, Relaxed);
         let n = self.shared.remote.opts.readahead as u64;
-        if n == 0 || !(prev == first || prev == first + 1) {
+        let moving = prev == first || (prev == first + 1 && !self.pieces());
+        if n == 0 || !moving {
             return;
         }
         for idx in last + 1..=(last + n).min(self.last_range()) {
@@ -130,9 +207,9 @@ impl Shared {
     /// kernel retries a failed readahead page by page, an `open` looks up
     /// and reads), and each waiting the full timeout would multiply it. The
     /// first answer ends the failing state, so the mount recovers at once.
-    async fn fetch(&self, idx: u64) -> std::result::Result<Bytes, RemoteError> {
+    async fn fetch(&self, span: std::ops::Range<u64>) -> std::result::Result<Bytes, RemoteError> {
         let failing_since = *self.failing.lock().unwrap_or_else(|p| p.into_inner());
-        let r = self.fetch_within(idx, failing_since).await;
+        let r = self.fetch_within(span, failing_since).await;
         let mut f = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         match &r {
             Ok(_) => *f = None,
@@ -146,7 +223,7 @@ impl Shared {
 
     async fn fetch_within(
         &self,
-        idx: u64,
+        span: std::ops::Range<u64>,
         failing_since: Option<std::time::Instant>,
     ) -> std::result::Result<Bytes, RemoteError> {
         let opts = &self.remote.opts;
@@ -160,8 +237,7 @@ impl Shared {
                 t.elapsed().as_secs()
             )
         });
-        let start = idx * opts.range_size;
-        let end = (start + opts.range_size).min(self.version.len);
+        let (start, end) = (span.start, span.end);
         let url = self.remote.url();
         let what = format!("range GET of bytes {start}..{end}");
         let get = async {
@@ -256,13 +332,18 @@ impl ImageSource for RemoteSource {
             return Ok(());
         }
         let rs = self.range_size();
-        let (first, last) = (off / rs, (off + buf.len() as u64 - 1) / rs);
+        let end = off + buf.len() as u64;
+        let (first, last) = (off / rs, (end - 1) / rs);
+        // A reader that crossed into this range from the one before is
+        // moving through the object: whole ranges (see the type's doc).
+        let whole = self.next.load(Relaxed) == first;
         // Every fetch first, then the waits: the ranges come in parallel.
-        let looked: Vec<(u64, Lookup)> =
-            (first..=last).map(|i| (i, self.start(i, false))).collect();
+        let looked: Vec<(u64, Lookup)> = (first..=last)
+            .flat_map(|i| self.entries(i, off, end, whole, false))
+            .collect();
         self.follow(first, last);
         let opts = &self.shared.remote.opts;
-        for (idx, l) in looked {
+        for (r0, l) in looked {
             let data = match l {
                 Lookup::Ready(b) => b,
                 Lookup::Wait(f, _) => wait(&f, opts.timeout, self.url()).map_err(|e| {
@@ -272,8 +353,7 @@ impl ImageSource for RemoteSource {
                 })?,
                 Lookup::Skip => unreachable!("demand lookups are never skipped"),
             };
-            // The part of this range that the read covers.
-            let r0 = idx * rs;
+            // The part of this range or piece that the read covers.
             let from = off.max(r0);
             let to = (off + buf.len() as u64).min(r0 + data.len() as u64);
             buf[(from - off) as usize..(to - off) as usize]
@@ -288,8 +368,12 @@ impl ImageSource for RemoteSource {
         }
         let rs = self.range_size();
         let end = (off + len as u64).min(self.len());
+        // A short hint names the block about to be read; a long one was
+        // widened along a sequential stream.
+        let whole = len as u64 > STREAM_HINT;
         for idx in off / rs..=(end - 1) / rs {
-            if let Lookup::Skip = self.start(idx, true) {
+            let started = self.entries(idx, off, end, whole, true);
+            if started.iter().any(|(_, l)| matches!(l, Lookup::Skip)) {
                 break;
             }
         }
