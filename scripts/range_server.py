@@ -10,6 +10,9 @@ Test switches:
   --latency-ms N     sleep N ms before answering each request (per-request
                      first-byte latency, as object storage has)
   --forbid PREFIX    answer 403 (with an S3-style XML body) for paths under PREFIX
+  --presign TOKEN    act as a presigned GET URL does: every request must carry
+                     `?...sig=TOKEN` (else 403), and HEAD is refused with 403
+                     (the signature covers the method: S3's SignatureDoesNotMatch)
   GET /_control/stall    later requests hang (no answer) until resumed
   GET /_control/resume   answer again
   GET /_control/stats    {"get": N, "head": N, "bytes": N} as JSON
@@ -37,6 +40,7 @@ class Handler(BaseHTTPRequestHandler):
     root = "."
     latency = 0.0
     forbid = None
+    presign = None
 
     def log_message(self, *args):
         pass
@@ -77,7 +81,12 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(self.latency)
         with LOCK:
             STATE["head" if head else "get"] += 1
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
+        if self.presign is not None:
+            signed = ("sig=" + self.presign) in query.split("&")
+            if head or not signed:
+                body = b"<?xml version='1.0'?><Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match the signature you provided.</Message></Error>"
+                return self.send_plain(403, b"" if head else body, "application/xml")
         if self.forbid and path.startswith(self.forbid):
             body = b"<?xml version='1.0'?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
             return self.send_plain(403, body, "application/xml")
@@ -144,10 +153,12 @@ def main():
     ap.add_argument("--bind", default="127.0.0.1")
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--forbid")
+    ap.add_argument("--presign")
     a = ap.parse_args()
     Handler.root = a.root
     Handler.latency = a.latency_ms / 1000.0
     Handler.forbid = a.forbid
+    Handler.presign = a.presign
     ThreadingHTTPServer.daemon_threads = True
     srv = ThreadingHTTPServer((a.bind, a.port), Handler)
     print("PORT %d" % srv.server_address[1], flush=True)

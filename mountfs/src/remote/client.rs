@@ -268,6 +268,11 @@ impl Remote {
 
     /// HEAD: the object's length and version, or the error a user needs
     /// (403 with the server's reason, 404, connection refused...).
+    ///
+    /// A HEAD refused while a one-byte GET is answered is a presigned URL
+    /// (its signature covers the method, so S3 answers HEAD with 403
+    /// SignatureDoesNotMatch): the GET's answer pins the object instead
+    /// (total length from Content-Range, ETag, Last-Modified).
     pub fn head(&self) -> Result<Version, RemoteError> {
         let (store, path) = (self.store.clone(), self.path.clone());
         let url = self.url.clone();
@@ -291,7 +296,7 @@ impl Remote {
                             get @ RemoteError::Status { .. } => Err(get),
                             _ => Err(head),
                         },
-                        Ok(_) => Err(head),
+                        Ok(r) => Ok(r.meta),
                     }
                 }
             }
