@@ -19,7 +19,8 @@ pass without delay. So each request/response round trip costs +L once, like a
 network RTT or an object store's first-byte latency; the bandwidth is untouched.
 --connect-ms (default 0) adds a further delay to the first request of each new
 connection, to model a TCP (or TLS) handshake if wanted.
-A client that pipelines several requests in one chunk is delayed once for them.
+A client that pipelines several requests in one chunk is delayed (and counted)
+once for them.
 
 What is counted (cumulative since start):
   requests          {"GET": n, "HEAD": n, "PUT": n, ...}: one per request line seen at
@@ -28,8 +29,9 @@ What is counted (cumulative since start):
                     "non_request_flips" and delayed like a request)
   bytes_s2c         bytes forwarded server->client (headers included)
   bytes_c2s         bytes forwarded client->server
-  body_bytes        {"GET": n, ...}: sum of the Content-Length of the answers, per
-                    method of the request they answer (HEAD, 1xx, 204, 304: none)
+  body_bytes        {"GET": n, ...}: body bytes of the answers forwarded, per method
+                    of the request they answer (Content-Length, chunked, or up to
+                    the close; HEAD, 1xx, 204, 304: none)
   targets           {"GET /bucket/key": n, ...}: requests per method and path (query
                     string dropped; at most 10000 distinct, the rest under "other")
   target_bytes      {"GET /bucket/key": n, ...}: body bytes per method and path
@@ -122,8 +124,11 @@ class Conn:
         self.last = None  # "c2s" / "s2c": direction of the last forwarded chunk
         self.line = None  # bytes of a request line being assembled (None: not looking)
         self.pending = collections.deque()  # (method, target) of requests awaiting an answer
-        self.head = None  # bytes of a response header being assembled (None: in a body)
-        self.body_left = 0  # body bytes of the current answer not yet seen
+        self.cur = ("?", "?")  # (method, target) of the answer being forwarded
+        self.state = "head"  # head | body | chunk-size | chunk | chunk-end | trailer
+        self.buf = b""  # a line being assembled
+        self.hdr = []  # lines of the header block being assembled
+        self.body_left = 0  # bytes left in the body or chunk (None: up to the close)
 
     # client -> server: request lines
     def see_request_bytes(self, data):
@@ -148,35 +153,55 @@ class Conn:
         else:
             STATS["non_request_flips"] += 1
 
-    # server -> client: status lines and Content-Length, to attribute body bytes
+    # server -> client: answers parsed (status line, headers, Content-Length or
+    # chunked body, else a body up to the close) to attribute body bytes
     def see_response_bytes(self, data):
-        pos = 0
-        n = len(data)
+        pos, n = 0, len(data)
         while pos < n:
-            if self.head is None:
-                if self.body_left > 0:
-                    take = min(self.body_left, n - pos)
-                    self.body_left -= take
-                    pos += take
-                    continue
-                self.head = b""
-            # assembling a header block
-            chunk = data[pos : pos + 65536]
-            self.head += chunk
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.head) > 65536:  # not HTTP as expected: stop parsing this answer
-                    self.head = None
-                    self.body_left = 1 << 62
-                return
-            hdr = self.head[: end + 4]
-            consumed = len(chunk) - (len(self.head) - len(hdr))
-            pos += consumed
-            self.head = None
-            self._answer(hdr)
+            st = self.state
+            if st == "body" or st == "chunk":
+                left = self.body_left
+                take = n - pos if left is None else min(left, n - pos)
+                STATS["body_bytes"][self.cur[0]] += take
+                STATS["target_bytes"][self.cur[1]] += take
+                pos += take
+                if left is not None:
+                    self.body_left = left - take
+                    if self.body_left == 0:
+                        self.state = "head" if st == "body" else "chunk-end"
+                continue
+            # a line: of the header block, a chunk size, the CRLF after a chunk, a trailer
+            i = data.find(b"\n", pos)
+            stop = n if i < 0 else i + 1
+            self.buf += data[pos:stop]
+            pos = stop
+            if i < 0:
+                if len(self.buf) > 65536:  # not HTTP as expected: the rest is body
+                    self.buf, self.state, self.body_left = b"", "body", None
+                continue
+            line, self.buf = self.buf, b""
+            blank = line in (b"\r\n", b"\n")
+            if st == "head":
+                if not blank:
+                    self.hdr.append(line)
+                elif self.hdr:
+                    self._answer(self.hdr)
+                    self.hdr = []
+            elif st == "chunk-size":
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    size = 0
+                if size > 0:
+                    self.state, self.body_left = "chunk", size
+                else:
+                    self.state = "trailer"
+            elif st == "chunk-end":
+                self.state = "chunk-size"
+            elif st == "trailer" and blank:
+                self.state = "head"
 
-    def _answer(self, hdr):
-        lines = hdr.split(b"\r\n")
+    def _answer(self, lines):
         try:
             code = int(lines[0].split()[1])
         except (IndexError, ValueError):
@@ -184,24 +209,30 @@ class Conn:
         if 100 <= code < 200:  # interim answer: the final one follows
             return
         STATS["status"][str(code)] += 1
-        method, target = self.pending.popleft() if self.pending else ("?", "?")
-        length = 0
+        self.cur = self.pending.popleft() if self.pending else ("?", "?")
+        length, chunked = None, False
         for ln in lines[1:]:
-            if ln[:15].lower() == b"content-length:":
+            name, _, value = ln.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
                 try:
-                    length = int(ln[15:].strip())
+                    length = int(value.strip())
                 except ValueError:
-                    length = 0
-        if method == "HEAD" or code in (204, 304):
-            length = 0
-        STATS["body_bytes"][method] += length
-        STATS["target_bytes"][target] += length
-        self.body_left = length
+                    pass
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+        if self.cur[0] == "HEAD" or code in (204, 304):
+            self.state = "head"
+        elif chunked:
+            self.state = "chunk-size"
+        elif length is not None:
+            self.state, self.body_left = ("body", length) if length > 0 else ("head", 0)
+        else:  # no length: the body ends when the server closes
+            self.state, self.body_left = "body", None
 
 
-async def pump(reader, writer, conn, direction, latency, first_extra):
+async def pump(reader, writer, conn, direction, latency):
     """Copy reader -> writer until EOF; half-close writer at EOF."""
-    first = True
     try:
         while True:
             data = await reader.read(BUF)
@@ -210,16 +241,14 @@ async def pump(reader, writer, conn, direction, latency, first_extra):
             if direction == "c2s":
                 if conn.last != "c2s":  # a new request: new connection or a flip
                     conn.line = b""
-                    delay = latency + (first_extra if first else 0.0)
-                    if delay > 0:
+                    if latency > 0:
                         STATS["delayed_chunks"] += 1
-                        await asyncio.sleep(delay)
+                        await asyncio.sleep(latency)
                 conn.see_request_bytes(data)
                 STATS["bytes_c2s"] += len(data)
             else:
                 conn.see_response_bytes(data)
             conn.last = direction
-            first = False
             writer.write(data)
             await writer.drain()
             if direction == "s2c":
@@ -284,8 +313,8 @@ async def handle(creader, cwriter, upstream, latency, connect_extra):
         uwriter.write(first)
         await uwriter.drain()
         await asyncio.gather(
-            pump(creader, uwriter, conn, "c2s", latency, 0.0),
-            pump(ureader, cwriter, conn, "s2c", latency, 0.0),
+            pump(creader, uwriter, conn, "c2s", latency),
+            pump(ureader, cwriter, conn, "s2c", latency),
         )
     except (ConnectionError, OSError):
         pass
