@@ -65,9 +65,11 @@ pub struct RemoteArgs {
     /// Bytes per range request (aligned), a power of two from 64K to 256M.
     #[arg(long, global = true, value_parser = crate::size::parse_size, default_value = "4M")]
     pub range_size: u64,
-    /// Byte budget of the cache of fetched ranges.
-    #[arg(long, global = true, value_parser = crate::size::parse_size, default_value = "256M")]
-    pub range_cache: u64,
+    /// Byte budget of the cache of fetched ranges [default: an eighth of the
+    /// memory this process may use (RAM, or the job's or container's cgroup
+    /// limit), 256M to 8G]; an image that fits is fetched once per mount.
+    #[arg(long, global = true, value_parser = crate::size::parse_size)]
+    pub range_cache: Option<u64>,
     /// Seconds a read may take, retries included, before it fails with EIO.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 60)]
     pub remote_timeout: u64,
@@ -79,7 +81,9 @@ impl RemoteArgs {
             endpoint: self.endpoint.clone(),
             profile: self.profile.clone(),
             range_size: self.range_size,
-            cache_bytes: self.range_cache,
+            cache_bytes: self
+                .range_cache
+                .unwrap_or_else(|| default_range_cache(crate::memory::limit(), self.range_size)),
             timeout: std::time::Duration::from_secs(self.remote_timeout),
             ..Default::default()
         }
@@ -94,16 +98,28 @@ impl RemoteArgs {
         if let Some(p) = &self.profile {
             v.extend(["--profile".into(), p.clone()]);
         }
+        if let Some(c) = self.range_cache {
+            v.extend(["--range-cache".into(), c.to_string()]);
+        }
         v.extend([
             "--range-size".into(),
             self.range_size.to_string(),
-            "--range-cache".into(),
-            self.range_cache.to_string(),
             "--remote-timeout".into(),
             self.remote_timeout.to_string(),
         ]);
         v
     }
+}
+
+/// The range cache's default for a process that may use `limit` bytes:
+/// an eighth of it, 256 MiB to 8 GiB, and always two ranges. Why this
+/// large: what the cache cannot hold is fetched again, and a shuffled
+/// epoch over an image twice the cache fetched it about twice (pieces keep
+/// it from being 30x; docs/BENCHMARKS.md), while a reader through the
+/// kernel page cache (s3fs) keeps the whole image. Memory is taken only as
+/// ranges arrive, so a small image costs its own size.
+pub fn default_range_cache(limit: u64, range_size: u64) -> u64 {
+    (limit / 8).clamp(256 << 20, 8 << 30).max(2 * range_size)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -326,4 +342,20 @@ pub enum Command {
         mountpoint: PathBuf,
         fsname: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_range_cache_default_follows_the_memory_limit_within_bounds() {
+        const G: u64 = 1 << 30;
+        assert_eq!(default_range_cache(24 * G, 4 << 20), 3 * G);
+        // A 1 GiB container still gets 256 MiB; a 1 TiB node at most 8 GiB.
+        assert_eq!(default_range_cache(G, 4 << 20), 256 << 20);
+        assert_eq!(default_range_cache(1024 * G, 4 << 20), 8 * G);
+        // Always room for two ranges.
+        assert_eq!(default_range_cache(G, 256 << 20), 512 << 20);
+    }
 }

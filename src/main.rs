@@ -10,6 +10,7 @@ mod bench;
 mod cli;
 mod cmd;
 mod date;
+mod memory;
 mod progress;
 mod size;
 

@@ -267,14 +267,21 @@ fn a_presigned_url_mounts_though_head_is_refused() {
     );
     let m = PackfsMount::new(Path::new(&url), &["--range-size", "64K"]);
     for (rel, data) in &files {
-        assert!(read(&m.path().join(rel)).unwrap() == *data, "{}", rel.display());
+        assert!(
+            read(&m.path().join(rel)).unwrap() == *data,
+            "{}",
+            rel.display()
+        );
     }
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     let line = mounts
         .lines()
         .find(|l| l.contains(m.path().to_str().unwrap()))
         .expect("mounted");
-    assert!(!line.contains("s3cr3t") && !line.contains("X-Amz"), "{line}");
+    assert!(
+        !line.contains("s3cr3t") && !line.contains("X-Amz"),
+        "{line}"
+    );
     drop(m);
     let bad = url.replace("sig=s3cr3t", "sig=guess");
     let out = Command::new(packfs_bin())
@@ -283,7 +290,10 @@ fn a_presigned_url_mounts_though_head_is_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("403") && err.contains("SignatureDoesNotMatch"), "{err}");
+    assert!(
+        err.contains("403") && err.contains("SignatureDoesNotMatch"),
+        "{err}"
+    );
 }
 
 /// `packfs bench --image URL` mounts the object itself and charges each run

@@ -39,19 +39,7 @@ pub fn default_session_threads() -> usize {
 
 /// Default cache budget: an eighth of physical memory, between 64 MiB and 1 GiB.
 pub fn default_cache_size() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let ram = if pages > 0 && page > 0 {
-        pages as u64 * page as u64
-    } else {
-        8 << 30
-    };
-    (ram / 8).clamp(64 << 20, 1 << 30)
+    (crate::memory::limit() / 8).clamp(64 << 20, 1 << 30)
 }
 
 /// Runs a command; returns the process exit code.

@@ -17,7 +17,8 @@
 //! request per metadata block.
 //!
 //! **The range cache** ([`ranges`]) keeps fetched ranges in an LRU with a byte
-//! budget (`--range-cache`, 256 MiB by default), so memory is bounded
+//! budget (`--range-cache`; the CLI's default is an eighth of the memory the
+//! process may use, 256 MiB to 8 GiB), so memory is bounded
 //! whatever the image size, and a fetch in flight is shared: a second reader
 //! of the same range waits for the first request instead of sending its own
 //! (single flight, as the block cache does for decoding). A failed fetch is
