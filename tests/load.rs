@@ -133,10 +133,14 @@ fn sixteen_random_readers_get_exact_bytes_in_bounded_memory() {
     // recycled block buffers and a few MiB of fixed overhead (24 MiB over
     // the budget in all); a ZIP mount adds its checkpoint budget (4 MiB at
     // this cache size) and the live decoders of up to 256 prepared members
-    // (~60 KiB each: 15 MiB).
+    // (~60 KiB each: 15 MiB), whose allocations spread over the allocator's
+    // per-thread arenas: measured 56.5-60.5 MiB over four runs of ~15 GiB
+    // read each, with no trend in the amount read (a leak would have one),
+    // so 8 MiB more for the arenas' variance (59 MiB failed once in CI-like
+    // load at 59.1).
     for (name, args, limit_mib) in [
         ("i.sqfs", vec!["-b", "64K"], 16 + 24),
-        ("i.zip", vec![], 16 + 24 + 4 + 15),
+        ("i.zip", vec![], 16 + 24 + 4 + 15 + 8),
     ] {
         let img = t.path().join(name);
         pack(&src, &img, &args);
