@@ -253,7 +253,7 @@ fn forbidden_and_missing_objects_fail_at_mount_naming_the_url_and_status() {
 /// HEAD with 403 SignatureDoesNotMatch): the object is pinned by a one-byte
 /// GET instead of the HEAD, and the mount reads it, signature and all; the
 /// mount table shows the URL without its query. A wrong signature is the
-/// server's 403, named.
+/// server's 403, named, and the message does not repeat the signature.
 #[test]
 fn a_presigned_url_mounts_though_head_is_refused() {
     let t = scratch();
@@ -292,6 +292,11 @@ fn a_presigned_url_mounts_though_head_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("403") && err.contains("SignatureDoesNotMatch"),
+        "{err}"
+    );
+    // Named without the query: a signature is a credential.
+    assert!(
+        err.contains("/img.sqfs?…") && !err.contains("sig="),
         "{err}"
     );
 }

@@ -28,12 +28,37 @@ pub enum Target {
 }
 
 impl Target {
-    /// The URL as the user wrote it, for messages.
+    /// The URL as the user wrote it, for messages, without its query: the
+    /// query of a presigned URL is its signature, a credential that must
+    /// not end up in logs.
     pub fn url(&self) -> String {
         match self {
             Target::S3 { bucket, key } => format!("s3://{bucket}/{key}"),
-            Target::Http { url } => url.clone(),
+            Target::Http { url } => match url.split_once('?') {
+                Some((base, _)) => format!("{base}?…"),
+                None => url.clone(),
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_url_without_its_query() {
+        let t = |u: &str| Target::Http { url: u.into() }.url();
+        assert_eq!(t("https://h/p.sqfs"), "https://h/p.sqfs");
+        assert_eq!(
+            t("https://h/p.sqfs?X-Amz-Signature=abc&X-Amz-Expires=60"),
+            "https://h/p.sqfs?…"
+        );
+        let s3 = Target::S3 {
+            bucket: "b".into(),
+            key: "k/x.sqfs".into(),
+        };
+        assert_eq!(s3.url(), "s3://b/k/x.sqfs");
     }
 }
 
