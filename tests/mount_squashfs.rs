@@ -258,6 +258,57 @@ fn killed_daemon_leaves_no_dead_mount() {
     assert!(gone, "mount survived its daemon");
 }
 
+/// Regression (CI, fifth session): the watcher of a daemon stopped by
+/// `packfs umount` unmounted the *next* mount of the same image at the same
+/// place when that came first (it recognised "its" mount by image and
+/// mountpoint), so `umount; mount` left nothing mounted now and then. Made
+/// certain here by holding the old daemon (SIGSTOP) until the new mount is
+/// up.
+#[test]
+fn a_remount_at_the_same_place_survives_the_previous_daemon() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let mount = || run(Command::new(packfs_bin()).arg("mount").arg(&img).arg(&mp));
+    let umount = || run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+    let signal = |sig: &str, pid: u32| {
+        assert!(Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success())
+    };
+    mount();
+    for i in 0..3 {
+        let old = daemon_pid(&mp);
+        signal("-STOP", old);
+        umount();
+        mount();
+        signal("-CONT", old);
+        // The old daemon finds its mount gone and exits; its watcher looks.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{old}")).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "old daemon still running"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let read = std::fs::read(mp.join("f"));
+        assert!(
+            matches!(&read, Ok(b) if b == b"x"),
+            "remount {i}: {read:?} (the previous daemon's watcher took the new mount)"
+        );
+    }
+    umount();
+}
+
 #[test]
 fn run_mounts_runs_and_returns_the_exit_status() {
     let t = scratch();

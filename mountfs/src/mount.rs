@@ -202,7 +202,23 @@ pub fn serve_fs<I: Image>(
     config.acl = acl;
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    fuser::Session::new(adapter, mountpoint, &config)?.run()
+    let session = fuser::Session::new(adapter, mountpoint, &config)?;
+    // fuser unmounts the mountpoint *path* when a session ends, even when
+    // our mount is gone already (`packfs umount`, the kernel): its check
+    // that the mount still exists reports a closed connection as mounted.
+    // That unmount then removes whatever is mounted there now, such as the
+    // next `packfs mount` of the same image at the same place (seen in CI;
+    // `tests/mount_squashfs.rs` makes it certain with SIGSTOP). So the
+    // session runs in the background and its handle is never dropped: when
+    // it ends there is nothing of ours left to unmount, and a mount whose
+    // server died is the CLI's unmount watcher's to remove.
+    let bg = std::mem::ManuallyDrop::new(session.spawn()?);
+    // SAFETY: `guard` is moved out of `bg` exactly once, and `bg` is never
+    // used or dropped after that (ManuallyDrop), so nothing is freed twice.
+    let guard = unsafe { std::ptr::read(&bg.guard) };
+    guard
+        .join()
+        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))?
 }
 
 /// Any image packfs reads, as one concrete [`Image`] for the CLI and server.

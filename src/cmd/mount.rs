@@ -288,17 +288,40 @@ pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> 
     let mut b = [0u8; 1];
     // SAFETY: read into a valid 1-byte buffer; returns 0 at EOF.
     while unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } > 0 {}
-    let still_ours = std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+    let listed = std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
         m.lines().any(|l| {
             let mut f = l.split(' ');
             f.next().map(unescape_mount_path).as_deref() == Some(fsname)
                 && f.next().map(unescape_mount_path) == Some(mp.to_string_lossy().into_owned())
         })
     });
-    if still_ours {
+    // A mount of the same image at the same place is not necessarily ours:
+    // after `packfs umount` our daemon exits, and a `packfs mount` right
+    // after it can mount again before we look. Only a mount whose server is
+    // gone is ours to remove: it answers ENOTCONN (or ECONNABORTED once
+    // aborted); a live one answers. statfs, not stat: the root's attributes
+    // may be cached by the kernel, statfs always asks the server.
+    if listed && is_dead_fuse_mount(mp) {
         let _ = umount_lazy(mp);
     }
     Ok(0)
+}
+
+/// Whether `mp` is a FUSE mount whose server has gone away.
+fn is_dead_fuse_mount(mp: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: valid NUL-terminated path and a zeroed statfs to fill.
+    let r = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st)
+    };
+    r != 0
+        && matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
+        )
 }
 
 /// /proc/mounts escapes space, tab, newline and backslash as octal.
