@@ -276,13 +276,6 @@ fn a_remount_at_the_same_place_survives_the_previous_daemon() {
     std::fs::create_dir(&mp).unwrap();
     let mount = || run(Command::new(packfs_bin()).arg("mount").arg(&img).arg(&mp));
     let umount = || run(Command::new(packfs_bin()).arg("umount").arg(&mp));
-    let signal = |sig: &str, pid: u32| {
-        assert!(Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success())
-    };
     mount();
     for i in 0..3 {
         let old = daemon_pid(&mp);

@@ -381,12 +381,7 @@ fn bench_of_a_remote_image_reports_its_requests_per_run() {
 /// The daemon's `--stats` now (it writes them on SIGUSR1), as JSON.
 fn live_stats(mountpoint: &Path, file: &Path) -> serde_json::Value {
     let _ = std::fs::remove_file(file);
-    let pid = daemon_pid(mountpoint);
-    assert!(Command::new("kill")
-        .args(["-USR1", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal("-USR1", daemon_pid(mountpoint));
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         if let Ok(t) = std::fs::read_to_string(file) {

@@ -407,6 +407,15 @@ impl Drop for PackfsMount {
     }
 }
 
+/// Sends `sig` (as `kill` takes it, e.g. "-USR1") to `pid`.
+pub fn signal(sig: &str, pid: u32) {
+    let st = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill {sig} {pid}: {st}");
+}
+
 /// The pid of the `packfs mount` daemon serving `mountpoint`.
 pub fn daemon_pid(mountpoint: &Path) -> u32 {
     let want = mountpoint.as_os_str().as_encoded_bytes();
