@@ -161,23 +161,44 @@ impl ImageSource for FileSource {
             FsError::io(&self.path, e)
         })
     }
-    /// Asks the kernel to start reading `off..off+len` into the page cache,
-    /// so the `pread` that follows does not wait for the device.
+    /// Asks the kernel to start reading `off..off+len`, widened to whole
+    /// [`ADVICE_ALIGN`] units, into the page cache, so the `pread` that
+    /// follows does not wait for the device.
     fn will_need(&self, off: u64, len: usize) {
         if len == 0 {
             return;
         }
+        let (start, end) = advice_window(off, len, self.len);
         // SAFETY: posix_fadvise on a valid fd has no memory effects; it is
         // advisory and its result is ignored.
         unsafe {
             libc::posix_fadvise(
                 self.file.as_raw_fd(),
-                off as libc::off_t,
-                len as libc::off_t,
+                start as libc::off_t,
+                (end - start) as libc::off_t,
                 libc::POSIX_FADV_WILLNEED,
             );
         }
     }
+}
+
+/// The unit `FileSource` advises in. A hint names one block, often a small
+/// file's bytes inside a fragment block; advised exactly, a shuffled pass
+/// over small files reads the image in many small device requests, where
+/// the map's page faults read more around each block. Measured on the JPEG
+/// set (50,000 files, cold shuffled pass, 2 runs each, idle polling off):
+/// exact advice 3.76 s / 2.20 s (1 / 4 threads, ~7,300 device reads), the
+/// map 3.63 s / 2.21 s (~5,800), 128 KiB units 3.57 s / 2.22 s (~4,500),
+/// 512 KiB units 3.56 s / 2.09 s (~2,700). 128 KiB: the map's speed, at most
+/// 128 KiB read beyond a hint (a random reader on a network filesystem pays
+/// for every byte read ahead).
+pub const ADVICE_ALIGN: u64 = 128 << 10;
+
+/// `off..off+len` widened to whole [`ADVICE_ALIGN`] units, within `0..image_len`.
+fn advice_window(off: u64, len: usize, image_len: u64) -> (u64, u64) {
+    let start = off / ADVICE_ALIGN * ADVICE_ALIGN;
+    let end = (off + len as u64).div_ceil(ADVICE_ALIGN) * ADVICE_ALIGN;
+    (start.min(image_len), end.min(image_len))
 }
 
 /// The image file mapped read-only (`--io mmap`). The image must not change
@@ -264,5 +285,23 @@ impl<S: ImageSource> ImageSource for CountingSource<S> {
     }
     fn will_need(&self, off: u64, len: usize) {
         self.inner.will_need(off, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advice_is_widened_to_whole_units_within_the_image() {
+        const A: u64 = ADVICE_ALIGN;
+        // A small read inside one unit: that unit.
+        assert_eq!(advice_window(A + 100, 18_000, 10 * A), (A, 2 * A));
+        // Across a boundary: both units.
+        assert_eq!(advice_window(2 * A - 10, 20, 10 * A), (A, 3 * A));
+        // Aligned already: unchanged.
+        assert_eq!(advice_window(3 * A, A as usize, 10 * A), (3 * A, 4 * A));
+        // Never past the end of the image.
+        assert_eq!(advice_window(A + 5, 10, A + 100), (A, A + 100));
     }
 }
