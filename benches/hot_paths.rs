@@ -14,7 +14,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use mountfs::cache::{Block, BlockCache};
 use mountfs::fs::{PackFs, ROOT};
-use mountfs::mount::AnyImage;
+use mountfs::open::AnyImage;
 use packfs_format::codec::Compressor;
 use packfs_format::codec::{decompress, Encoder};
 use std::hint::black_box;

@@ -34,7 +34,7 @@
 mod common;
 use common::*;
 use mountfs::fs::{FileKind, PackFs, ROOT};
-use mountfs::mount::AnyImage;
+use mountfs::open::AnyImage;
 use mountfs::source::MemSource;
 use packfs_format::bytes::{put_u32, put_u64, Input, SliceInput};
 use packfs_format::codec::{decompress, Compressor, Encoder};

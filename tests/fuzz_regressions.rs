@@ -2,10 +2,10 @@
 //! `tests/fuzz_regressions/<target>/` (a crash, hang or out-of-memory input
 //! that `scripts/fuzz.sh` found, plus a few tiny inputs so the folders are
 //! never empty) goes through the walk the fuzz target runs
-//! (`mountfs::walk::open_and_walk`), and through format detection too. It
+//! (`packfs_testkit::open_and_walk`), and through format detection too. It
 //! must return, without a panic, within a time bound.
 
-use mountfs::walk::{open_and_walk, Limits, Target};
+use packfs_testkit::{open_and_walk, Limits, Target};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -293,8 +293,8 @@ fn more_than_65535_entries_switch_zip64_on() {
     assert_eq!(fs::read(x.join("d65/999")).unwrap(), b"l");
     // packfs's own reader: a ~5 MB central directory, read through its
     // 1 MiB window, gives every entry and the last one's bytes.
-    let img = mountfs::mount::AnyImage::open(&zip, 16 << 20).unwrap();
-    let mountfs::mount::AnyImage::Zip(z) = &img else {
+    let img = mountfs::open::AnyImage::open(&zip, 16 << 20).unwrap();
+    let mountfs::open::AnyImage::Zip(z) = &img else {
         panic!("not read as a ZIP")
     };
     assert_eq!(z.info().entries as usize, n);

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use mountfs::fs::{FileKind, NodeId, PackFs, ROOT};
-use mountfs::mount::AnyImage;
+use mountfs::open::AnyImage;
 use mountfs::source::{ImageSource, MemSource};
 use std::collections::BTreeMap;
 use std::path::Path;

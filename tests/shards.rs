@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use mountfs::fs::{DirEntry, PackFs, ROOT};
-use mountfs::mount::AnyImage;
+use mountfs::open::AnyImage;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,9 +1,9 @@
 //! Bytes given to format detection (AnyImage), then preload and the walk.
-//! The walk is `mountfs::walk`, shared with tests/fuzz_regressions.rs.
+//! The walk is `packfs_testkit`, shared with tests/fuzz_regressions.rs.
 #![no_main]
 mod common;
 use libfuzzer_sys::fuzz_target;
-use mountfs::walk::{open_and_walk, Limits, Target};
+use packfs_testkit::{open_and_walk, Limits, Target};
 
 fuzz_target!(
     init: common::tolerate_caught_codec_panics(),

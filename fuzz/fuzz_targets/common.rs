@@ -1,4 +1,4 @@
-//! What the three targets share besides the walk (`mountfs::walk`).
+//! What the three targets share besides the walk (`packfs_testkit`).
 
 /// libfuzzer-sys aborts on every panic, from its panic hook, even one that
 /// the code under test catches. packfs catches exactly one kind on purpose:

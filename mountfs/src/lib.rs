@@ -6,13 +6,13 @@ pub mod fs;
 pub mod fuse;
 pub mod image;
 pub mod location;
-pub mod mount;
+pub mod open;
 pub mod readahead;
 pub mod remote;
+pub mod serve;
 pub mod source;
 pub mod squashfs;
 pub mod union;
-pub mod walk;
 pub mod zip;
 
 pub use error::{FsError, Result};

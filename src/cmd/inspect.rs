@@ -4,7 +4,7 @@
 use crate::size::human;
 use anyhow::{bail, Context};
 use mountfs::fs::{Attr, FileKind, PackFs};
-use mountfs::mount::AnyImage;
+use mountfs::open::AnyImage;
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::io::Write;
@@ -19,7 +19,7 @@ fn open(image: &Path) -> anyhow::Result<PackFs<AnyImage>> {
 }
 
 /// The image a path or URL names (see `super::location`).
-fn open_image(image: &Path) -> anyhow::Result<mountfs::mount::OpenedImage> {
+fn open_image(image: &Path) -> anyhow::Result<mountfs::open::OpenedImage> {
     let loc = super::location(image)?;
     let remote = super::remote_args().options();
     Ok(AnyImage::open_location(
@@ -36,7 +36,7 @@ fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &str) -> anyhow::Result<At
 }
 
 pub fn info(image: &Path) -> anyhow::Result<i32> {
-    let mountfs::mount::OpenedImage {
+    let mountfs::open::OpenedImage {
         image: img, len, ..
     } = open_image(image)?;
     match &img {

@@ -8,7 +8,8 @@
 
 use crate::cli::Command;
 use anyhow::{bail, Context};
-use mountfs::mount::{AnyImage, ServeOptions};
+use mountfs::open::AnyImage;
+use mountfs::serve::ServeOptions;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
@@ -79,7 +80,7 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
     let images = paths;
     check_mountpoint(&mountpoint, &options)?;
     let mut options = split_options(options);
-    mountfs::mount::check_options(&options).map_err(|e| anyhow::anyhow!("-o {e}"))?;
+    mountfs::serve::check_options(&options).map_err(|e| anyhow::anyhow!("-o {e}"))?;
     // The watcher recognises the mount by its source name, so a name given
     // with -o fsname= becomes that name rather than a second option.
     let fsname = options
@@ -106,10 +107,10 @@ pub fn mount(c: Command) -> anyhow::Result<i32> {
         }
     };
     let remote = super::remote_args().options();
-    let open = || -> anyhow::Result<mountfs::mount::OpenedImage> {
+    let open = || -> anyhow::Result<mountfs::open::OpenedImage> {
         Ok(match &loc {
             Some(l) => AnyImage::open_location(l, cache, io.mode(), &remote)?,
-            None => mountfs::mount::OpenedImage {
+            None => mountfs::open::OpenedImage {
                 image: AnyImage::open_union(&images, cache, io.mode(), on_conflict.rule())?,
                 len: 0,
                 remote: None,
@@ -391,14 +392,14 @@ fn redirect_stdio() {
 }
 
 fn serve(
-    opened: mountfs::mount::OpenedImage,
+    opened: mountfs::open::OpenedImage,
     mountpoint: &Path,
     opts: &ServeOptions,
     preload: bool,
     stats: Option<&Path>,
     ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> anyhow::Result<i32> {
-    let mountfs::mount::OpenedImage {
+    let mountfs::open::OpenedImage {
         image: img, remote, ..
     } = opened;
     if preload {
@@ -430,7 +431,7 @@ fn serve(
             })
             .context("starting the stats thread")?;
     }
-    mountfs::mount::serve_fs(fs.clone(), mountpoint, opts, ready)
+    mountfs::serve::serve_fs(fs.clone(), mountpoint, opts, ready)
         .with_context(|| format!("mounting at {}", mountpoint.display()))?;
     if let Some(path) = stats {
         let remote = remote.map(|r| r.snapshot());

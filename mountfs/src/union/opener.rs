@@ -1,5 +1,5 @@
 //! How a union opens its shards: a caller-provided function (the union is
-//! generic over the shards' image type, `mount::AnyImage` in practice, so
+//! generic over the shards' image type, `open::AnyImage` in practice, so
 //! it does not depend on `mount`), each shard over its own namespace of one
 //! shared cache.
 

@@ -13,13 +13,13 @@
 //! anything); what is checked by running this is that no answer is a
 //! panic, a hang or an allocation out of proportion to the input.
 
-use crate::cache::BlockCache;
-use crate::fs::{FileKind, NodeId, PackFs, ROOT};
-use crate::image::Image;
-use crate::mount::AnyImage;
-use crate::source::MemSource;
-use crate::squashfs::SquashFs;
-use crate::zip::ZipFs;
+use mountfs::cache::BlockCache;
+use mountfs::fs::{FileKind, NodeId, PackFs, ROOT};
+use mountfs::image::Image;
+use mountfs::open::AnyImage;
+use mountfs::source::MemSource;
+use mountfs::squashfs::SquashFs;
+use mountfs::zip::ZipFs;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -77,7 +77,7 @@ impl<I: Image> Walker<'_, I> {
         self.st.ops <= self.lim.ops
     }
 
-    fn count<T>(&mut self, r: crate::Result<T>) -> Option<T> {
+    fn count<T>(&mut self, r: mountfs::Result<T>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(_) => {

@@ -1,0 +1,230 @@
+//! Serving a filesystem core ([`PackFs`]) at a mountpoint over FUSE: the
+//! kernel mount options and the `fuser` session.
+
+use crate::fs::{Image, PackFs};
+use crate::fuse::FuseAdapter;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub threads: usize,
+    pub allow_other: bool,
+    /// Extra `-o` options passed to the kernel / fusermount3.
+    pub options: Vec<String>,
+    pub fsname: String,
+    /// Bytes decoded ahead of a sequential reader.
+    pub readahead: u64,
+    /// How long the kernel caches "no such name" (`None`: not at all).
+    pub negative_ttl: Option<std::time::Duration>,
+}
+
+/// What one `-o` option of `packfs mount` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Extra {
+    /// A mount flag or option the kernel takes.
+    Mount(fuser::MountOption),
+    AllowOther,
+    AllowRoot,
+    /// Handled elsewhere or already the behaviour (`nonempty` by the CLI's
+    /// mountpoint check, `auto_unmount` by its watcher process).
+    Nothing,
+}
+
+/// Parses one `-o` option. Known flags become the kernel flags they name
+/// (passed through as a raw string, the kernel rejects `noexec` and friends
+/// with EINVAL); `rw` and unknown options are refused with a message.
+fn parse_option(o: &str) -> std::result::Result<Extra, String> {
+    use fuser::MountOption as M;
+    Ok(Extra::Mount(match o {
+        "ro" => M::RO,
+        "rw" => return Err("rw: packfs mounts are read-only".into()),
+        "dev" => M::Dev,
+        "nodev" => M::NoDev,
+        "suid" => M::Suid,
+        "nosuid" => M::NoSuid,
+        "exec" => M::Exec,
+        "noexec" => M::NoExec,
+        "atime" => M::Atime,
+        "noatime" => M::NoAtime,
+        "sync" => M::Sync,
+        "async" => M::Async,
+        "dirsync" => M::DirSync,
+        "default_permissions" => M::DefaultPermissions,
+        "allow_other" => return Ok(Extra::AllowOther),
+        "allow_root" => return Ok(Extra::AllowRoot),
+        "nonempty" | "auto_unmount" => return Ok(Extra::Nothing),
+        x if x.starts_with("fsname=") => M::FSName(x["fsname=".len()..].into()),
+        x if x.starts_with("subtype=") => M::Subtype(x["subtype=".len()..].into()),
+        x if x.starts_with("max_read=") && x["max_read=".len()..].parse::<u32>().is_ok() => {
+            M::CUSTOM(x.into())
+        }
+        x => {
+            return Err(format!(
+                "unknown mount option {x:?} (known: ro, dev, nodev, suid, nosuid, exec, noexec, \
+                 atime, noatime, sync, async, dirsync, default_permissions, allow_other, \
+                 allow_root, nonempty, auto_unmount, fsname=, subtype=, max_read=N)"
+            ))
+        }
+    }))
+}
+
+/// Checks `-o` options before anything is mounted, so that a typo is an
+/// error at the command line rather than an EINVAL from mount(2).
+pub fn check_options(options: &[String]) -> std::result::Result<(), String> {
+    options.iter().try_for_each(|o| parse_option(o).map(|_| ()))
+}
+
+/// The kernel options for `opts`: packfs's defaults, with any default the
+/// user's `-o` contradicts (`atime` against `noatime`, `fsname=`...)
+/// replaced by the user's choice.
+fn mount_options(
+    opts: &ServeOptions,
+) -> std::io::Result<(Vec<fuser::MountOption>, fuser::SessionACL)> {
+    use fuser::MountOption as M;
+    use std::mem::discriminant as kind;
+    let mut mo = vec![
+        M::RO,
+        M::FSName(opts.fsname.clone()),
+        M::Subtype("packfs".into()),
+        M::DefaultPermissions,
+        M::NoAtime,
+    ];
+    let mut acl = if opts.allow_other {
+        fuser::SessionACL::All
+    } else {
+        fuser::SessionACL::Owner
+    };
+    let opposite = |m: &M| -> Option<M> {
+        Some(match m {
+            M::Atime => M::NoAtime,
+            M::NoAtime => M::Atime,
+            M::Dev => M::NoDev,
+            M::NoDev => M::Dev,
+            M::Suid => M::NoSuid,
+            M::NoSuid => M::Suid,
+            M::Exec => M::NoExec,
+            M::NoExec => M::Exec,
+            M::Sync => M::Async,
+            M::Async => M::Sync,
+            _ => return None,
+        })
+    };
+    for o in &opts.options {
+        match parse_option(o).map_err(std::io::Error::other)? {
+            Extra::Mount(m) => {
+                let other = opposite(&m);
+                mo.retain(|x| {
+                    Some(x) != other.as_ref()
+                        && !(matches!(m, M::FSName(_) | M::Subtype(_)) && kind(x) == kind(&m))
+                });
+                if !mo.contains(&m) {
+                    mo.push(m);
+                }
+            }
+            Extra::AllowOther => acl = fuser::SessionACL::All,
+            Extra::AllowRoot if !opts.allow_other => acl = fuser::SessionACL::RootAndOwner,
+            Extra::AllowRoot | Extra::Nothing => {}
+        }
+    }
+    Ok((mo, acl))
+}
+
+/// Serves `image` at `mountpoint` until it is unmounted. `on_ready` runs once
+/// the kernel has initialised the connection.
+pub fn serve<I: Image>(
+    image: I,
+    mountpoint: &Path,
+    opts: &ServeOptions,
+    on_ready: Option<Box<dyn FnOnce() + Send>>,
+) -> std::io::Result<Arc<PackFs<I>>> {
+    let fs = Arc::new(PackFs::new(image, opts.readahead, opts.threads.clamp(1, 4)));
+    serve_fs(fs.clone(), mountpoint, opts, on_ready)?;
+    Ok(fs)
+}
+
+/// [`serve`] for a filesystem the caller built, so that it can keep a
+/// handle on it while it is served (e.g. to report its counters on a
+/// signal). Returns when the mount goes away.
+pub fn serve_fs<I: Image>(
+    fs: Arc<PackFs<I>>,
+    mountpoint: &Path,
+    opts: &ServeOptions,
+    on_ready: Option<Box<dyn FnOnce() + Send>>,
+) -> std::io::Result<()> {
+    // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
+    // forces allow_other, which unprivileged users cannot get without
+    // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
+    // process that unmounts when the daemon dies.
+    let (mo, acl) = mount_options(opts)?;
+    let adapter = FuseAdapter::new(fs, opts.negative_ttl, on_ready);
+    let mut config = fuser::Config::default();
+    config.mount_options = mo;
+    config.acl = acl;
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let session = fuser::Session::new(adapter, mountpoint, &config)?;
+    // fuser unmounts the mountpoint *path* when a session ends, even when
+    // our mount is gone already (`packfs umount`, the kernel): its check
+    // that the mount still exists reports a closed connection as mounted.
+    // That unmount then removes whatever is mounted there now, such as the
+    // next `packfs mount` of the same image at the same place (seen in CI;
+    // `tests/mount_squashfs.rs` makes it certain with SIGSTOP). So the
+    // session runs in the background and its handle is never dropped: when
+    // it ends there is nothing of ours left to unmount, and a mount whose
+    // server died is the CLI's unmount watcher's to remove.
+    let bg = std::mem::ManuallyDrop::new(session.spawn()?);
+    // SAFETY: `guard` is moved out of `bg` exactly once, and `bg` is never
+    // used or dropped after that (ManuallyDrop), so nothing is freed twice.
+    let guard = unsafe { std::ptr::read(&bg.guard) };
+    guard
+        .join()
+        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fuser::MountOption as M;
+
+    fn opts(o: &[&str]) -> ServeOptions {
+        ServeOptions {
+            threads: 1,
+            allow_other: false,
+            options: o.iter().map(|s| s.to_string()).collect(),
+            fsname: "packfs:x".into(),
+            readahead: 0,
+            negative_ttl: None,
+        }
+    }
+
+    #[test]
+    fn user_options_replace_the_defaults_they_contradict() {
+        let (mo, acl) =
+            mount_options(&opts(&["atime", "noexec", "fsname=data", "nonempty"])).unwrap();
+        assert!(
+            mo.contains(&M::Atime) && !mo.contains(&M::NoAtime),
+            "{mo:?}"
+        );
+        assert!(mo.contains(&M::NoExec));
+        assert!(mo.contains(&M::FSName("data".into())));
+        assert!(!mo.contains(&M::FSName("packfs:x".into())));
+        assert!(mo.contains(&M::RO) && mo.contains(&M::DefaultPermissions));
+        assert_eq!(acl, fuser::SessionACL::Owner);
+        let (_, acl) = mount_options(&opts(&["allow_other"])).unwrap();
+        assert_eq!(acl, fuser::SessionACL::All);
+        let (_, acl) = mount_options(&opts(&["allow_root"])).unwrap();
+        assert_eq!(acl, fuser::SessionACL::RootAndOwner);
+    }
+
+    #[test]
+    fn rw_and_unknown_options_are_refused_with_a_message() {
+        assert!(check_options(&["rw".into()])
+            .unwrap_err()
+            .contains("read-only"));
+        let e = check_options(&["noexec".into(), "colour=blue".into()]).unwrap_err();
+        assert!(e.contains("colour=blue") && e.contains("known:"), "{e}");
+        assert!(check_options(&["max_read=abc".into()]).is_err());
+        assert!(check_options(&["max_read=131072".into(), "nosuid".into()]).is_ok());
+    }
+}
