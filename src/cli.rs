@@ -1,34 +1,9 @@
 //! Command-line definition (clap derive).
 
 use clap::{Parser, Subcommand, ValueEnum};
+use mountfs::source::IoMode;
+use mountfs::union::OnConflict;
 use std::path::PathBuf;
-
-/// How a mount reads its image file (`--io`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Io {
-    /// Positional reads: a storage error or a truncated image is EIO for
-    /// the files it affects, and the mount keeps serving the rest.
-    #[default]
-    Pread,
-    /// A memory map: a storage error or a truncated image kills the daemon
-    /// (SIGBUS). For comparison only.
-    Mmap,
-}
-
-impl Io {
-    pub fn mode(self) -> mountfs::source::IoMode {
-        match self {
-            Io::Pread => mountfs::source::IoMode::Pread,
-            Io::Mmap => mountfs::source::IoMode::Mmap,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Io::Pread => "pread",
-            Io::Mmap => "mmap",
-        }
-    }
-}
 
 /// `mount --negative-ttl` default: a year, as for positive entries.
 pub const NEGATIVE_TTL_DEFAULT: u64 = 365 * 24 * 3600;
@@ -63,12 +38,12 @@ pub struct RemoteArgs {
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
     /// Bytes per range request (aligned), a power of two from 64K to 256M.
-    #[arg(long, global = true, value_parser = crate::size::parse_size, default_value = "4M")]
+    #[arg(long, global = true, value_parser = packfs_bench::size::parse_size, default_value = "4M")]
     pub range_size: u64,
     /// Byte budget of the cache of fetched ranges [default: an eighth of the
     /// memory this process may use (RAM, or the job's or container's cgroup
     /// limit), 256M to 8G]; an image that fits is fetched once per mount.
-    #[arg(long, global = true, value_parser = crate::size::parse_size)]
+    #[arg(long, global = true, value_parser = packfs_bench::size::parse_size)]
     pub range_cache: Option<u64>,
     /// Seconds a read may take, retries included, before it fails with EIO.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 60)]
@@ -113,11 +88,11 @@ impl RemoteArgs {
 
 /// The range cache's default for a process that may use `limit` bytes:
 /// an eighth of it, 256 MiB to 8 GiB, and always two ranges. Why this
-/// large: what the cache cannot hold is fetched again, and a shuffled
-/// epoch over an image twice the cache fetched it about twice (pieces keep
-/// it from being 30x; docs/BENCHMARKS.md), while a reader through the
-/// kernel page cache (s3fs) keeps the whole image. Memory is taken only as
-/// ranges arrive, so a small image costs its own size.
+/// large: what the cache cannot hold is fetched again, so a shuffled epoch
+/// over an image larger than the cache fetches the image about as many
+/// times as it is larger, while a reader through the kernel page cache
+/// (s3fs) keeps the whole image. Memory is taken only as ranges arrive, so
+/// a small image costs its own size.
 pub fn default_range_cache(limit: u64, range_size: u64) -> u64 {
     (limit / 8).clamp(256 << 20, 8 << 30).max(2 * range_size)
 }
@@ -139,24 +114,6 @@ pub enum OutFormat {
     Zip,
 }
 
-/// `--on-conflict`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Conflict {
-    Error,
-    First,
-    Last,
-}
-
-impl Conflict {
-    pub fn rule(self) -> mountfs::union::OnConflict {
-        match self {
-            Conflict::Error => mountfs::union::OnConflict::Error,
-            Conflict::First => mountfs::union::OnConflict::First,
-            Conflict::Last => mountfs::union::OnConflict::Last,
-        }
-    }
-}
-
 #[derive(Subcommand, Debug)]
 pub enum ShardsCommand {
     /// Write the manifest from the sidecars (*.shard.json) next to the shards.
@@ -169,80 +126,7 @@ pub enum ShardsCommand {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
-    Pack {
-        src: PathBuf,
-        /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
-        /// $TMPDIR, then sent as a multipart upload (the object appears only
-        /// when complete; an error or a signal aborts the upload).
-        #[arg(short, long)]
-        output: PathBuf,
-        /// Override the format chosen from the output extension.
-        #[arg(long, value_enum)]
-        format: Option<OutFormat>,
-        /// Codec: SquashFS takes zstd (default), gzip, lz4, xz; ZIP takes deflate (default) or zstd.
-        #[arg(short, long, value_enum)]
-        compression: Option<Codec>,
-        /// Compression level (zstd 1-22, gzip 1-9, xz 0-9; ZIP deflate 0-9, 0 = stored);
-        /// default: zstd 3, gzip 9, xz 6, ZIP deflate 6.
-        #[arg(short, long)]
-        level: Option<i32>,
-        /// Data block size, a power of two from 4K to 1M.
-        #[arg(short, long, default_value = "128K", value_parser = crate::size::parse_size)]
-        block_size: u64,
-        /// Worker threads (default: all cores). The image is identical whatever the value.
-        #[arg(short = 'j', long, default_value_t = 0)]
-        threads: usize,
-        /// Leave out paths matching this glob (relative to SRC); repeatable.
-        #[arg(short, long)]
-        exclude: Vec<String>,
-        /// Overwrite OUTPUT if it exists.
-        #[arg(short, long)]
-        force: bool,
-        /// Store every entry as owned by root (uid 0, gid 0).
-        #[arg(long)]
-        all_root: bool,
-        /// Set every mtime (and the image time) to this many seconds since the
-        /// epoch; defaults to $SOURCE_DATE_EPOCH when that is set.
-        #[arg(long)]
-        mtime: Option<u32>,
-        /// Store file tails in their own blocks instead of packing them together.
-        #[arg(long)]
-        no_fragments: bool,
-        /// Python environments: rewrite, in the image only, what ties the venv
-        /// to its build path (console-script shebangs, activate scripts,
-        /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.
-        #[arg(long, value_name = "PATH")]
-        mount_at: Option<PathBuf>,
-        /// Python environments: byte-compile the .py files lacking a valid .pyc
-        /// into the image (with the venv's own interpreter), so imports from the
-        /// read-only mount never compile in memory or try to write __pycache__.
-        #[arg(long)]
-        compile: bool,
-        /// Treat SRC as a Python environment even without a pyvenv.cfg at its root.
-        #[arg(long)]
-        venv: bool,
-        /// No progress bar and no summary line.
-        #[arg(short, long)]
-        quiet: bool,
-        /// Split the tree into N standalone images (OUTPUT must contain {shard},
-        /// which becomes the shard number zero-padded to the digits of N-1) and
-        /// write a manifest (docs/SHARDS.md).
-        #[arg(long, value_name = "N")]
-        shards: Option<u32>,
-        /// With --shards: pack only shard K (0..N-1), e.g. $SLURM_ARRAY_TASK_ID; the
-        /// task that finds every shard's sidecar writes the manifest.
-        #[arg(long, value_name = "K", requires = "shards")]
-        shard: Option<u32>,
-        /// With --shards: the manifest's path (default: OUTPUT without {shard}, with
-        /// extension .manifest.json: out/train-{shard}.sqfs -> out/train.manifest.json).
-        #[arg(long, requires = "shards")]
-        manifest: Option<PathBuf>,
-        /// With --shards: weight of each entry in bytes, added to file sizes when
-        /// balancing shards (spreads many small or empty files).
-        #[arg(long, requires = "shards", value_parser = crate::size::parse_size,
-              default_value_t = packer::shards::DEFAULT_ENTRY_COST)]
-        entry_cost: u64,
-    },
+    Pack(PackArgs),
     /// Show the image's format, compression, sizes and counts.
     Info { image: PathBuf },
     /// List a directory of the image (like `ls -l` with -l).
@@ -268,48 +152,7 @@ pub enum Command {
     },
     /// Mount an image read-only (returns once the mount is ready unless --foreground).
     /// A shard manifest, or several images, mount as one tree.
-    Mount {
-        /// IMAGE... MOUNTPOINT: one image, one shard manifest, or several images
-        /// merged into one tree (in the order given).
-        #[arg(required = true, num_args = 2.., value_name = "IMAGE... MOUNTPOINT")]
-        paths: Vec<PathBuf>,
-        /// For several images: what a path present in more than one shows
-        /// (error: refuse to mount).
-        #[arg(long, value_enum, default_value_t = Conflict::Error)]
-        on_conflict: Conflict,
-        /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
-        #[arg(long, value_parser = crate::size::parse_size)]
-        cache_size: Option<u64>,
-        /// FUSE session threads, each reading requests from its own /dev/fuse clone and
-        /// answering them (default: twice the cores, 4 to 16).
-        #[arg(short = 'j', long)]
-        threads: Option<usize>,
-        /// Stay in the foreground (logs on stderr) instead of daemonising.
-        #[arg(short, long)]
-        foreground: bool,
-        /// Decode the whole image into the cache at mount (when it fits).
-        #[arg(long)]
-        preload: bool,
-        /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf).
-        #[arg(long)]
-        allow_other: bool,
-        /// Extra FUSE mount options, comma-separated; repeatable.
-        #[arg(short = 'o')]
-        options: Vec<String>,
-        /// How the image file is read.
-        #[arg(long, value_enum, default_value_t = Io::Pread)]
-        io: Io,
-        /// Seconds the kernel may remember that a name does not exist (the image
-        /// never changes; 0 answers every lookup of a missing name anew).
-        #[arg(long, value_name = "SECONDS", default_value_t = NEGATIVE_TTL_DEFAULT)]
-        negative_ttl: u64,
-        /// When the mount ends, write what it served (FUSE requests by kind,
-        /// negative lookups, bytes read; for a remote image, its requests, bytes
-        /// fetched and time to first byte) to FILE as JSON; also at once on
-        /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
-        #[arg(long, value_name = "FILE")]
-        stats: Option<PathBuf>,
-    },
+    Mount(MountArgs),
     /// Shard manifests: write one from the shards' sidecars, or check the shards.
     Shards {
         #[command(subcommand)]
@@ -320,21 +163,10 @@ pub enum Command {
     /// Mount images, run a command, unmount; exits with the command's status.
     /// A missing mountpoint (and its missing parents) is created, and removed
     /// again afterwards, so a job can mount on a fresh node-local path.
-    Run {
-        /// IMAGE:MOUNTPOINT pairs.
-        #[arg(required = true)]
-        mounts: Vec<String>,
-        #[arg(long, value_parser = crate::size::parse_size)]
-        cache_size: Option<u64>,
-        /// How the image files are read (as for `mount --io`).
-        #[arg(long, value_enum, default_value_t = Io::Pread)]
-        io: Io,
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    Run(RunArgs),
     /// Compare reading a raw tree with reading its image through mounts
     /// (table on stdout, --json, --plot).
-    Bench(Box<crate::bench::BenchArgs>),
+    Bench(Box<packfs_bench::BenchArgs>),
     /// Internal: unmounts MOUNTPOINT when the daemon holding FD's pipe dies.
     #[command(hide = true)]
     UnmountWatcher {
@@ -342,6 +174,143 @@ pub enum Command {
         mountpoint: PathBuf,
         fsname: String,
     },
+}
+
+/// `packfs pack SRC -o OUTPUT`.
+#[derive(clap::Args, Debug)]
+pub struct PackArgs {
+    pub src: PathBuf,
+    /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
+    /// $TMPDIR, then sent as a multipart upload (the object appears only
+    /// when complete; an error or a signal aborts the upload).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Override the format chosen from the output extension.
+    #[arg(long, value_enum)]
+    pub format: Option<OutFormat>,
+    /// Codec: SquashFS takes zstd (default), gzip, lz4, xz; ZIP takes deflate (default) or zstd.
+    #[arg(short, long, value_enum)]
+    pub compression: Option<Codec>,
+    /// Compression level (zstd 1-22, gzip 1-9, xz 0-9; ZIP deflate 0-9, 0 = stored);
+    /// default: zstd 3, gzip 9, xz 6, ZIP deflate 6.
+    #[arg(short, long)]
+    pub level: Option<i32>,
+    /// Data block size, a power of two from 4K to 1M.
+    #[arg(short, long, default_value = "128K", value_parser = packfs_bench::size::parse_size)]
+    pub block_size: u64,
+    /// Worker threads (default: all cores). The image is identical whatever the value.
+    #[arg(short = 'j', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Leave out paths matching this glob (relative to SRC); repeatable.
+    #[arg(short, long)]
+    pub exclude: Vec<String>,
+    /// Overwrite OUTPUT if it exists.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Store every entry as owned by root (uid 0, gid 0).
+    #[arg(long)]
+    pub all_root: bool,
+    /// Set every mtime (and the image time) to this many seconds since the
+    /// epoch; defaults to $SOURCE_DATE_EPOCH when that is set.
+    #[arg(long)]
+    pub mtime: Option<u32>,
+    /// Store file tails in their own blocks instead of packing them together.
+    #[arg(long)]
+    pub no_fragments: bool,
+    /// Python environments: rewrite, in the image only, what ties the venv
+    /// to its build path (console-script shebangs, activate scripts,
+    /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.
+    #[arg(long, value_name = "PATH")]
+    pub mount_at: Option<PathBuf>,
+    /// Python environments: byte-compile the .py files lacking a valid .pyc
+    /// into the image (with the venv's own interpreter), so imports from the
+    /// read-only mount never compile in memory or try to write __pycache__.
+    #[arg(long)]
+    pub compile: bool,
+    /// Treat SRC as a Python environment even without a pyvenv.cfg at its root.
+    #[arg(long)]
+    pub venv: bool,
+    /// No progress bar and no summary line.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Split the tree into N standalone images (OUTPUT must contain {shard},
+    /// which becomes the shard number zero-padded to the digits of N-1) and
+    /// write a manifest (docs/SHARDS.md).
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u32>,
+    /// With --shards: pack only shard K (0..N-1), e.g. $SLURM_ARRAY_TASK_ID; the
+    /// task that finds every shard's sidecar writes the manifest.
+    #[arg(long, value_name = "K", requires = "shards")]
+    pub shard: Option<u32>,
+    /// With --shards: the manifest's path (default: OUTPUT without {shard}, with
+    /// extension .manifest.json: out/train-{shard}.sqfs -> out/train.manifest.json).
+    #[arg(long, requires = "shards")]
+    pub manifest: Option<PathBuf>,
+    /// With --shards: weight of each entry in bytes, added to file sizes when
+    /// balancing shards (spreads many small or empty files).
+    #[arg(long, requires = "shards", value_parser = packfs_bench::size::parse_size,
+          default_value_t = packer::shards::DEFAULT_ENTRY_COST)]
+    pub entry_cost: u64,
+}
+
+/// `packfs mount IMAGE... MOUNTPOINT`.
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// IMAGE... MOUNTPOINT: one image, one shard manifest, or several images
+    /// merged into one tree (in the order given).
+    #[arg(required = true, num_args = 2.., value_name = "IMAGE... MOUNTPOINT")]
+    pub paths: Vec<PathBuf>,
+    /// For several images: what a path present in more than one shows
+    /// (error: refuse to mount).
+    #[arg(long, value_enum, default_value_t = OnConflict::Error)]
+    pub on_conflict: OnConflict,
+    /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
+    #[arg(long, value_parser = packfs_bench::size::parse_size)]
+    pub cache_size: Option<u64>,
+    /// FUSE session threads, each reading requests from its own /dev/fuse clone and
+    /// answering them (default: twice the cores, 4 to 16).
+    #[arg(short = 'j', long)]
+    pub threads: Option<usize>,
+    /// Stay in the foreground (logs on stderr) instead of daemonising.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Decode the whole image into the cache at mount (when it fits).
+    #[arg(long)]
+    pub preload: bool,
+    /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Extra FUSE mount options, comma-separated; repeatable.
+    #[arg(short = 'o')]
+    pub options: Vec<String>,
+    /// How the image file is read.
+    #[arg(long, value_enum, default_value_t = IoMode::Pread)]
+    pub io: IoMode,
+    /// Seconds the kernel may remember that a name does not exist (the image
+    /// never changes; 0 answers every lookup of a missing name anew).
+    #[arg(long, value_name = "SECONDS", default_value_t = NEGATIVE_TTL_DEFAULT)]
+    pub negative_ttl: u64,
+    /// When the mount ends, write what it served (FUSE requests by kind,
+    /// negative lookups, bytes read; for a remote image, its requests, bytes
+    /// fetched and time to first byte) to FILE as JSON; also at once on
+    /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+}
+
+/// `packfs run IMAGE:MOUNTPOINT... -- COMMAND`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// IMAGE:MOUNTPOINT pairs.
+    #[arg(required = true)]
+    pub mounts: Vec<String>,
+    #[arg(long, value_parser = packfs_bench::size::parse_size)]
+    pub cache_size: Option<u64>,
+    /// How the image files are read (as for `mount --io`).
+    #[arg(long, value_enum, default_value_t = IoMode::Pread)]
+    pub io: IoMode,
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! Times as people read them in listings: local time, minutes, like
-//! `unsquashfs -lls` (`2026-11-23 18:51`), since raw epoch seconds are what
-//! `packfs ls -l` used to print.
+//! `unsquashfs -lls` (`2026-11-23 18:51`), rather than raw epoch seconds.
 
 /// `secs` since the epoch as local `YYYY-MM-DD HH:MM` (with seconds when
 /// `with_seconds`); the number itself if the C library cannot convert it.

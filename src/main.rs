@@ -6,13 +6,15 @@
 //! SIGINT, SIGTERM or SIGHUP removes its temporary file, then dies of that
 //! signal (status 128+N in a shell), so scripts see the interruption.
 
-mod bench;
 mod cli;
 mod cmd;
+mod daemon;
 mod date;
+mod fusermount;
+mod location;
+mod machine;
 mod memory;
 mod progress;
-mod size;
 
 use clap::Parser;
 

@@ -1,13 +1,18 @@
-//! Layering, checked: within each library crate, no module imports a module
-//! that imports it back, directly or through others. A cycle is how the
-//! SquashFS reader once grew `impl SquashFs` blocks in six files that all
-//! reached back into each other; this test keeps the layers one-way.
+//! Layering, checked: within each crate of the workspace (every member, the
+//! binary's `src/` and `python/src` when it exists), no module imports a
+//! module that imports it back, directly or through others. A cycle is how
+//! the SquashFS reader once grew `impl SquashFs` blocks in six files that
+//! all reached back into each other; this test keeps the layers one-way.
 //!
-//! A reference is any `crate::a::b` or `super::x` path outside comments and
-//! outside `#[cfg(test)]` modules (a test module naturally reaches into the
-//! module it tests), resolved to the longest module path it names.
-//! Declaring a child (`mod x;`) is not a reference; re-exporting one
-//! (`pub use x::Y`) is.
+//! A reference is any `crate::a::b`, `super::x` or `self::x` path, or a path
+//! starting with a child module's name (`x::f()`, `use x::Y`), outside
+//! comments and outside `#[cfg(test)]` modules (a test module naturally
+//! reaches into the module it tests), resolved to the longest module path it
+//! names. Declaring a child (`mod x;`) is not a reference; calling into one
+//! or re-exporting from one (`pub use x::Y`) is. An item the crate root
+//! re-exports counts as a reference to the module that defines it. A path to
+//! an item the root itself defines (`crate::PackOptions`) is not counted:
+//! the root is the crate's public face, which every module may name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -73,9 +78,63 @@ fn code(text: &str) -> String {
     out
 }
 
+/// Items a module re-exports from one of its children (`pub use x::Y;`,
+/// `pub use x::{Y, Z as W};`): "module::Name" (or "Name" at the root) ->
+/// the child module. A path to `crate::Y` names the child that defines it,
+/// not the root that passes it on.
+fn reexports(me: &str, code: &str, known: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let join = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            format!("{a}::{b}")
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (i, _) in code.match_indices("pub use ") {
+        let stmt = code[i + 8..].split(';').next().unwrap_or("");
+        let (path, names) = match stmt.split_once('{') {
+            Some((p, n)) => (p, n.trim_end_matches('}').to_string()),
+            None => match stmt.rsplit_once("::") {
+                Some((p, n)) => (p, n.to_string()),
+                None => continue,
+            },
+        };
+        let mut module = me.to_string();
+        for seg in path.split("::").map(str::trim).filter(|s| !s.is_empty()) {
+            let cand = join(&module, seg);
+            if !known.contains(&cand) {
+                break;
+            }
+            module = cand;
+        }
+        if module == me {
+            continue;
+        }
+        for n in names.split(',') {
+            let name = n.split(" as ").last().unwrap_or("").trim();
+            if !name.is_empty() && name != "*" && name != "self" {
+                out.insert(join(me, name), module.clone());
+            }
+        }
+    }
+    out
+}
+
 /// Module paths named from inside module `me` (the longest known prefix of
-/// each `crate::` or `super::` path).
+/// each `crate::` or `super::` path), without re-exports to resolve.
 fn references(me: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    references_via(me, code, known, &BTreeMap::new())
+}
+
+/// [`references`], an item re-exported by a module (`aliases`, from
+/// [`reexports`]) counting as a reference to the module that defines it.
+fn references_via(
+    me: &str,
+    code: &str,
+    known: &BTreeSet<String>,
+    aliases: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let parent = |m: &str| {
         m.rsplit_once("::")
@@ -88,18 +147,19 @@ fn references(me: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<String
             format!("{me}::{m}")
         }
     };
-    // `use x::...` where `x` is a child module of `me` (a relative path).
-    for (i, _) in code.match_indices("use ") {
-        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+    // `x::...` where `x` is a child module of `me` (a relative path, in a
+    // `use` or in an expression), unless it continues another path.
+    for (i, _) in code.match_indices("::") {
+        let head = &code[..i];
+        let start = head
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |p| p + 1);
+        let first = &head[start..];
+        if first.is_empty() || head[..start].ends_with("::") {
             continue;
         }
-        let first: String = code[i + 4..]
-            .trim_start_matches('{')
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        if !first.is_empty() && known.contains(&child(&first)) {
-            out.insert(child(&first));
+        if known.contains(&child(first)) {
+            out.insert(child(first));
         }
     }
     for (kw, base) in [
@@ -135,6 +195,10 @@ fn references(me: &str, code: &str, known: &BTreeSet<String>) -> BTreeSet<String
                 } else {
                     format!("{path}::{seg}")
                 };
+                if let Some(defined) = aliases.get(&cand) {
+                    best = defined.clone();
+                    break;
+                }
                 if !known.contains(&cand) {
                     break;
                 }
@@ -190,17 +254,74 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 fn graph_of(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules(src);
     let known: BTreeSet<String> = mods.keys().cloned().collect();
+    let aliases: BTreeMap<String, String> = mods
+        .iter()
+        .flat_map(|(m, text)| reexports(m, &code(text), &known))
+        .collect();
     mods.iter()
-        .map(|(m, text)| (m.clone(), references(m, &code(text), &known)))
+        .map(|(m, text)| {
+            let mut refs = references_via(m, &code(text), &known, &aliases);
+            refs.remove("");
+            (m.clone(), refs)
+        })
+        .collect()
+}
+
+/// Circles that predate the check of calls into a child (`x::f()` with no
+/// `use`): a child using an item its parent module defines while the parent
+/// calls into the child. Each is the edge (crate, child, parent) that is not
+/// counted, so that any other circle fails; remove an entry once the item
+/// moves out of the parent.
+const KNOWN_CYCLES: &[(&str, &str, &str)] = &[
+    // squashfs/mod.rs defines ImageWriter and calls data::write_data.
+    ("packer", "squashfs::data", "squashfs"),
+    // venv/mod.rs defines the report types and calls scan::*.
+    ("packer", "venv::scan", "venv"),
+];
+
+/// The workspace's members as the root Cargo.toml lists them.
+fn workspace_members(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let at = manifest
+        .lines()
+        .position(|l| l.trim_start().starts_with("members"))
+        .expect("Cargo.toml has a workspace members list");
+    // The list, on one line or several, comments dropped.
+    let text: String = manifest
+        .lines()
+        .skip(at)
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let list = text.split_once('[').unwrap().1.split_once(']').unwrap().0;
+    list.split(',')
+        .map(|m| m.trim().trim_matches('"').to_string())
+        .filter(|m| !m.is_empty())
         .collect()
 }
 
 #[test]
-fn library_crates_have_no_module_cycles() {
+fn no_crate_has_a_module_cycle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for krate in ["format", "mountfs", "packer"] {
-        let g = graph_of(&root.join(krate).join("src"));
-        assert!(g.len() > 5, "{krate}: modules not found");
+    let members = workspace_members(root);
+    for m in ["format", "packer", "mountfs", "testkit", "bench"] {
+        assert!(members.iter().any(|x| x == m), "{m} is not a member");
+    }
+    // The binary (main.rs is its root module), every member, and the Python
+    // extension when it is there.
+    let mut crates: Vec<String> = vec![".".into()];
+    crates.extend(members);
+    if root.join("python/src").is_dir() {
+        crates.push("python".into());
+    }
+    for krate in &crates {
+        let mut g = graph_of(&root.join(krate).join("src"));
+        assert!(!g.is_empty(), "{krate}: modules not found");
+        for (k, from, to) in KNOWN_CYCLES {
+            if k == krate {
+                g.get_mut(*from).map(|refs| refs.remove(*to));
+            }
+        }
         if let Some(c) = find_cycle(&g) {
             panic!("{krate}: import cycle {}", c.join(" -> "));
         }
@@ -234,6 +355,23 @@ fn the_checker_sees_a_cycle() {
     g.insert("a".into(), references("a", "pub use b::X;\n", &known));
     g.insert("a::b".into(), references("a::b", "use super::*;\n", &known));
     assert!(find_cycle(&g).is_some());
+    // A parent calling into a child (no `use`) that uses the parent's items.
+    let known: BTreeSet<String> = ["cmd", "cmd::pack"].map(String::from).into();
+    let calls = references("cmd", "fn d() { pack::run(); std::pack::x(); }\n", &known);
+    assert_eq!(calls, ["cmd::pack".to_string()].into());
+    g.insert("cmd".into(), calls);
+    g.insert(
+        "cmd::pack".into(),
+        references("cmd::pack", "use super::location;\n", &known),
+    );
+    assert!(find_cycle(&g).is_some());
+    // An item re-exported by the root names the module that defines it.
+    let known: BTreeSet<String> = ["error", "output"].map(String::from).into();
+    let aliases = reexports("", "pub use error::{Kind, PackError as E};\n", &known);
+    assert_eq!(aliases["E"], "error");
+    assert_eq!(aliases["Kind"], "error");
+    let refs = references_via("output", "use crate::E;\n", &known, &aliases);
+    assert_eq!(refs, ["error".to_string()].into());
     // Test modules are not references.
     let c = code("use crate::c;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\nfn x() {}\n");
     assert!(c.contains("use crate::c;") && !c.contains("super") && c.contains("fn x"));

@@ -85,12 +85,25 @@ pub fn range_check(total: u64, off: u64, len: usize) -> Result<(usize, usize)> {
 
 /// How an image file is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum IoMode {
     /// Positional reads (`pread`): storage faults are errors. The default.
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Positional reads: a storage error or a truncated image is EIO for the files it affects, and the mount keeps serving the rest"
+        )
+    )]
     Pread,
     /// A read-only memory map: a storage fault or a truncated image kills
     /// the process with SIGBUS. Kept for comparison.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "A memory map: a storage error or a truncated image kills the daemon (SIGBUS). For comparison only"
+        )
+    )]
     Mmap,
 }
 

@@ -1,10 +1,11 @@
 //! `packfs info`, `ls`, `cat`, `extract`: the image read without mounting,
 //! through the same [`PackFs`] core the FUSE server uses.
 
-use crate::size::human;
+use crate::cli::RemoteArgs;
 use anyhow::{bail, Context};
 use mountfs::fs::{Attr, FileKind, PackFs};
 use mountfs::open::AnyImage;
+use packfs_bench::size::human;
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::io::Write;
@@ -14,19 +15,18 @@ use std::path::{Path, PathBuf};
 /// Cache for one-shot commands: enough to keep metadata and a few blocks hot.
 const CLI_CACHE: usize = 64 << 20;
 
-fn open(image: &Path) -> anyhow::Result<PackFs<AnyImage>> {
-    Ok(PackFs::new(open_image(image)?.image, 0, 0))
+fn open(image: &Path, remote: &RemoteArgs) -> anyhow::Result<PackFs<AnyImage>> {
+    Ok(PackFs::new(open_image(image, remote)?.image, 0, 0))
 }
 
-/// The image a path or URL names (see `super::location`).
-fn open_image(image: &Path) -> anyhow::Result<mountfs::open::OpenedImage> {
-    let loc = super::location(image)?;
-    let remote = super::remote_args().options();
+/// The image a path or URL names (see `crate::location`).
+fn open_image(image: &Path, remote: &RemoteArgs) -> anyhow::Result<mountfs::open::OpenedImage> {
+    let loc = crate::location::location(image)?;
     Ok(AnyImage::open_location(
         &loc,
         CLI_CACHE,
         Default::default(),
-        &remote,
+        &remote.options(),
     )?)
 }
 
@@ -35,108 +35,114 @@ fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &str) -> anyhow::Result<At
         .with_context(|| format!("{}: {path}", image.display()))
 }
 
-pub fn info(image: &Path) -> anyhow::Result<i32> {
+pub fn info(image: &Path, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let mountfs::open::OpenedImage {
         image: img, len, ..
-    } = open_image(image)?;
+    } = open_image(image, remote)?;
     match &img {
-        AnyImage::SquashFs(s) => {
-            use packfs_format::squashfs::*;
-            let sb = &s.sb;
-            let flag = |f: u16, name: &'static str| sb.has_flag(f).then_some(name);
-            let flags: Vec<&str> = [
-                flag(FLAG_UNCOMPRESSED_INODES, "uncompressed-inodes"),
-                flag(FLAG_UNCOMPRESSED_DATA, "uncompressed-data"),
-                flag(FLAG_UNCOMPRESSED_FRAGMENTS, "uncompressed-fragments"),
-                flag(FLAG_NO_FRAGMENTS, "no-fragments"),
-                flag(FLAG_ALWAYS_FRAGMENTS, "always-fragments"),
-                flag(FLAG_DUPLICATES, "duplicates"),
-                flag(FLAG_EXPORTABLE, "exportable"),
-                flag(FLAG_NO_XATTRS, "no-xattrs"),
-                flag(FLAG_COMPRESSOR_OPTIONS, "compressor-options"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            println!("image:        {}", image.display());
-            println!(
-                "format:       SquashFS {}.{}",
-                sb.version_major, sb.version_minor
-            );
-            println!("compression:  {}", s.compressor().name());
-            println!("block size:   {}", human(sb.block_size as u64));
-            println!(
-                "size:         {} ({} bytes used, file {} bytes)",
-                human(sb.bytes_used),
-                sb.bytes_used,
-                len
-            );
-            println!("inodes:       {}", sb.inode_count);
-            println!("fragments:    {}", sb.fragment_count);
-            println!("ids:          {}", sb.id_count);
-            println!(
-                "created:      {} ({} seconds since the epoch)",
-                crate::date::format(sb.mod_time as i64, true),
-                sb.mod_time
-            );
-            println!(
-                "xattrs:       {}",
-                if sb.xattr_id_table_start == INVALID_TABLE {
-                    "no"
-                } else {
-                    "yes"
-                }
-            );
-            println!("flags:        {}", flags.join(" "));
-        }
-        AnyImage::Zip(z) => {
-            let i = z.info();
-            let methods: Vec<String> = i
-                .methods
-                .iter()
-                .map(|(_, n, c)| format!("{n} ({c})"))
-                .collect();
-            println!("image:        {}", image.display());
-            println!("format:       ZIP{}", if i.zip64 { " (zip64)" } else { "" });
-            println!("entries:      {} in the central directory", i.entries);
-            println!(
-                "tree:         {} files, {} directories ({} synthesised), {} symlinks",
-                i.files, i.dirs, i.synthesised_dirs, i.symlinks
-            );
-            println!(
-                "skipped:      {} (unsafe or duplicate names; see warnings)",
-                i.skipped
-            );
-            println!("encrypted:    {}", i.encrypted);
-            println!("methods:      {}", methods.join(", "));
-            println!(
-                "data:         {} uncompressed, {} compressed",
-                human(i.uncompressed_bytes),
-                human(i.compressed_bytes)
-            );
-            println!(
-                "size:         {} bytes (prefix {} bytes)",
-                len, i.prefix_bytes
-            );
-            println!("index memory: {}", human(i.index_bytes));
-        }
-        AnyImage::Union(u) => {
-            let paths: Vec<_> = u.shard_paths().collect();
-            println!("image:        {}", image.display());
-            println!(
-                "format:       union of {} shards (packfs manifest)",
-                paths.len()
-            );
-            let mut total = 0;
-            for p in &paths {
-                let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-                total += len;
-                println!("shard:        {} ({})", p.display(), human(len));
-            }
-            println!("size:         {} in all shards", human(total));
-        }
+        AnyImage::SquashFs(s) => info_squashfs(image, s, len),
+        AnyImage::Zip(z) => info_zip(image, z, len),
+        AnyImage::Union(u) => info_union(image, u),
     }
     Ok(0)
+}
+
+fn info_squashfs(image: &Path, s: &mountfs::squashfs::SquashFs, len: u64) {
+    use packfs_format::squashfs::*;
+    let sb = &s.sb;
+    let flag = |f: u16, name: &'static str| sb.has_flag(f).then_some(name);
+    let flags: Vec<&str> = [
+        flag(FLAG_UNCOMPRESSED_INODES, "uncompressed-inodes"),
+        flag(FLAG_UNCOMPRESSED_DATA, "uncompressed-data"),
+        flag(FLAG_UNCOMPRESSED_FRAGMENTS, "uncompressed-fragments"),
+        flag(FLAG_NO_FRAGMENTS, "no-fragments"),
+        flag(FLAG_ALWAYS_FRAGMENTS, "always-fragments"),
+        flag(FLAG_DUPLICATES, "duplicates"),
+        flag(FLAG_EXPORTABLE, "exportable"),
+        flag(FLAG_NO_XATTRS, "no-xattrs"),
+        flag(FLAG_COMPRESSOR_OPTIONS, "compressor-options"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    println!("image:        {}", image.display());
+    println!(
+        "format:       SquashFS {}.{}",
+        sb.version_major, sb.version_minor
+    );
+    println!("compression:  {}", s.compressor().name());
+    println!("block size:   {}", human(sb.block_size as u64));
+    println!(
+        "size:         {} ({} bytes used, file {} bytes)",
+        human(sb.bytes_used),
+        sb.bytes_used,
+        len
+    );
+    println!("inodes:       {}", sb.inode_count);
+    println!("fragments:    {}", sb.fragment_count);
+    println!("ids:          {}", sb.id_count);
+    println!(
+        "created:      {} ({} seconds since the epoch)",
+        crate::date::format(sb.mod_time as i64, true),
+        sb.mod_time
+    );
+    println!(
+        "xattrs:       {}",
+        if sb.xattr_id_table_start == INVALID_TABLE {
+            "no"
+        } else {
+            "yes"
+        }
+    );
+    println!("flags:        {}", flags.join(" "));
+}
+
+fn info_zip(image: &Path, z: &mountfs::zip::ZipFs, len: u64) {
+    let i = z.info();
+    let methods: Vec<String> = i
+        .methods
+        .iter()
+        .map(|(_, n, c)| format!("{n} ({c})"))
+        .collect();
+    println!("image:        {}", image.display());
+    println!("format:       ZIP{}", if i.zip64 { " (zip64)" } else { "" });
+    println!("entries:      {} in the central directory", i.entries);
+    println!(
+        "tree:         {} files, {} directories ({} synthesised), {} symlinks",
+        i.files, i.dirs, i.synthesised_dirs, i.symlinks
+    );
+    println!(
+        "skipped:      {} (unsafe or duplicate names; see warnings)",
+        i.skipped
+    );
+    println!("encrypted:    {}", i.encrypted);
+    println!("methods:      {}", methods.join(", "));
+    println!(
+        "data:         {} uncompressed, {} compressed",
+        human(i.uncompressed_bytes),
+        human(i.compressed_bytes)
+    );
+    println!(
+        "size:         {} bytes (prefix {} bytes)",
+        len, i.prefix_bytes
+    );
+    println!("index memory: {}", human(i.index_bytes));
+}
+
+fn info_union(image: &Path, u: &mountfs::union::UnionImage<AnyImage>) {
+    let paths: Vec<_> = u.shard_paths().collect();
+    println!("image:        {}", image.display());
+    println!(
+        "format:       union of {} shards (packfs manifest)",
+        paths.len()
+    );
+    let mut total = 0;
+    for p in &paths {
+        let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        total += len;
+        println!("shard:        {} ({})", p.display(), human(len));
+    }
+    println!("size:         {} in all shards", human(total));
 }
 
 fn mode_string(a: &Attr) -> String {
@@ -166,8 +172,14 @@ fn mode_string(a: &Attr) -> String {
     s
 }
 
-pub fn ls(image: &Path, path: &str, long: bool, recursive: bool) -> anyhow::Result<i32> {
-    let fs = open(image)?;
+pub fn ls(
+    image: &Path,
+    path: &str,
+    long: bool,
+    recursive: bool,
+    remote: &RemoteArgs,
+) -> anyhow::Result<i32> {
+    let fs = open(image, remote)?;
     let at = resolve(&fs, image, path)?;
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
@@ -234,8 +246,8 @@ fn print_entry(
     Ok(())
 }
 
-pub fn cat(image: &Path, path: &str) -> anyhow::Result<i32> {
-    let fs = open(image)?;
+pub fn cat(image: &Path, path: &str, remote: &RemoteArgs) -> anyhow::Result<i32> {
+    let fs = open(image, remote)?;
     let a = resolve(&fs, image, path)?;
     if a.kind != FileKind::File {
         bail!("{}: {path}: not a regular file", image.display());
@@ -319,8 +331,35 @@ fn apply_xattrs(fs: &PackFs<AnyImage>, p: &Path, a: &Attr) -> anyhow::Result<()>
     Ok(())
 }
 
-pub fn extract(image: &Path, path: &str, output: &Path) -> anyhow::Result<i32> {
-    let fs = open(image)?;
+/// Recreates a device, FIFO or socket entry at `p`; false for a socket,
+/// which mknod cannot meaningfully recreate (skipped with a warning).
+fn make_node(p: &Path, attr: &Attr) -> anyhow::Result<bool> {
+    if attr.kind == FileKind::Socket {
+        log::warn!("{}: socket not extracted", p.display());
+        return Ok(false);
+    }
+    let fmt = attr.kind.mode_bits();
+    let (ma, mi) = packfs_format::squashfs::inode::decode_dev(attr.rdev);
+    let c = cstr(p)?;
+    // SAFETY: valid path; mknod has no memory preconditions.
+    let rc = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            fmt | attr.perm as libc::mode_t,
+            libc::makedev(ma, mi),
+        )
+    };
+    check(rc, "mknod", p)?;
+    Ok(true)
+}
+
+pub fn extract(
+    image: &Path,
+    path: &str,
+    output: &Path,
+    remote: &RemoteArgs,
+) -> anyhow::Result<i32> {
+    let fs = open(image, remote)?;
     let top = resolve(&fs, image, path)?;
     if top.kind != FileKind::Dir {
         bail!("{}: {path}: not a directory", image.display());
@@ -381,23 +420,9 @@ pub fn extract(image: &Path, path: &str, output: &Path) -> anyhow::Result<i32> {
                 | FileKind::CharDevice
                 | FileKind::Fifo
                 | FileKind::Socket => {
-                    let fmt = attr.kind.mode_bits();
-                    if attr.kind == FileKind::Socket {
-                        // A socket cannot be recreated by mknod meaningfully; skip it.
-                        log::warn!("{}: socket not extracted", p.display());
+                    if !make_node(&p, &attr)? {
                         continue;
                     }
-                    let (ma, mi) = packfs_format::squashfs::inode::decode_dev(attr.rdev);
-                    let c = cstr(&p)?;
-                    // SAFETY: valid path; mknod has no memory preconditions.
-                    let rc = unsafe {
-                        libc::mknod(
-                            c.as_ptr(),
-                            fmt | attr.perm as libc::mode_t,
-                            libc::makedev(ma, mi),
-                        )
-                    };
-                    check(rc, "mknod", &p)?;
                 }
             }
             apply_xattrs(&fs, &p, &attr)?;

@@ -1,6 +1,7 @@
 //! `packfs pack -o s3://...`: the upload around the pack (the multipart
 //! upload itself is `mountfs::remote::upload`).
 
+use crate::cli::RemoteArgs;
 use anyhow::{bail, Context};
 use mountfs::remote::upload::Upload;
 use mountfs::remote::{Remote, RemoteError, Target};
@@ -9,8 +10,8 @@ use std::sync::atomic::AtomicBool;
 
 /// Connects and starts the multipart upload; refuses an existing object
 /// unless `force` (as for a file).
-pub fn begin(target: &Target, force: bool) -> anyhow::Result<Upload> {
-    let opts = super::remote_args().options();
+pub fn begin(target: &Target, force: bool, remote: &RemoteArgs) -> anyhow::Result<Upload> {
+    let opts = remote.options();
     let remote = Remote::connect_for_upload(target, &opts)?;
     match remote.head() {
         Ok(_) if !force => bail!(

@@ -39,6 +39,7 @@ impl<I> Opener<I> {
 
 /// Which shard's entry a path held by several shards shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum OnConflict {
     /// Refuse to mount (plain images are checked at open).
     #[default]

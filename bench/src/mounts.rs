@@ -13,6 +13,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How the bench starts packfs's own mount, given by its caller.
+#[derive(Clone, Debug)]
+pub struct MountCommand {
+    /// The packfs executable to run as `packfs mount --foreground ...`.
+    pub program: PathBuf,
+    /// Flags that say how a remote image is reached (endpoint, profile,
+    /// range size and cache, timeout), added to the mount of a remote
+    /// `--image` so that the daemon reads it as the bench was told to.
+    pub remote_args: Vec<String>,
+}
+
 /// A scratch directory for mountpoints, removed on drop.
 pub fn scratch_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
     tempfile::Builder::new()
@@ -83,6 +94,7 @@ pub fn umount(mp: &Path) -> anyhow::Result<()> {
 /// packfs's own mount of the image, served by a child process.
 pub struct OwnMount {
     image: PathBuf,
+    program: PathBuf,
     args: Vec<String>,
     dir: tempfile::TempDir,
     /// Holds the daemon's `--stats` file (the mountpoint cannot).
@@ -91,10 +103,11 @@ pub struct OwnMount {
 }
 
 impl OwnMount {
-    /// Mounts `image` with `packfs mount --foreground ARGS...`.
-    pub fn new(image: &Path, args: &[String]) -> anyhow::Result<Self> {
+    /// Mounts `image` with `PROGRAM mount --foreground ARGS...`.
+    pub fn new(image: &Path, program: &Path, args: &[String]) -> anyhow::Result<Self> {
         let mut m = OwnMount {
             image: image.to_path_buf(),
+            program: program.to_path_buf(),
             args: args.to_vec(),
             dir: scratch_dir("mnt")?,
             stats_dir: scratch_dir("stats")?,
@@ -148,10 +161,9 @@ impl OwnMount {
         // dropped otherwise (fuser logs a harmless error when it finds the
         // mount already gone at exit).
         let mut log = tempfile::tempfile().context("creating the mount's log file")?;
-        // /proc/self/exe, not the path: a long run must survive the binary
-        // being rebuilt under it. arg0 keeps `pgrep -f "packfs mount"` working.
+        // arg0 keeps `pgrep -f "packfs mount"` working whatever the program's path.
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new("/proc/self/exe")
+        let mut child = Command::new(&self.program)
             .arg0("packfs")
             .arg("mount")
             .arg("--foreground")

@@ -4,7 +4,7 @@
 
 use super::args::Latency;
 use super::cold;
-use super::mounts::OwnMount;
+use super::mounts::{MountCommand, OwnMount};
 use super::passthrough::{CounterSnapshot, EmulatedMount};
 use super::plan::{Ctx, SideSpec};
 use anyhow::{bail, Context};
@@ -60,6 +60,7 @@ pub fn open(
     specs: Vec<SideSpec>,
     ctx: &Ctx,
     latency: Option<&Latency>,
+    cmd: &MountCommand,
     mount_args: &[String],
 ) -> anyhow::Result<Vec<Side>> {
     let mut sides: Vec<Side> = Vec::new();
@@ -76,19 +77,17 @@ pub fn open(
             SideSpec::Packfs => {
                 let img = ctx.image.as_ref().context("--image is required")?;
                 if ctx.image_remote {
-                    // The remote flags (endpoint, profile, range size and
-                    // cache, timeout) are global: the daemon gets them again.
                     let mut args = mount_args.to_vec();
-                    args.extend(crate::cmd::remote_args().to_args());
+                    args.extend(cmd.remote_args.iter().cloned());
                     Side {
                         label: "packfs".into(),
                         kind: SideKind::Packfs {
-                            mount: OwnMount::new(img, &args)?,
+                            mount: OwnMount::new(img, &cmd.program, &args)?,
                             emu: None,
                         },
                     }
                 } else {
-                    own_mount(img, latency, mount_args)?
+                    own_mount(img, latency, &cmd.program, mount_args)?
                 }
             }
             SideSpec::External { spec, label, path } => {
@@ -112,7 +111,12 @@ pub fn open(
 /// mounted as seen through a passthrough of its directory, so that every
 /// read of the image that misses the page cache pays the read latency, as
 /// an image on a network filesystem would.
-fn own_mount(img: &Path, latency: Option<&Latency>, mount_args: &[String]) -> anyhow::Result<Side> {
+fn own_mount(
+    img: &Path,
+    latency: Option<&Latency>,
+    program: &Path,
+    mount_args: &[String],
+) -> anyhow::Result<Side> {
     let (emu, path) = match latency {
         Some(l) => {
             let dir = img.parent().unwrap_or(Path::new("/"));
@@ -122,7 +126,7 @@ fn own_mount(img: &Path, latency: Option<&Latency>, mount_args: &[String]) -> an
         }
         None => (None, img.to_path_buf()),
     };
-    let mount = OwnMount::new(&path, mount_args)?;
+    let mount = OwnMount::new(&path, program, mount_args)?;
     Ok(Side {
         label: "packfs".into(),
         kind: SideKind::Packfs { mount, emu },
@@ -238,7 +242,11 @@ mod tests {
             path: p.clone(),
         };
         let ctx = Ctx::for_test(None);
-        let open_all = |specs| open(specs, &ctx, None, &[]);
+        let cmd = MountCommand {
+            program: "/nonexistent/packfs".into(),
+            remote_args: Vec::new(),
+        };
+        let open_all = |specs| open(specs, &ctx, None, &cmd, &[]);
         let sides = open_all(vec![spec("a"), spec("b")]).unwrap();
         let labels: Vec<&str> = sides.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels, ["a", "b"]);

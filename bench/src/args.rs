@@ -122,7 +122,7 @@ pub struct BenchArgs {
     pub cache_size: Option<u64>,
     /// How packfs's own mount reads the image (`mount --io`).
     #[arg(long, value_enum)]
-    pub mount_io: Option<crate::cli::Io>,
+    pub mount_io: Option<mountfs::source::IoMode>,
     /// Do not time the raw tree (it is still scanned to plan the workloads
     /// and to verify the mounts); there are no ratios then. For comparing
     /// mounts or mount options with each other, e.g. the two --mount-io

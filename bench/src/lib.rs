@@ -15,6 +15,10 @@
 //! * can replay both sides through a latency-injecting passthrough
 //!   (`passthrough`) to show what a network filesystem would do to them.
 //!
+//! The CLI calls [`run`] with the parsed flags and a [`MountCommand`]: how
+//! to start `packfs mount` and which remote flags it gets, so this crate
+//! keeps no process-global state and knows no other part of the CLI.
+//!
 //! [`run`] goes through six phases, each in the module named for it:
 //! `plan::prepare` (arguments, tree, workload plans; nothing mounted),
 //! `sides::open` (the mounts), `verify::check_sides`, `measure::measure`
@@ -24,6 +28,7 @@
 mod args;
 mod assemble;
 mod cold;
+mod grid;
 mod iostat;
 mod measure;
 mod mounts;
@@ -34,27 +39,30 @@ mod plot;
 mod report;
 mod rng;
 mod sides;
+pub mod size;
 mod storage;
 mod tree;
 mod verify;
 mod workload;
 
 pub use args::BenchArgs;
+pub use mounts::MountCommand;
 
 /// `packfs bench`: 0 when every run succeeded, 1 when operations failed
 /// (the times are then printed but not comparable); an error when the
 /// bench refused or could not measure.
-pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
-    let p = plan::prepare(&a)?;
+pub fn run(a: &BenchArgs, mount: &MountCommand) -> anyhow::Result<i32> {
+    let p = plan::prepare(a)?;
     let mut sides = sides::open(
-        plan::side_specs(&a),
+        plan::side_specs(a),
         &p.ctx,
         p.latency.as_ref(),
-        &plan::own_mount_args(&a),
+        mount,
+        &plan::own_mount_args(a),
     )?;
     verify::check_sides(&p.ctx, &sides, a.no_verify, a.seed)?;
-    let runs = measure::measure(&p.ctx, &mut sides, &p.plans, &a)?;
-    let rep = assemble::report(&a, &p, &sides, runs);
+    let runs = measure::measure(&p.ctx, &mut sides, &p.plans, a)?;
+    let rep = assemble::report(a, &p, &sides, runs);
     // Unmount before writing anything, so a failure below leaves no mount.
     drop(sides);
     output::write(&rep, a.json.as_deref(), a.plot.as_deref())?;

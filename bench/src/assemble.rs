@@ -3,7 +3,7 @@
 //! changes what was measured so a result file explains itself.
 
 use super::args::{BenchArgs, Workload};
-use super::measure::Cell;
+use super::grid::Cell;
 use super::plan::{Ctx, Prepared};
 use super::report::{self, Report, Run};
 use super::sides::{Side, SideKind};

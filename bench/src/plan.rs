@@ -208,7 +208,8 @@ pub fn own_mount_args(a: &BenchArgs) -> Vec<String> {
         args.extend(["--cache-size".to_string(), c.to_string()]);
     }
     if let Some(io) = a.mount_io {
-        args.extend(["--io".to_string(), io.name().to_string()]);
+        let name = clap::ValueEnum::to_possible_value(&io).expect("no I/O mode is hidden");
+        args.extend(["--io".to_string(), name.get_name().to_string()]);
     }
     args
 }

@@ -52,7 +52,7 @@ fn failure(runs: &[Run]) -> Option<String> {
 mod tests {
     use super::super::args::{self, Workload};
     use super::super::assemble;
-    use super::super::measure::Cell;
+    use super::super::grid::Cell;
     use super::super::workload::Outcome;
     use super::*;
 

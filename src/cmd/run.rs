@@ -1,0 +1,152 @@
+//! `packfs run IMAGE:MOUNTPOINT... -- COMMAND`: mount, run, unmount; the
+//! command's status is the exit status.
+
+use crate::cli::{RemoteArgs, RunArgs};
+use crate::fusermount::umount;
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The command's pid, for the signal handler that forwards to it.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// What `packfs run` made, undone in reverse order by [`Mounted::undo`].
+#[derive(Default)]
+struct Mounted {
+    /// Mountpoints mounted, in order.
+    mounts: Vec<PathBuf>,
+    /// Directories made for the mountpoints, parents first.
+    created: Vec<PathBuf>,
+}
+
+impl Mounted {
+    fn undo(&self) {
+        for mp in self.mounts.iter().rev() {
+            if let Err(e) = umount(mp) {
+                eprintln!("packfs: {e:#}");
+            }
+        }
+        remove_created(&self.created);
+    }
+}
+
+pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("locating the packfs executable")?;
+    let mut done = Mounted::default();
+    for spec in &args.mounts {
+        if let Err(e) = mount_one(&exe, spec, args, remote, &mut done) {
+            done.undo();
+            return Err(e);
+        }
+    }
+    let command = &args.command;
+    let child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            done.undo();
+            bail!("{}: {e}", command[0]);
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    // SAFETY: the handler only calls kill with an atomic-loaded pid.
+    unsafe {
+        for s in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ] {
+            libc::signal(s, forward as *const () as usize);
+        }
+    }
+    let status = child.wait();
+    done.undo();
+    let status = status.context("waiting for the command")?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// Mounts one IMAGE:MOUNTPOINT with `packfs mount`, recording in `done`
+/// what it made.
+fn mount_one(
+    exe: &Path,
+    spec: &str,
+    args: &RunArgs,
+    remote: &RemoteArgs,
+    done: &mut Mounted,
+) -> anyhow::Result<()> {
+    let Some((img, mp)) = spec.rsplit_once(':') else {
+        bail!("{spec:?}: expected IMAGE:MOUNTPOINT");
+    };
+    create_mountpoint(Path::new(mp), &mut done.created)?;
+    let io = clap::ValueEnum::to_possible_value(&args.io).expect("no I/O mode is hidden");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount")
+        .arg(img)
+        .arg(mp)
+        .arg("--io")
+        .arg(io.get_name());
+    cmd.args(remote.to_args());
+    if let Some(c) = args.cache_size {
+        cmd.arg("--cache-size").arg(c.to_string());
+    }
+    let st = cmd.status().context("starting packfs mount")?;
+    if !st.success() {
+        bail!("mounting {img} at {mp} failed");
+    }
+    done.mounts.push(PathBuf::from(mp));
+    Ok(())
+}
+
+/// Creates `mp` and whichever of its parents are missing, recording each
+/// directory made (outermost first) so that [`remove_created`] can take
+/// exactly those away again.
+fn create_mountpoint(mp: &Path, created: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(mp);
+    while let Some(p) = at.filter(|p| !p.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(p).is_ok() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        at = p.parent();
+    }
+    for dir in missing.into_iter().rev() {
+        match std::fs::create_dir(&dir) {
+            Ok(()) => created.push(dir),
+            // Another task of the same job on this node made it first.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating mountpoint {}", dir.display()))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the directories [`create_mountpoint`] made, innermost first;
+/// one that is not empty (a mount still there, something a job left) is
+/// kept, with a warning.
+fn remove_created(created: &[PathBuf]) {
+    for dir in created.iter().rev() {
+        if let Err(e) = std::fs::remove_dir(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("packfs: leaving {}: {e}", dir.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! `packfs mount --stats FILE`: the mount's counters as JSON, written when
+//! the mount ends and at once on SIGUSR1.
+
+use anyhow::Context;
+use mountfs::fs::{FsStats, PackFs};
+use mountfs::open::AnyImage;
+use mountfs::remote::{RemoteCounters, RemoteStats};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Blocks SIGUSR1 in this thread and every thread it starts from now on.
+pub fn block_sigusr1() {
+    // SAFETY: sigset_t initialised by sigemptyset before use; the mask
+    // change affects only this thread (and threads created after it).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for a SIGUSR1 sent to the process (blocked by [`block_sigusr1`]);
+/// false if waiting failed.
+fn wait_sigusr1() -> bool {
+    // SAFETY: as above; sigwait stores the signal number in `sig`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        let mut sig = 0;
+        libc::sigwait(&set, &mut sig) == 0
+    }
+}
+
+/// Starts the thread that writes the counters to `path` on each SIGUSR1.
+pub fn spawn_writer(
+    path: &Path,
+    fs: Arc<PackFs<AnyImage>>,
+    remote: Option<Arc<RemoteCounters>>,
+) -> anyhow::Result<()> {
+    let path = path.to_path_buf();
+    std::thread::Builder::new()
+        .name("stats".into())
+        .spawn(move || loop {
+            if !wait_sigusr1() {
+                return;
+            }
+            let r = remote.as_ref().map(|r| r.snapshot());
+            if let Err(e) = write(&path, &fs.counters.snapshot(), r.as_ref()) {
+                log::error!("{e:#}");
+            }
+        })
+        .context("starting the stats thread")?;
+    Ok(())
+}
+
+/// Writes the mount's counters as JSON, atomically (temp + rename), so a
+/// reader polling for the file never sees half of it.
+/// A remote image adds `"remote"`: its requests, bytes and first-byte times.
+pub fn write(path: &Path, stats: &FsStats, remote: Option<&RemoteStats>) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp~");
+    let mut value = serde_json::to_value(stats)?;
+    if let (Some(r), Some(obj)) = (remote, value.as_object_mut()) {
+        obj.insert("remote".into(), serde_json::to_value(r)?);
+    }
+    let json = serde_json::to_string_pretty(&value)?;
+    std::fs::write(&tmp, json + "\n")
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .with_context(|| format!("--stats {}", path.display()))
+}

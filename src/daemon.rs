@@ -1,0 +1,259 @@
+//! The process side of a mount: the fork, the ready pipe and the unmount
+//! watcher, kept apart from what is served (`cmd::mount`).
+//!
+//! Without `--foreground` the caller has validated everything it can and
+//! opened a local image *before* [`run`] forks (no threads exist yet, so the
+//! fork is safe); the child detaches and reports "ok" or the error through a
+//! pipe, and the parent exits only after that report, so a script can use
+//! the mount as soon as `packfs mount` returns and sees init errors
+//! synchronously. In both modes a watcher process unmounts a mount whose
+//! server died, and only such a mount (see [`unmount_watcher`]).
+
+use anyhow::bail;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// Called once by the server when the mount is usable.
+pub type Ready = Box<dyn FnOnce() + Send>;
+
+/// Where and under which source name a mount is made: what the watcher
+/// needs to recognise it.
+pub struct Target<'a> {
+    pub mountpoint: &'a Path,
+    pub fsname: &'a str,
+}
+
+/// Runs a mount: `open` yields what to serve (called in the daemon, after
+/// the fork: a remote image's client starts threads a fork would lose),
+/// `serve` serves it until the mount ends and calls its [`Ready`], if any,
+/// once the mount is usable. With `foreground` all of it runs in this
+/// process; otherwise this process returns 0 once the daemon reports ready,
+/// or its error, and the daemon exits with `serve`'s status.
+pub fn run<T>(
+    target: &Target,
+    foreground: bool,
+    open: impl FnOnce() -> anyhow::Result<T>,
+    serve: impl FnOnce(T, Option<Ready>) -> anyhow::Result<i32>,
+) -> anyhow::Result<i32> {
+    if foreground {
+        let _watch = spawn_unmount_watcher(target)?;
+        return serve(open()?, None);
+    }
+    let (fds, pid) = pipe_and_fork()?;
+    if pid > 0 {
+        // SAFETY: fds[1] is ours to close; fds[0] becomes owned by the File.
+        unsafe { libc::close(fds[1]) };
+        return wait_ready(unsafe { std::fs::File::from_raw_fd(fds[0]) });
+    }
+    // Child: detach from the terminal and the caller's session.
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        libc::close(fds[0]);
+        libc::setsid();
+    }
+    std::process::exit(daemon(fds[1], target, open, serve))
+}
+
+/// The parent's side: "ok" arrives while the daemon keeps running; anything
+/// else is an error message followed by the daemon's exit (EOF).
+fn wait_ready(mut r: std::fs::File) -> anyhow::Result<i32> {
+    let mut head = [0u8; 2];
+    let mut msg = String::new();
+    if r.read_exact(&mut head).is_ok() {
+        msg.push_str(&String::from_utf8_lossy(&head));
+        if &head != b"ok" {
+            let _ = r.read_to_string(&mut msg);
+        }
+    }
+    match msg.strip_prefix("ok") {
+        Some(_) => Ok(0),
+        None if msg.is_empty() => bail!("mount daemon exited before the mount was ready"),
+        None => bail!("{}", msg.trim_start_matches("err ").trim()),
+    }
+}
+
+/// The daemon's side, after the fork: starts the watcher, opens, serves;
+/// every error before the mount is ready goes back through the pipe
+/// (`pipe_fd`, its write end). Returns the exit status.
+fn daemon<T>(
+    pipe_fd: i32,
+    target: &Target,
+    open: impl FnOnce() -> anyhow::Result<T>,
+    serve: impl FnOnce(T, Option<Ready>) -> anyhow::Result<i32>,
+) -> i32 {
+    // SAFETY: the write end is ours; the File owns it from here.
+    let mut w = unsafe { std::fs::File::from_raw_fd(pipe_fd) };
+    let _watch = match spawn_unmount_watcher(target) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = write!(w, "err {e:#}");
+            return 1;
+        }
+    };
+    let served = match open() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = write!(w, "err {e}");
+            return 1;
+        }
+    };
+    let w = std::sync::Mutex::new(Some(w));
+    let ready: Ready = Box::new(move || {
+        if let Some(mut w) = w.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = w.write_all(b"ok");
+            // Logs from now on would go to a terminal we no longer own.
+            redirect_stdio();
+        }
+    });
+    // The pipe's write end is also held by the closure; if serve fails before
+    // INIT we report through a dup.
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; CLOEXEC keeps it out of
+    // fusermount3, which would otherwise hold the pipe open.
+    let err_fd = unsafe { libc::fcntl(pipe_fd, libc::F_DUPFD_CLOEXEC, 0) };
+    match serve(served, Some(ready)) {
+        Ok(code) => code,
+        Err(e) => {
+            if err_fd >= 0 {
+                // SAFETY: err_fd is the dup made above, owned by nothing else.
+                let mut f = unsafe { std::fs::File::from_raw_fd(err_fd) };
+                let _ = write!(f, "err {e:#}");
+            }
+            1
+        }
+    }
+}
+
+/// Forks a small process that waits for this one to die (its end of a pipe
+/// reaches EOF) and then lazily unmounts the mountpoint if our mount is
+/// still there, so a killed daemon never leaves a dead mount behind. Must be
+/// called before any thread is started. Returns the write end, which this
+/// process must keep open for as long as it serves.
+fn spawn_unmount_watcher(target: &Target) -> anyhow::Result<OwnedFd> {
+    let mp = std::fs::canonicalize(target.mountpoint)?;
+    let (fds, pid) = pipe_and_fork()?;
+    if pid > 0 {
+        // SAFETY: closing our copy of the read end; the write end is returned owned.
+        unsafe { libc::close(fds[0]) };
+        return Ok(unsafe { OwnedFd::from_raw_fd(fds[1]) });
+    }
+    // Watcher: re-exec ourselves so that it has its own command line (a
+    // `pkill -f "packfs mount"` aimed at the daemon must not also kill the
+    // process that cleans up after it).
+    // SAFETY: plain syscalls in the freshly forked child; the read end loses
+    // CLOEXEC so it survives the exec.
+    unsafe {
+        libc::close(fds[1]);
+        libc::fcntl(fds[0], libc::F_SETFD, 0);
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(exe)
+        .arg("unmount-watcher")
+        .arg(fds[0].to_string())
+        .arg(&mp)
+        .arg(target.fsname)
+        .exec();
+    eprintln!("packfs: cannot start the unmount watcher: {e}");
+    std::process::exit(1);
+}
+
+/// Body of the hidden `unmount-watcher` subcommand (see [`spawn_unmount_watcher`]).
+pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> {
+    // SAFETY: plain syscalls on our own process.
+    unsafe {
+        libc::setsid();
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    redirect_stdio();
+    let mut b = [0u8; 1];
+    // SAFETY: read into a valid 1-byte buffer; returns 0 at EOF.
+    while unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } > 0 {}
+    let listed = std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+        m.lines().any(|l| {
+            let mut f = l.split(' ');
+            f.next().map(unescape_mount_path).as_deref() == Some(fsname)
+                && f.next().map(unescape_mount_path) == Some(mp.to_string_lossy().into_owned())
+        })
+    });
+    // A mount of the same image at the same place is not necessarily ours:
+    // after `packfs umount` our daemon exits, and a `packfs mount` right
+    // after it can mount again before we look. Only a mount whose server is
+    // gone is ours to remove: it answers ENOTCONN (or ECONNABORTED once
+    // aborted); a live one answers. statfs, not stat: the root's attributes
+    // may be cached by the kernel, statfs always asks the server.
+    if listed && is_dead_fuse_mount(mp) {
+        let _ = crate::fusermount::umount_lazy(mp);
+    }
+    Ok(0)
+}
+
+/// Whether `mp` is a FUSE mount whose server has gone away.
+fn is_dead_fuse_mount(mp: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: valid NUL-terminated path and a zeroed statfs to fill.
+    let r = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st)
+    };
+    r != 0
+        && matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
+        )
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash as octal.
+fn unescape_mount_path(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// A close-on-exec pipe, then fork: returns the pipe (read end, write end)
+/// and the child's pid (0 in the child). Only sound before any thread has
+/// been started, which is how both callers use it.
+fn pipe_and_fork() -> anyhow::Result<([i32; 2], libc::pid_t)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array; CLOEXEC keeps the pipe out of
+    // exec'd helpers such as fusermount3.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: the process is single-threaded at this point (see above).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    Ok((fds, pid))
+}
+
+fn redirect_stdio() {
+    // SAFETY: opening /dev/null and dup2 onto our standard descriptors.
+    unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if fd >= 0 {
+            libc::dup2(fd, 0);
+            libc::dup2(fd, 1);
+            libc::dup2(fd, 2);
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mount_table_escapes_are_undone() {
+        assert_eq!(
+            super::unescape_mount_path("/tmp/a\\040b\\011c\\134d"),
+            "/tmp/a b\tc\\d"
+        );
+    }
+}

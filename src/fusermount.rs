@@ -1,0 +1,63 @@
+//! Unmounting a FUSE mount as a user would: `fusermount3 -u` (or the older
+//! `fusermount`), else umount(2), which works for root.
+
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+
+/// The first `bin` on $PATH.
+pub fn which(bin: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| p.is_file())
+}
+
+/// `packfs umount`: unmounts `mp`; an error says which tool failed.
+pub fn umount(mp: &Path) -> anyhow::Result<i32> {
+    for bin in ["fusermount3", "fusermount"] {
+        if which(bin).is_some() {
+            let st = std::process::Command::new(bin)
+                .arg("-u")
+                .arg(mp)
+                .status()
+                .with_context(|| format!("running {bin}"))?;
+            if st.success() {
+                return Ok(0);
+            }
+            bail!("{bin} -u {} failed ({st})", mp.display());
+        }
+    }
+    umount2(mp, 0)?;
+    Ok(0)
+}
+
+/// A lazy unmount (`-z`, MNT_DETACH): the mount goes at once, busy or not.
+pub fn umount_lazy(mp: &Path) -> anyhow::Result<()> {
+    for bin in ["fusermount3", "fusermount"] {
+        if which(bin).is_some() {
+            let st = std::process::Command::new(bin)
+                .arg("-u")
+                .arg("-z")
+                .arg(mp)
+                .status()?;
+            if st.success() {
+                return Ok(());
+            }
+        }
+    }
+    umount2(mp, libc::MNT_DETACH)
+}
+
+fn umount2(mp: &Path, flags: libc::c_int) -> anyhow::Result<()> {
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        bail!(
+            "umount {}: {}",
+            mp.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
