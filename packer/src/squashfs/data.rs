@@ -12,7 +12,7 @@
 //! Memory in flight is bounded by two batches ([`BATCH_BYTES`] each) plus
 //! their compressed copies.
 
-use super::ImageWriter;
+use super::writer::ImageWriter;
 use crate::io::{changed_size, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
 use crate::walk::{cancelled, Kind, Tree};
 use crate::{PackError, PackOptions};

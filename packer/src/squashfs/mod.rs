@@ -8,6 +8,7 @@ pub mod data;
 mod dir;
 mod inode;
 mod tables;
+mod writer;
 mod xattr;
 
 use crate::metadata::MetadataWriter;
@@ -18,93 +19,8 @@ use packfs_format::squashfs::metadata::make_ref;
 use packfs_format::squashfs::superblock::Superblock;
 use packfs_format::squashfs::*;
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
-
-/// Sequential writer over the output file that knows its position.
-pub struct ImageWriter<'f> {
-    out: BufWriter<&'f File>,
-    pos: u64,
-    /// The final output name, for messages (see [`PackError::Output`]).
-    path: PathBuf,
-}
-
-impl<'f> ImageWriter<'f> {
-    pub fn new(file: &'f File, path: &Path) -> Self {
-        ImageWriter {
-            out: BufWriter::with_capacity(1 << 20, file),
-            pos: 0,
-            path: path.to_path_buf(),
-        }
-    }
-
-    pub fn pos(&self) -> u64 {
-        self.pos
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn write(&mut self, b: &[u8]) -> Result<(), PackError> {
-        self.out
-            .write_all(b)
-            .map_err(PackError::output(&self.path, "writing the image"))?;
-        self.pos += b.len() as u64;
-        Ok(())
-    }
-
-    /// Starts writeback of what reached the file so far, without waiting.
-    /// The image is synced before it is renamed into place; without this
-    /// nothing would be written until then (the kernel's dirty limits are
-    /// far above an image's size on most machines), so the final sync would
-    /// write the whole image after everything else. Advisory: errors are
-    /// ignored (the final sync reports real ones).
-    pub fn start_writeback(&self) {
-        // SAFETY: sync_file_range on a valid fd has no memory effects.
-        unsafe {
-            libc::sync_file_range(
-                self.out.get_ref().as_raw_fd(),
-                0,
-                0,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
-        }
-    }
-
-    /// Moves back to `pos`; later writes overwrite what followed it.
-    pub fn rewind(&mut self, pos: u64) -> Result<(), PackError> {
-        if pos != self.pos {
-            self.out
-                .seek(SeekFrom::Start(pos))
-                .map_err(PackError::output(&self.path, "writing the image"))?;
-            self.pos = pos;
-        }
-        Ok(())
-    }
-
-    /// Pads to 4 KiB with zeros, cuts off anything a rewind left beyond the
-    /// end, and writes the superblock.
-    fn finish(mut self, sb: &Superblock) -> Result<u64, PackError> {
-        let padded = self.pos.div_ceil(DEVICE_BLOCK) * DEVICE_BLOCK;
-        let pad = vec![0u8; (padded - self.pos) as usize];
-        self.write(&pad)?;
-        self.out
-            .seek(SeekFrom::Start(0))
-            .map_err(PackError::output(&self.path, "writing the image"))?;
-        self.out
-            .write_all(&sb.encode())
-            .map_err(PackError::output(&self.path, "writing the image"))?;
-        let file = self
-            .out
-            .into_inner()
-            .map_err(|e| PackError::output(&self.path, "writing the image")(e.into_error()))?;
-        file.set_len(padded)
-            .map_err(PackError::output(&self.path, "writing the image"))?;
-        Ok(padded)
-    }
-}
+use std::path::Path;
+pub use writer::ImageWriter;
 
 pub struct Written {
     pub inodes: u64,

@@ -1,8 +1,8 @@
 //! Finding what ties a venv to its build path or host: one pass over the
 //! tree, reading only small files (scripts, configuration, metadata).
 
+use super::finding::{Finding, Kind};
 use super::rewrite::{path_occurrences, shebang, Shebang};
-use super::{Finding, Kind};
 use crate::PackError;
 use std::ffi::OsStr;
 use std::fs;
