@@ -23,7 +23,7 @@ pub struct Flavor {
     pub root_meta: bool,
     /// statfs's `files`, from the model.
     pub files: fn(&Model) -> u64,
-    /// The name the image shows for a name in the model.
+    /// The path the image shows for a path in the model.
     pub shown: fn(&[u8]) -> Vec<u8>,
 }
 
@@ -39,6 +39,11 @@ pub struct ReadOp {
 
 fn name_of(path: &[u8]) -> &[u8] {
     path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+}
+
+/// The name the image shows for model node `i`.
+fn shown_name(m: &Model, f: &Flavor, i: usize) -> Vec<u8> {
+    name_of(&(f.shown)(&m.nodes[i].path)).to_vec()
 }
 
 /// Compares `got` with model node `i`; `Err` names each difference.
@@ -134,7 +139,10 @@ fn check_dir<I: Image>(
     }
     let mut seen: Vec<&[u8]> = names[2..].to_vec();
     seen.sort();
-    let shown: HashMap<Vec<u8>, usize> = children.iter().map(|(n, &c)| ((f.shown)(n), c)).collect();
+    let shown: HashMap<Vec<u8>, usize> = children
+        .values()
+        .map(|&c| (shown_name(m, f, c), c))
+        .collect();
     let mut want: Vec<&[u8]> = shown.keys().map(Vec::as_slice).collect();
     want.sort();
     if seen != want {
@@ -271,7 +279,7 @@ pub fn check<I: Image>(
     for (i, n) in m.nodes.iter().enumerate().skip(1) {
         let parent = attrs[n.parent].node;
         let a = fs
-            .lookup(parent, &(f.shown)(name_of(&n.path)))
+            .lookup(parent, &shown_name(m, f, i))
             .map_err(|e| format!("lookup {}: {e}", m.show(i).display()))?;
         attrs.push(a);
     }
@@ -301,7 +309,7 @@ pub fn check<I: Image>(
                     return Err(at("a read of a directory did not fail with IsDir".into()));
                 }
                 let mut missing = b"missing".to_vec();
-                while children.keys().any(|c| (f.shown)(c) == missing) {
+                while children.values().any(|&c| shown_name(m, f, c) == missing) {
                     missing.push(b'-');
                 }
                 if !matches!(fs.lookup(a.node, &missing), Err(FsError::NotFound)) {
