@@ -30,7 +30,13 @@
 //! directory cycles, self-referencing inodes, huge counts and sizes in every
 //! table and record, streams that expand beyond the block size, ZIP bombs
 //! (overlapping members, ratio > 1000) and trees 10,000 levels deep.
+//!
+//! **Its own test binary**, not a module of `tests/tests.rs`: the counting
+//! allocator is the process's global allocator and the RSS check reads the
+//! whole process, so no other test may run in the same process.
 
+// This binary uses a few of the suite's helpers.
+#[allow(dead_code)]
 mod common;
 use common::*;
 use mountfs::fs::{FileKind, PackFs, ROOT};
@@ -55,7 +61,6 @@ use packfs_format::zip::{EOCD64_LOCATOR_LEN, METHOD_DEFLATE, METHOD_STORED};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 use std::process::Command;
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -519,17 +524,10 @@ fn fixtures() -> &'static Fixtures {
         let src = t.path().join("src");
         fixture_tree(&src, false);
         let out = |n: &str| t.path().join(n);
-        let mksquashfs = |img: &Path, src: &Path, extra: &[&str]| {
-            run(Command::new("mksquashfs")
-                .arg(src)
-                .arg(img)
-                .args(["-noappend", "-quiet", "-no-progress"])
-                .args(extra));
-        };
         pack(&src, &out("packfs.sqfs"), &[]);
-        mksquashfs(&out("gzip4k.sqfs"), &src, &["-comp", "gzip", "-b", "4K"]);
+        mksquashfs(&src, &out("gzip4k.sqfs"), &["-comp", "gzip", "-b", "4K"]);
         let raw = ["-comp", "gzip", "-b", "4K", "-noI", "-noD", "-noF", "-noX"];
-        mksquashfs(&out("raw.sqfs"), &src, &raw);
+        mksquashfs(&src, &out("raw.sqfs"), &raw);
         // A listing longer than a metadata block: an extended directory
         // inode with directory index entries.
         let many = out("many");
@@ -537,7 +535,7 @@ fn fixtures() -> &'static Fixtures {
         for i in 0..700 {
             std::fs::write(many.join(format!("dir/an-entry-name-{i:06}")), b"x").unwrap();
         }
-        mksquashfs(&out("indexed.sqfs"), &many, &raw);
+        mksquashfs(&many, &out("indexed.sqfs"), &raw);
 
         pack(&src, &out("packfs.zip"), &[]);
         // Info-ZIP refuses special files: name everything else.

@@ -1,10 +1,11 @@
 //! A bounded walk of a whole image through the filesystem core: every
 //! request a FUSE client can make, on every node reachable from the root.
 //!
-//! This is what the fuzz targets (`fuzz/`) run on arbitrary bytes and what
-//! the stable regression test (`tests/fuzz_regressions.rs`) replays on the
-//! inputs they found: one function, so a crash found by the fuzzer is
-//! replayed by exactly the code that found it. The images are hostile, so
+//! This is what the fuzz targets (`fuzz/`) run on arbitrary bytes, what
+//! the stable regression test (`tests/suite/fuzz_regressions.rs`) replays
+//! on the inputs they found, and what the suite's corrupt-image tests walk:
+//! one function, so a crash found by the fuzzer is replayed by exactly the
+//! code that found it. The images are hostile, so
 //! everything is bounded by [`Limits`]: nodes visited, directory entries
 //! listed, bytes read, and requests made in all. A corrupt image can make a
 //! directory contain itself, a listing claim four billion entries or a

@@ -2,7 +2,11 @@
 //! `lstat` and the xattr syscalls see it, and mount guards that always
 //! unmount. Readers nobody here wrote (the kernel, unsquashfs) are compared
 //! through the same manifest.
-#![allow(dead_code)]
+
+pub mod servers;
+mod tools;
+
+pub use tools::*;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -10,45 +14,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-pub fn packfs_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_packfs"))
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// A scratch directory on the real disk (not tmpfs), removed on drop.
-pub fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("packfs-test-")
-        .tempdir_in("/var/tmp")
-        .expect("scratch dir in /var/tmp")
-}
-
-pub fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `packfs pack SRC -o IMG -q EXTRA...`, asserting success.
-pub fn pack(src: &Path, img: &Path, extra: &[&str]) {
-    run(Command::new(packfs_bin())
-        .arg("pack")
-        .arg(src)
-        .arg("-o")
-        .arg(img)
-        .arg("-q")
-        .args(extra));
-}
 
 fn write(p: &Path, data: &[u8]) {
     std::fs::write(p, data).unwrap();
@@ -353,19 +318,28 @@ pub struct KernelMount {
 }
 
 impl KernelMount {
-    /// None when the kernel mount is not possible here (not root, no loop).
+    /// None when the kernel mount is not possible here (not root, no loop
+    /// device) and the test may go on without it (see [`require`]).
     pub fn new(image: &Path) -> Option<Self> {
-        if !is_root() {
+        if !require_root("a kernel loop mount") {
             return None;
         }
         let dir = scratch();
-        let st = Command::new("mount")
+        let out = Command::new("mount")
             .args(["-t", "squashfs", "-o", "loop,ro"])
             .arg(image)
             .arg(dir.path())
-            .status()
-            .ok()?;
-        st.success().then_some(KernelMount { dir })
+            .output()
+            .expect("run mount");
+        let why = String::from_utf8_lossy(&out.stderr);
+        require(
+            out.status.success(),
+            &format!(
+                "a kernel squashfs loop mount of {} ({why})",
+                image.display()
+            ),
+        )
+        .then_some(KernelMount { dir })
     }
     pub fn path(&self) -> &Path {
         self.dir.path()

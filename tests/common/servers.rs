@@ -2,7 +2,6 @@
 //! test and stopped when dropped: `scripts/range_server.py` (a static range
 //! server with stall and 403 switches) and moto's S3 server (from PyPI,
 //! installed on first use into /var/tmp/packfs-moto, bounded in time).
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,6 +1,7 @@
 //! End-to-end tests of the SquashFS writer: build real trees, pack them, and
 //! check the image with unsquashfs and the kernel's own squashfs driver.
 
+use crate::common::{is_root, require, require_root, scratch, KernelMount};
 use packer::{pack_squashfs, Compressor, PackError, PackOptions};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
@@ -16,22 +17,8 @@ use std::sync::Arc;
 
 const BS: usize = 131072;
 
-/// A scratch dir on a real disk: /tmp may be tmpfs, whose xattr and sparse
-/// behaviour differs from what users pack.
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("packfs-test-")
-        .tempdir_in("/var/tmp")
-        .expect("create scratch dir in /var/tmp")
-}
-
 fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn set_mtime(p: &Path, secs: i64) {
@@ -218,12 +205,10 @@ fn build_full_tree(src: &Path) -> Caps {
         && lsetxattr(&src.join("blocks"), "user.dir", b"on a directory")
         && lsetxattr(&src.join("dup/small-1"), "user.comment", b"hello")
         && lsetxattr(&src.join("hl/two-a"), "user.linked", &[0, 1, 2, 255]);
+    let xattrs = require(xattrs, "user.* xattrs on /var/tmp (for the xattr checks)");
     if xattrs && is_root() {
         assert!(lsetxattr(&src.join("modes/suid"), "security.test", b"sec"));
         assert!(lsetxattr(&src.join("link-rel"), "trusted.onlink", b"t"));
-    }
-    if !xattrs {
-        eprintln!("NOTE: setting user.* xattrs failed on /var/tmp; xattr checks skipped");
     }
     // Times last (creating children changes directory mtimes): old, future,
     // then a fixed time for everything else, deepest first.
@@ -390,40 +375,10 @@ fn check_with_unsquashfs(img: &Path, src: &Path, work: &Path, xattrs: bool, what
     fs::remove_dir_all(&out).unwrap();
 }
 
-/// Unmounts on drop, so a failing assertion never leaves a mount behind.
-struct Mount(PathBuf);
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// Mounts `img` with the kernel driver; None (with a message) when this
-/// process cannot mount at all.
-fn kernel_mount(img: &Path, at: &Path) -> Option<Mount> {
-    if !is_root() {
-        eprintln!("SKIP kernel mount check: not root");
-        return None;
-    }
-    fs::create_dir_all(at).unwrap();
-    let out = Command::new("mount")
-        .args(["-t", "squashfs", "-o", "loop,ro"])
-        .arg(img)
-        .arg(at)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mount failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(Mount(at.to_path_buf()))
-}
-
-fn check_with_kernel(img: &Path, src: &Path, work: &Path, xattrs: bool, what: &str) {
-    let mnt = work.join(format!("mnt-{what}"));
-    if let Some(_m) = kernel_mount(img, &mnt) {
-        assert_same_tree(src, &mnt, xattrs, &format!("kernel {what}"));
+fn check_with_kernel(img: &Path, src: &Path, xattrs: bool, what: &str) {
+    if let Some(k) = KernelMount::new(img) {
+        let mnt = k.path();
+        assert_same_tree(src, mnt, xattrs, &format!("kernel {what}"));
         // Lookups by name (these walk the directory index in big dirs).
         for i in (0..10_000).step_by(997) {
             let name = format!("entry-{i:05}-{}", "x".repeat(i % 40));
@@ -460,7 +415,7 @@ fn full_tree_round_trips_through_unsquashfs_and_kernel() {
     assert!(s.fragments > 0);
     assert_eq!(fs::metadata(&img).unwrap().len() % 4096, 0);
     check_with_unsquashfs(&img, &src, work.path(), caps.xattrs, "full");
-    check_with_kernel(&img, &src, work.path(), caps.xattrs, "full");
+    check_with_kernel(&img, &src, caps.xattrs, "full");
 
     // Deterministic for any thread count (with a fixed mtime for the superblock).
     let mut o1 = opts(Compressor::Zstd, BS as u32, 1);
@@ -535,7 +490,7 @@ fn every_codec_and_extreme_block_sizes_mount() {
         o.no_fragments = i == 6;
         pack_squashfs(&src, &img, &o).unwrap_or_else(|e| panic!("{what}: {e}"));
         run(Command::new("unsquashfs").arg("-s").arg(&img));
-        check_with_kernel(&img, &src, work.path(), false, &what);
+        check_with_kernel(&img, &src, false, &what);
     }
     // Check at least one codec through unsquashfs extraction too.
     check_with_unsquashfs(&work.path().join("1.sqfs"), &src, work.path(), false, "xz");
@@ -669,8 +624,7 @@ fn bad_input_is_reported_and_leaves_nothing_behind() {
 /// need it, before any data is written, and nothing under the output name.
 #[test]
 fn more_ids_than_squashfs_holds_is_an_error_naming_the_file() {
-    if !is_root() {
-        eprintln!("skipped: chown to arbitrary ids needs root");
+    if !require_root("chown to arbitrary ids") {
         return;
     }
     let work = scratch();

@@ -5,6 +5,7 @@
 //! (`packfs_testkit::open_and_walk`), and through format detection too. It
 //! must return, without a panic, within a time bound.
 
+use crate::common::mksquashfs;
 use packfs_testkit::{open_and_walk, Limits, Target};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -138,14 +139,7 @@ fn the_walk_reads_every_node_of_an_intact_image() {
     std::fs::write(src.join("d/b"), vec![7u8; 300_000]).unwrap();
     std::os::unix::fs::symlink("a", src.join("l")).unwrap();
     let sq = t.path().join("i.sqfs");
-    let ok = Command::new("mksquashfs")
-        .arg(&src)
-        .arg(&sq)
-        .args(["-noappend", "-quiet", "-no-progress", "-b", "4K"])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "mksquashfs failed");
+    mksquashfs(&src, &sq, &["-b", "4K"]);
     let zip = t.path().join("i.zip");
     let ok = Command::new("zip")
         .current_dir(&src)

@@ -5,8 +5,7 @@
 //! symlink target, content). Where unzip lacks a method (LZMA), Python's
 //! extractall is the content reference.
 
-mod common;
-use common::*;
+use crate::common::*;
 use mountfs::cache::BlockCache;
 use mountfs::fs::{FileKind, PackFs, ROOT};
 use mountfs::readahead::StreamReadahead;
@@ -305,11 +304,7 @@ fn python_archives_match_unzip() {
 /// a tiny cache exercise its restarts.
 #[test]
 fn seven_zip_deflate64_archives_match_unzip_and_7z() {
-    if Command::new("7z").arg("i").output().is_err() {
-        eprintln!(
-            "SKIP seven_zip_deflate64_archives_match_unzip_and_7z: no `7z` \
-             (apt-get install p7zip-full; scripts/setup.sh does)"
-        );
+    if !require_tool("7z") {
         return;
     }
     let t = scratch();

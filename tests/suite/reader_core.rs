@@ -1,22 +1,13 @@
 //! The SquashFS reader core without a mount: lazy open, readdir resume,
 //! lookups through the directory index, preload.
 
-mod common;
-use common::*;
+use crate::common::*;
 use mountfs::cache::BlockCache;
 use mountfs::fs::{FileKind, Image, PackFs};
 use mountfs::source::{CountingSource, ImageSource, MemSource};
 use mountfs::squashfs::SquashFs;
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-fn mksquashfs(src: &std::path::Path, img: &std::path::Path) {
-    run(Command::new("mksquashfs")
-        .arg(src)
-        .arg(img)
-        .args(["-noappend", "-quiet", "-no-progress"]));
-}
 
 /// Forwards to a shared counting source so the test can read the counters.
 struct Shared(Arc<CountingSource<MemSource>>);
@@ -43,7 +34,7 @@ fn open_reads_a_constant_amount_whatever_the_file_count() {
             }
         }
         let img = t.path().join(format!("{n}.sqfs"));
-        mksquashfs(&src, &img);
+        mksquashfs(&src, &img, &[]);
         let counting = Arc::new(CountingSource::new(MemSource(std::fs::read(&img).unwrap())));
         let sq = SquashFs::open(
             Box::new(Shared(counting.clone())),
@@ -69,7 +60,7 @@ fn preload_makes_every_later_read_a_cache_hit() {
     let src = t.path().join("src");
     fixture_tree(&src, false);
     let img = t.path().join("i.sqfs");
-    mksquashfs(&src, &img);
+    mksquashfs(&src, &img, &[]);
     let sq = SquashFs::open(
         Box::new(MemSource(std::fs::read(&img).unwrap())),
         Arc::new(BlockCache::new(256 << 20)),
@@ -112,11 +103,7 @@ fn readdir_resumes_from_any_cookie() {
     let src = t.path().join("src");
     fixture_tree(&src, true);
     let img = t.path().join("i.sqfs");
-    run(Command::new("mksquashfs").arg(&src).arg(&img).args([
-        "-noappend",
-        "-quiet",
-        "-no-progress",
-    ]));
+    mksquashfs(&src, &img, &[]);
     let sq = SquashFs::open(
         Box::new(MemSource(std::fs::read(&img).unwrap())),
         Arc::new(BlockCache::new(8 << 20)),
@@ -154,55 +141,75 @@ fn readdir_resumes_from_any_cookie() {
     ));
 }
 
+/// 400 files of 8 KiB packed by packfs: 16 tails per 128 KiB fragment
+/// block, in name order.
+pub(super) struct Fragments {
+    _t: tempfile::TempDir,
+    img: std::path::PathBuf,
+}
+
+impl Fragments {
+    pub(super) fn new() -> Fragments {
+        let t = scratch();
+        let src = t.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        for i in 0..400u64 {
+            std::fs::write(src.join(format!("f{i:03}")), bytes(i, 8192, true)).unwrap();
+        }
+        let img = t.path().join("i.sqfs");
+        pack(&src, &img, &[]);
+        Fragments { _t: t, img }
+    }
+
+    /// The image opened afresh (a cold cache) with 1 MiB of readahead, a
+    /// window of 8 blocks, and its files' nodes resolved up front, so that
+    /// from then on the only cache misses are data blocks (metadata blocks
+    /// share the cache).
+    pub(super) fn open(&self) -> (PackFs<SquashFs>, Vec<u64>) {
+        let sq = SquashFs::open(
+            Box::new(MemSource(std::fs::read(&self.img).unwrap())),
+            Arc::new(BlockCache::new(64 << 20)),
+        )
+        .unwrap();
+        let fs = PackFs::new(sq, 1 << 20, 1);
+        let nodes = (0..400u64)
+            .map(|i| fs.resolve(format!("f{i:03}").as_bytes()).unwrap().node)
+            .collect();
+        (fs, nodes)
+    }
+}
+
+/// Reads file `i` whole and checks its bytes.
+pub(super) fn read_fragment_file(fs: &PackFs<SquashFs>, nodes: &[u64], i: u64) {
+    let d = fs.read(nodes[i as usize], 0, 1 << 20).unwrap();
+    assert!(d == bytes(i, 8192, true), "f{i:03}");
+}
+
+pub(super) fn misses(fs: &PackFs<SquashFs>) -> u64 {
+    fs.image.cache().stats().misses
+}
+
+/// Waits until `want` misses or `secs`, then a little longer so that
+/// decodes beyond `want` would show too.
+pub(super) fn settle(fs: &PackFs<SquashFs>, want: u64, secs: f64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+    while misses(fs) < want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    misses(fs)
+}
+
 /// Image-order readahead (`mountfs::readahead`): a reader stepping from
 /// one fragment block to the next gets the following ones decoded in the
 /// background; a reader jumping around does not.
 #[test]
 fn stepping_to_the_next_fragment_decodes_the_following_ones() {
-    let t = scratch();
-    let src = t.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    // 8 KiB files: 16 tails per 128 KiB fragment block, in name order.
-    for i in 0..400u64 {
-        std::fs::write(src.join(format!("f{i:03}")), bytes(i, 8192, true)).unwrap();
-    }
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
-    let open = || {
-        let sq = SquashFs::open(
-            Box::new(MemSource(std::fs::read(&img).unwrap())),
-            Arc::new(BlockCache::new(64 << 20)),
-        )
-        .unwrap();
-        // 1 MiB of readahead: a window of 8 blocks.
-        PackFs::new(sq, 1 << 20, 1)
-    };
-    // Nodes resolved up front, so that from then on the only cache misses
-    // are data blocks (metadata blocks share the cache).
-    let nodes = |fs: &PackFs<SquashFs>| -> Vec<u64> {
-        (0..400u64)
-            .map(|i| fs.resolve(format!("f{i:03}").as_bytes()).unwrap().node)
-            .collect()
-    };
-    let read = |fs: &PackFs<SquashFs>, nodes: &[u64], i: u64| {
-        let d = fs.read(nodes[i as usize], 0, 1 << 20).unwrap();
-        assert!(d == bytes(i, 8192, true), "f{i:03}");
-    };
-    let misses = |fs: &PackFs<SquashFs>| fs.image.cache().stats().misses;
-    // Waits until `want` misses or `secs`, then a little longer so that
-    // decodes beyond `want` would show too.
-    let settle = |fs: &PackFs<SquashFs>, want: u64, secs: f64| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
-        while misses(fs) < want && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        misses(fs)
-    };
+    let files = Fragments::new();
+    let read = read_fragment_file;
 
     // In order: fragment 0, then the first file of fragment 1.
-    let fs = open();
-    let n = nodes(&fs);
+    let (fs, n) = files.open();
     read(&fs, &n, 0);
     // Fragment 0 and the fragment table's metadata block.
     let base = misses(&fs);
@@ -219,28 +226,13 @@ fn stepping_to_the_next_fragment_decodes_the_following_ones() {
     assert_eq!(settle(&fs, base + 17, 10.0), base + 17);
 
     // Jumping around: fragment 5, then 2, then 9 — nothing beyond them.
-    let fs = open();
-    let n = nodes(&fs);
+    let (fs, n) = files.open();
     read(&fs, &n, 16 * 5);
     let base = misses(&fs);
     for i in [16 * 2, 16 * 9, 16 * 3] {
         read(&fs, &n, i);
     }
     assert_eq!(settle(&fs, base + 4, 0.3), base + 3);
-
-    // A second sequential reader lower in the image gets its own window,
-    // whatever the first one was handed (regression: a global high-water
-    // mark starved it).
-    let fs = open();
-    let n = nodes(&fs);
-    read(&fs, &n, 16 * 10);
-    let base = misses(&fs);
-    read(&fs, &n, 16 * 11); // 11 on demand, window 12..=19 in the background
-    assert_eq!(settle(&fs, base + 9, 10.0), base + 9);
-    let base = base + 9;
-    read(&fs, &n, 16 * 2);
-    read(&fs, &n, 16 * 3); // 2 and 3 on demand, 4..=9 decoded ahead (10, 11 cached)
-    assert_eq!(settle(&fs, base + 8, 10.0), base + 8);
 }
 
 /// A file's first read schedules its next blocks in the background (a whole

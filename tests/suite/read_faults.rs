@@ -6,9 +6,7 @@
 //! image file is truncated and restored in place, which killed the daemon
 //! with SIGBUS when the image was memory-mapped.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mountfs::fs::{FileKind, NodeId, PackFs, ROOT};
 use mountfs::open::AnyImage;
 use mountfs::source::{ImageSource, MemSource};
@@ -181,8 +179,7 @@ fn drop_caches() {
 
 #[test]
 fn a_live_mount_survives_its_image_shrinking_and_recovers_when_it_is_restored() {
-    if !is_root() {
-        eprintln!("skipped: needs root to drop the page cache");
+    if !require_root("dropping the page cache") {
         return;
     }
     let t = scratch();

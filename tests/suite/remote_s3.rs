@@ -4,12 +4,8 @@
 //! `mountfs::remote::config`'s unit tests and here only through a profile
 //! file that must be read for the endpoint to be found at all).
 
-mod common;
-#[path = "common/servers.rs"]
-mod servers;
-
-use common::*;
-use servers::Moto;
+use crate::common::servers::Moto;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +60,7 @@ fn s3_mounts_equal_the_kernel_and_the_source_both_formats() {
     let got = manifest(m.path(), &opts);
     match KernelMount::new(&sqfs) {
         Some(k) => assert_same("s3 mount vs kernel", &got, &manifest(k.path(), &opts)),
-        None => eprintln!("no kernel mount (not root?): compared with the source only"),
+        None => eprintln!("no kernel mount: compared with the source only"),
     }
     let o = ManifestOptions::default();
     assert_same(

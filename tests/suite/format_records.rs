@@ -4,9 +4,7 @@
 //! decoded gives back exactly the bytes on disk. This pins each layout to
 //! what real readers and writers use, field by field, not only to itself.
 
-mod common;
-
-use common::{fixture_tree, is_root, pack, run, scratch};
+use crate::common::{fixture_tree, is_root, mksquashfs, pack, run, scratch};
 use packfs_format::bytes::{Input, SliceInput};
 use packfs_format::codec::{decompress, Compressor};
 use packfs_format::squashfs::dir::{DirEntry, DirHeader};
@@ -253,11 +251,7 @@ fn squashfs_records_round_trip_over_mksquashfs_and_packfs_images() {
         ("zstd-1m", vec!["-comp", "zstd", "-b", "1M"]),
     ] {
         let img = dir.path().join(format!("mk-{name}.sqfs"));
-        run(Command::new("mksquashfs")
-            .arg(&src)
-            .arg(&img)
-            .args(["-noappend", "-quiet", "-no-progress"])
-            .args(&args));
+        mksquashfs(&src, &img, &args);
         all.extend(check_squashfs(&img));
     }
     for (name, args) in [

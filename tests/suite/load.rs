@@ -5,9 +5,7 @@
 //! the daemon's anonymous memory is within the cache budget plus a fixed
 //! margin, for both formats.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,7 +65,7 @@ fn load(image: &Path, files: &[(PathBuf, Vec<u8>)], limit_mib: u64) {
     let (reads, bytes_checked) = (AtomicU64::new(0), AtomicU64::new(0));
     let deadline = Instant::now() + RUN;
     std::thread::scope(|s| {
-        if is_root() {
+        if require_root("dropping the page cache under load") {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");

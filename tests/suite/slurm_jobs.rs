@@ -21,8 +21,7 @@
 //! Slurm and munge packages the test fails (CI installs them with
 //! scripts/setup.sh); it does not skip.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -551,8 +550,7 @@ fn venv_job(dir: &Path, name: &str, image: &Path, mount_at: &Path, activated: bo
 
 #[test]
 fn hpc_doc_job_scripts_run_under_slurm() {
-    if !is_root() {
-        eprintln!("skipped: Slurm jobs mounting with FUSE need root on this test node");
+    if !require_root("Slurm jobs that mount with FUSE") {
         return;
     }
     let t0 = Instant::now();

@@ -9,9 +9,7 @@
 //! missing fails the test with what is missing: a skip would hide that CI
 //! stopped checking the venv path.
 
-mod common;
-
-use common::{is_root, packfs_bin, run, scratch, KernelMount, PackfsMount};
+use crate::common::{packfs_bin, require_root, run, scratch, KernelMount, PackfsMount};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -198,8 +196,7 @@ fn check_reader(what: &str, at: &Path, mount_at: &Path) {
 
 #[test]
 fn a_venv_packed_for_another_path_runs_there_in_a_container_and_writes_nothing() {
-    if !is_root() {
-        eprintln!("skipped: needs root for the mounts and bwrap binds");
+    if !require_root("the mounts and bwrap binds") {
         return;
     }
     for t in ["bwrap", "strace", "squashfuse_ll"] {
@@ -254,8 +251,7 @@ fn a_venv_packed_for_another_path_runs_there_in_a_container_and_writes_nothing()
 
 #[test]
 fn without_compile_python_tries_to_write_pycache_so_the_check_above_can_fail() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !require_root("mounts and bwrap binds") {
         return;
     }
     need("bwrap");

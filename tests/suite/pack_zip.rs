@@ -5,8 +5,7 @@
 //! mtime, symlink target, content). zstd entries (method 93), which those
 //! readers lack, are checked through `packfs mount`.
 
-mod common;
-use common::*;
+use crate::common::*;
 use packer::{pack_zip, Compressor, PackError, PackOptions};
 use std::collections::BTreeMap;
 use std::fs;

@@ -5,12 +5,8 @@
 //! dead server gives EIO within `--remote-timeout` and the mount reads
 //! again once the server is back; 403 and 404 fail at mount, naming the URL.
 
-mod common;
-#[path = "common/servers.rs"]
-mod servers;
-
-use common::*;
-use servers::RangeServer;
+use crate::common::servers::RangeServer;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -57,7 +53,7 @@ fn http_mounts_equal_the_kernel_and_the_source_both_formats() {
                 &got,
                 &manifest(k.path(), &opts),
             ),
-            None => eprintln!("no kernel mount (not root?): compared with the source only"),
+            None => eprintln!("no kernel mount: compared with the source only"),
         }
         let o = ManifestOptions::default();
         assert_same(

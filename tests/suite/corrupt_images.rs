@@ -2,54 +2,24 @@
 //! over real mksquashfs images and walk and read everything through the same
 //! core the FUSE server uses.
 
-mod common;
-use common::*;
+use crate::common::*;
 use mountfs::cache::BlockCache;
-use mountfs::fs::{FileKind, NodeId, PackFs, ROOT};
+use mountfs::fs::PackFs;
 use mountfs::source::MemSource;
 use mountfs::squashfs::SquashFs;
-use std::process::Command;
+use packfs_testkit::{walk, Limits};
 use std::sync::Arc;
 
-/// Walks and reads the whole tree, returning how many operations failed.
-/// Bounded: at most `budget` nodes visited, so a corrupt cycle cannot hang us.
-fn walk_all(fs: &PackFs<SquashFs>, budget: usize) -> usize {
-    let mut errors = 0;
-    let mut stack: Vec<NodeId> = vec![ROOT];
-    let mut seen = 0;
-    while let Some(n) = stack.pop() {
-        seen += 1;
-        if seen > budget {
-            break;
-        }
-        let a = match fs.getattr(n) {
-            Ok(a) => a,
-            Err(_) => {
-                errors += 1;
-                continue;
-            }
-        };
-        let _ = fs.listxattr(n);
-        match a.kind {
-            FileKind::Dir => match fs.list(n) {
-                Ok(es) => {
-                    for e in es {
-                        if fs.lookup(n, &e.name).is_err() {
-                            errors += 1;
-                        }
-                        stack.push(e.node);
-                    }
-                }
-                Err(_) => errors += 1,
-            },
-            FileKind::File if fs.read_all(n, |_| Ok(())).is_err() => errors += 1,
-            FileKind::Symlink => {
-                let _ = fs.readlink(n);
-            }
-            _ => {}
-        }
-    }
-    errors
+/// Walks and reads the whole tree with the suite's one bounded walker,
+/// returning how many requests failed. At most `nodes` nodes are visited, so
+/// a corrupt cycle cannot hang the test.
+fn walk_all(fs: &PackFs<SquashFs>, nodes: usize) -> usize {
+    let lim = Limits {
+        nodes,
+        read_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    walk(fs, lim).errors
 }
 
 #[test]
@@ -59,15 +29,7 @@ fn flipped_bytes_give_errors_not_panics() {
     fixture_tree(&src, false);
     for comp in ["gzip", "zstd", "lz4", "xz", "lzo"] {
         let img = t.path().join(format!("{comp}.sqfs"));
-        run(Command::new("mksquashfs").arg(&src).arg(&img).args([
-            "-noappend",
-            "-quiet",
-            "-no-progress",
-            "-comp",
-            comp,
-            "-b",
-            "16K",
-        ]));
+        mksquashfs(&src, &img, &["-comp", comp, "-b", "16K"]);
         let good = std::fs::read(&img).unwrap();
         let used = u64::from_le_bytes(good[40..48].try_into().unwrap()) as usize;
         // Baseline: the intact image reads with no error at all.
@@ -113,11 +75,7 @@ fn truncated_images_are_refused_at_open() {
     let src = t.path().join("src");
     fixture_tree(&src, false);
     let img = t.path().join("i.sqfs");
-    run(Command::new("mksquashfs").arg(&src).arg(&img).args([
-        "-noappend",
-        "-quiet",
-        "-no-progress",
-    ]));
+    mksquashfs(&src, &img, &[]);
     let good = std::fs::read(&img).unwrap();
     let used = u64::from_le_bytes(good[40..48].try_into().unwrap()) as usize;
     for cut in [0, 10, 95, 96, 4096, used / 2, used - 1] {

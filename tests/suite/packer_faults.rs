@@ -22,9 +22,7 @@
 //! The gate comes first by name and is 9 MiB, so both block on it before
 //! touching the victim.
 
-mod common;
-
-use common::{bytes, is_root, packfs_bin, run, scratch};
+use crate::common::{bytes, is_root, packfs_bin, require_root, run, scratch};
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -227,8 +225,7 @@ impl Drop for Tmpfs {
 
 #[test]
 fn out_of_space() {
-    if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs needs root");
+    if !require_root("mounting a small tmpfs") {
         return;
     }
     let work = scratch();

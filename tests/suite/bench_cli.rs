@@ -5,8 +5,7 @@
 //! documented), the SVG by rendering it. A tree that does not match its
 //! image must be refused.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,0 +1,132 @@
+//! One test per past bug, each named for the behaviour it keeps and
+//! documented with the commit that fixed it, so that a failure here reads
+//! as "this bug is back".
+//!
+//! Elsewhere, because they need what only their home provides:
+//! - the three corrupt-image bugs of cf28e83 (a block list allocated from a
+//!   file's claimed size, xattr and block-position arithmetic overflowing)
+//!   are cases of `tests/corrupt_corpus.rs`, whose allocator guard is what
+//!   catches an allocation out of proportion;
+//! - crashes the fuzzer found are replayed from `tests/fuzz_regressions/`
+//!   by `fuzz_regressions`.
+
+use super::reader_core::{misses, read_fragment_file as read, settle, Fragments};
+use super::shards::{open_fs, pack_shards, shard_files, wide_tree};
+use crate::common::*;
+use std::process::Command;
+
+/// Bug (191e66c): the watcher of a daemon stopped by `packfs umount`
+/// unmounted the *next* mount of the same image at the same
+/// place when that came first (it recognised "its" mount by image and
+/// mountpoint), so `umount; mount` left nothing mounted now and then. Made
+/// certain here by holding the old daemon (SIGSTOP) until the new mount is
+/// up.
+#[test]
+fn a_remount_at_the_same_place_survives_the_previous_daemon() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let mount = || run(Command::new(packfs_bin()).arg("mount").arg(&img).arg(&mp));
+    let umount = || run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+    mount();
+    for i in 0..3 {
+        let old = daemon_pid(&mp);
+        signal("-STOP", old);
+        umount();
+        mount();
+        signal("-CONT", old);
+        // The old daemon finds its mount gone and exits; its watcher looks.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{old}")).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "old daemon still running"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let read = std::fs::read(mp.join("f"));
+        assert!(
+            matches!(&read, Ok(b) if b == b"x"),
+            "remount {i}: {read:?} (the previous daemon's watcher took the new mount)"
+        );
+    }
+    umount();
+}
+
+/// Bug (9a45dd8): a shard's failed first open was cached forever (a
+/// OnceLock held the Err). A shard that cannot be opened on first use (not yet copied back, a
+/// storage error) gives an error for the paths it holds, and is opened on a
+/// later access once it is there: a transient failure is not remembered.
+#[test]
+fn a_shard_that_failed_to_open_is_opened_once_it_is_back() {
+    let t = scratch();
+    let src = t.path().join("src");
+    wide_tree(&src);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 16, &[]);
+    let last = shard_files(&m).pop().unwrap();
+    let fs = open_fs(&m);
+    let away = last.with_extension("away");
+    std::fs::rename(&last, &away).unwrap();
+    assert!(fs.resolve(b"zz-last").is_err(), "the last shard is gone");
+    std::fs::rename(&away, &last).unwrap();
+    let a = fs.resolve(b"zz-last").expect("opened now that it is back");
+    let mut data = Vec::new();
+    fs.read_all(a.node, |b| {
+        data.extend_from_slice(b);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(data, b"last");
+}
+
+/// Bug (49e6e5e): `info`, `ls` and `cat` writing into a closed pipe
+/// printed 'Broken pipe' errors, and `info` panicked in println!.
+#[test]
+fn a_listing_piped_into_head_ends_quietly() {
+    // More listing than a pipe buffer holds (64 KiB), so writes after
+    // `head` has gone fail with EPIPE.
+    let dir = scratch();
+    let src = dir.path().join("many");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..3000 {
+        std::fs::write(src.join(format!("file-with-a-longish-name-{i:05}")), b"x").unwrap();
+    }
+    let img = dir.path().join("many.sqfs");
+    pack(&src, &img, &[]);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} ls -l {} / | head -c 1 >/dev/null; echo done",
+            packfs_bin().display(),
+            img.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("Broken pipe"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+}
+
+/// Bug (adf1fe3): image-order readahead kept one global high-water mark, so
+/// a second sequential reader lower in the image than the first got no
+/// window at all. It gets its own, whatever the first one was handed.
+#[test]
+fn a_second_sequential_reader_lower_in_the_image_gets_its_own_window() {
+    let files = Fragments::new();
+    let (fs, n) = files.open();
+    read(&fs, &n, 16 * 10);
+    let base = misses(&fs);
+    read(&fs, &n, 16 * 11); // 11 on demand, window 12..=19 in the background
+    assert_eq!(settle(&fs, base + 9, 10.0), base + 9);
+    let base = base + 9;
+    read(&fs, &n, 16 * 2);
+    read(&fs, &n, 16 * 3); // 2 and 3 on demand, 4..=9 decoded ahead (10, 11 cached)
+    assert_eq!(settle(&fs, base + 8, 10.0), base + 8);
+}

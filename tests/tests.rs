@@ -1,0 +1,34 @@
+//! The integration suite: one test binary, one module per topic, the
+//! helpers they share in `common` (fixture trees, manifests, mounts, tools,
+//! servers). One binary links once, and `cargo test --test tests MODULE::`
+//! runs one topic.
+//!
+//! Tests run on parallel threads of this one process: anything a test
+//! starts (mounts, servers, scratch directories) gets a place of its own
+//! (a fresh scratch directory, a port the kernel picked), never a fixed one.
+
+mod common;
+
+mod suite {
+    mod bench_cli;
+    mod corrupt_images;
+    mod format_records;
+    mod fuzz_regressions;
+    mod jobs_cli;
+    mod load;
+    mod module_graph;
+    mod mount_squashfs;
+    mod mount_zip;
+    mod pack_squashfs;
+    mod pack_zip;
+    mod packer_faults;
+    mod read_faults;
+    mod reader_core;
+    mod reftest;
+    mod regression;
+    mod remote_http;
+    mod remote_s3;
+    mod shards;
+    mod slurm_jobs;
+    mod venv;
+}
