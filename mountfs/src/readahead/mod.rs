@@ -30,9 +30,9 @@
 //! start costs at most a window of decodes. One image-wide high-water mark
 //! keeps consecutive steps from handing out the same units twice; it is
 //! ignored when it does not overlap the new window, so a second reader lower
-//! in the image gets its own window. (`AnyImage`, the image `packfs mount`
-//! serves, does not forward the unit hooks today, so this runs only when a
-//! format is served directly.)
+//! in the image gets its own window. Wrappers forward the unit hooks
+//! (`AnyImage` to its format, `UnionImage` to the shard, with the shard
+//! number above the shard's unit numbers).
 //!
 //! **Sequential streams over image offsets** ([`streams`]). Below the
 //! decoders: the readers hint each block of the image before touching it

@@ -602,6 +602,13 @@ impl Image for ZipFs {
         }
     }
 
+    /// Every member is its own stream: no storage is shared between files.
+    fn shared_unit(&self, _h: &ZipFile) -> Option<u64> {
+        None
+    }
+
+    fn prefetch_unit(&self, _unit: u64) {}
+
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         let (i, n) = self.node(node)?;
         if !n.is_symlink() {
