@@ -4,11 +4,10 @@
 //! from many threads: one is allocated per decode and freed per eviction.
 //! Left to glibc's malloc, whose mmap threshold rises after the first frees,
 //! those buffers land in per-thread heap arenas interleaved with short-lived
-//! reply buffers; the freed space fragments and is kept, and after one cold
-//! read of the Linux tree with a 256 MiB cache the daemon's anonymous RSS was
-//! 416 MB. Forcing every buffer into its own mapping (a fixed 64 KiB mmap
-//! threshold) bounded it at 270 MB but made cold reads ~12% slower (a
-//! mapping, 32 page faults and an unmapping per 128 KiB block).
+//! reply buffers; the freed space fragments and is kept, so the daemon's
+//! anonymous RSS grows well past the cache budget. Forcing every buffer into
+//! its own mapping (a fixed mmap threshold) bounds it but makes every decode
+//! pay a mapping, its page faults and an unmapping.
 //!
 //! So a block's buffer goes back to this pool when the block is dropped, and
 //! the next decode takes it from here: steady-state decoding allocates

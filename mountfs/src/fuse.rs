@@ -3,10 +3,10 @@
 //!
 //! `fuser` runs `--threads` session threads, each reading requests from its
 //! own clone of the `/dev/fuse` descriptor (`FUSE_DEV_IOC_CLONE`), and every
-//! request is answered on the thread that received it. An earlier design read
-//! requests on one thread and handed reads to a worker pool; on this VM each
-//! cross-thread wakeup costs tens of microseconds, so the handoff made a cold
-//! single-reader pass of the Linux tree ~20% slower (docs/BENCHMARKS.md).
+//! request is answered on the thread that received it: handing reads from
+//! one reader thread to a worker pool costs a cross-thread wakeup per
+//! request (tens of microseconds on a VM), which a single reader of small
+//! files pays on every file.
 //! Cloned descriptors give each thread its own request queue end, so threads
 //! do not contend on one file lock and the kernel wakes only one of them.
 

@@ -79,6 +79,11 @@ pub struct StatFs {
 }
 
 /// One image format, read-only. All methods are called concurrently.
+///
+/// No method has a default body: an image that wraps others (`AnyImage`,
+/// `UnionImage`) must forward each one, and a readahead hook left to a no-op
+/// default compiles and only makes reads slower, which no check of contents
+/// notices. Without defaults, forgetting one is a compile error.
 pub trait Image: Send + Sync + 'static {
     /// A regular file prepared for reading.
     type Handle: Send + Sync + 'static;
@@ -97,17 +102,15 @@ pub trait Image: Send + Sync + 'static {
     fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>>;
     /// Warms the cache for `offset..offset+len` (called off the request
     /// path, when and as far as [`crate::readahead`] decides).
-    fn prefetch(&self, _h: &Self::Handle, _offset: u64, _len: u64) {}
+    fn prefetch(&self, h: &Self::Handle, offset: u64, len: u64);
     /// The storage unit holding the end of the file when units are shared
     /// between files and numbered in image order (a SquashFS fragment block),
     /// for image-order readahead ([`crate::readahead`]); `None` when the
     /// format has no such units.
-    fn shared_unit(&self, _h: &Self::Handle) -> Option<u64> {
-        None
-    }
+    fn shared_unit(&self, h: &Self::Handle) -> Option<u64>;
     /// Decodes shared unit `unit` into the cache (called off the request
     /// path; errors are left for the read that needs the unit).
-    fn prefetch_unit(&self, _unit: u64) {}
+    fn prefetch_unit(&self, unit: u64);
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>>;
     fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     fn statfs(&self) -> StatFs;

@@ -1,14 +1,21 @@
 //! packfs read side: image readers, the byte-budgeted block cache and the FUSE adapter.
+//!
+//! Features: `fuse` (default) builds the FUSE adapter (modules `fuse` and `serve`)
+//! and with it `fuser`; without it the crate is the filesystem core
+//! ([`fs::PackFs`]) and the readers, for callers that read images in-process.
+//! `remote` (default) adds `s3://` and `http(s)://` sources (`remote`).
 pub mod buffers;
 pub mod cache;
 pub mod error;
 pub mod fs;
+#[cfg(feature = "fuse")]
 pub mod fuse;
 pub mod image;
 pub mod location;
 pub mod open;
 pub mod readahead;
 pub mod remote;
+#[cfg(feature = "fuse")]
 pub mod serve;
 pub mod source;
 pub mod squashfs;

@@ -281,6 +281,17 @@ impl Image for AnyImage {
             _ => {}
         }
     }
+    fn shared_unit(&self, h: &AnyHandle) -> Option<u64> {
+        match (self, h) {
+            (AnyImage::SquashFs(i), AnyHandle::SquashFs(h)) => Image::shared_unit(i, h),
+            (AnyImage::Zip(i), AnyHandle::Zip(h)) => Image::shared_unit(i, h),
+            (AnyImage::Union(i), AnyHandle::Union(h)) => Image::shared_unit(&**i, h),
+            _ => None,
+        }
+    }
+    fn prefetch_unit(&self, unit: u64) {
+        each!(self, i => Image::prefetch_unit(i, unit))
+    }
 
     fn readlink(&self, node: crate::image::NodeId) -> Result<Vec<u8>> {
         each!(self, i => i.readlink(node))
@@ -296,5 +307,112 @@ impl Image for AnyImage {
     }
     fn parent_ino(&self, dir: crate::image::NodeId) -> Result<u64> {
         each!(self, i => i.parent_ino(dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wrappers forward the readahead hooks: image-order unit readahead
+    //! runs through `AnyImage` (what `packfs mount` serves) and through a
+    //! union of shards, as it does over a `SquashFs` served directly.
+
+    use super::*;
+    use crate::fs::PackFs;
+    use crate::source::MemSource;
+    use std::time::{Duration, Instant};
+
+    /// Tails per fragment block: 8 KiB files in 128 KiB blocks.
+    const PER_FRAGMENT: usize = 16;
+
+    /// Compressible text, different for every `seed`.
+    fn text(seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..8192)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b"abcdefgh ijklmnop\n"[(x % 18) as usize]
+            })
+            .collect()
+    }
+
+    /// A SquashFS image of 200 files `{prefix}NNN` of 8 KiB each, so that
+    /// their tails fill fragment blocks in name order.
+    fn image(dir: &Path, prefix: &str) -> std::path::PathBuf {
+        let src = dir.join(prefix);
+        std::fs::create_dir(&src).unwrap();
+        for i in 0..200u64 {
+            std::fs::write(src.join(format!("{prefix}{i:03}")), text(i)).unwrap();
+        }
+        let img = dir.join(format!("{prefix}.sqfs"));
+        packer::pack_squashfs(&src, &img, &packer::PackOptions::default()).unwrap();
+        img
+    }
+
+    fn read(fs: &PackFs<AnyImage>, name: &str) {
+        let node = fs.resolve(name.as_bytes()).unwrap().node;
+        let i: u64 = name[1..].parse().unwrap();
+        assert!(fs.read(node, 0, 1 << 20).unwrap() == text(i), "{name}");
+    }
+
+    fn misses(fs: &PackFs<AnyImage>) -> u64 {
+        fs.image.cache().stats().misses
+    }
+
+    /// Waits for `want` cache misses (at most 10 s), then a little longer
+    /// so that decodes beyond `want` would show too.
+    fn settle(fs: &PackFs<AnyImage>, want: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while misses(fs) < want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        misses(fs)
+    }
+
+    /// Reads the first file of fragment 0, then of fragment 1: the step by
+    /// one unit has fragments 2..=9 decoded in the background (1 MiB of
+    /// readahead is a window of 8 blocks), so 9 misses in all after the
+    /// first read.
+    fn step_and_count(fs: &PackFs<AnyImage>, prefix: &str) {
+        // Nodes resolved first: from then on the only misses are data blocks.
+        for i in [0, PER_FRAGMENT] {
+            fs.resolve(format!("{prefix}{i:03}").as_bytes()).unwrap();
+        }
+        read(fs, &format!("{prefix}000"));
+        // Fragment 0 and the fragment table's metadata block.
+        let base = misses(fs);
+        read(fs, &format!("{prefix}{PER_FRAGMENT:03}"));
+        assert_eq!(settle(fs, base + 9), base + 9, "images of {prefix}");
+    }
+
+    #[test]
+    fn any_image_forwards_image_order_unit_readahead() {
+        let t = tempfile::tempdir().unwrap();
+        let img = image(t.path(), "a");
+        let any = AnyImage::from_source(
+            Box::new(MemSource(std::fs::read(&img).unwrap())),
+            "a",
+            64 << 20,
+        )
+        .unwrap();
+        assert_eq!(any.format(), Format::SquashFs);
+        step_and_count(&PackFs::new(any, 1 << 20, 1), "a");
+    }
+
+    #[test]
+    fn a_union_forwards_unit_readahead_to_the_shard_being_read() {
+        let t = tempfile::tempdir().unwrap();
+        let images = [image(t.path(), "a"), image(t.path(), "b")];
+        let any =
+            AnyImage::open_union(&images, 64 << 20, IoMode::default(), OnConflict::Error).unwrap();
+        assert_eq!(any.format(), Format::Union);
+        let fs = PackFs::new(any, 1 << 20, 1);
+        step_and_count(&fs, "a");
+        // The second shard's units are its own: its step is not taken for
+        // a jump from the first shard's, and its window decodes its blocks
+        // (fragments 2..=9 of the first shard are cached already).
+        step_and_count(&fs, "b");
     }
 }

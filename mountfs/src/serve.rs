@@ -168,8 +168,7 @@ pub fn serve_fs<I: Image>(
     // our mount is gone already (`packfs umount`, the kernel): its check
     // that the mount still exists reports a closed connection as mounted.
     // That unmount then removes whatever is mounted there now, such as the
-    // next `packfs mount` of the same image at the same place (seen in CI;
-    // `tests/mount_squashfs.rs` makes it certain with SIGSTOP). So the
+    // next `packfs mount` of the same image at the same place. So the
     // session runs in the background and its handle is never dropped: when
     // it ends there is nothing of ours left to unmount, and a mount whose
     // server died is the CLI's unmount watcher's to remove.

@@ -198,13 +198,11 @@ impl ImageSource for FileSource {
 /// The unit `FileSource` advises in. A hint names one block, often a small
 /// file's bytes inside a fragment block; advised exactly, a shuffled pass
 /// over small files reads the image in many small device requests, where
-/// the map's page faults read more around each block. Measured on the JPEG
-/// set (50,000 files, cold shuffled pass, 2 runs each, idle polling off):
-/// exact advice 3.76 s / 2.20 s (1 / 4 threads, ~7,300 device reads), the
-/// map 3.63 s / 2.21 s (~5,800), 128 KiB units 3.57 s / 2.22 s (~4,500),
-/// 512 KiB units 3.56 s / 2.09 s (~2,700). 128 KiB: the map's speed, at most
-/// 128 KiB read beyond a hint (a random reader on a network filesystem pays
-/// for every byte read ahead).
+/// the map's page faults read more around each block. Whole 128 KiB units
+/// cut the device requests of such a pass to the map's speed or better
+/// (docs/BENCHMARKS.md) while reading at most 128 KiB beyond a hint: a
+/// random reader on a network filesystem pays for every byte read ahead,
+/// so wider units are not worth it.
 pub const ADVICE_ALIGN: u64 = 128 << 10;
 
 /// `off..off+len` widened to whole [`ADVICE_ALIGN`] units, within `0..image_len`.

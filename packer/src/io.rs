@@ -1,9 +1,9 @@
 //! Source-tree I/O concurrency, independent of the compression threads.
 //!
-//! With a cold page cache, packing used to be bound by I/O *latency*: the
-//! walk is one `lstat` per entry and the data phase one small-file read per
-//! file, and blocking reads on the compression pool keep only one request
-//! per compression thread in flight (2 on a 2-core machine). So source I/O
+//! With a cold page cache, packing is bound by I/O *latency* unless many
+//! requests are in flight: the walk is one `lstat` per entry and the data
+//! phase one small-file read per file, and blocking reads on the compression
+//! pool keep only one request per compression thread in flight. So source I/O
 //! that does not itself produce image bytes runs on a separate pool of
 //! [`IO_THREADS`] threads, whatever `--threads` says:
 //!
@@ -16,22 +16,17 @@
 //!   while earlier batches compress, so the compression threads' own `pread`s
 //!   mostly hit the cache.
 //!
-//! Measured on the Linux 6.1 source tree (83,731 entries, 1.3 GB; 2 cores,
-//! virtio disk, cold cache, zstd level 3): the walk went from 1.0-1.3 s to
-//! 0.55-0.65 s and the data phase from 12.2-13.2 s to 5-6 s, where it is
-//! bound by compression CPU again.
+//! With both, a cold pack is bound by compression CPU again
+//! (docs/BENCHMARKS.md).
 //!
 //! Why these numbers:
 //!
-//! * 16 threads: walk time with 1/4/8/16/32 threads was 1.05-1.21 / 0.67 /
-//!   0.56-0.64 / 0.54-0.62 / 0.56-0.64 s, so the gain flattens at ~8 on this
-//!   low-latency disk; slower storage (network filesystems, throttled cloud
-//!   volumes) needs more requests in flight, and threads blocked in the
-//!   kernel cost only their stacks. Prefetching needs far fewer: `WILLNEED`
-//!   is asynchronous, and 1 to 32 threads gave the same times.
-//! * [`PREFETCH_BATCHES`] = 2: prefetching 0 to 4 batches ahead of the ones
-//!   being compressed measured the same here (the hints of even the current
-//!   batch keep thousands of reads queued), so 2 is margin for slower
+//! * 16 threads: on a local disk the walk stops gaining at about 8; slower
+//!   storage (network filesystems, throttled cloud volumes) needs more
+//!   requests in flight, and threads blocked in the kernel cost only their
+//!   stacks. Prefetching needs far fewer: `WILLNEED` is asynchronous.
+//! * [`PREFETCH_BATCHES`] = 2: on a local disk the hints of even the current
+//!   batch keep thousands of reads queued, so 2 is margin for slower
 //!   devices. Batches are at most 32 MiB / 4096 pieces (`squashfs::data`),
 //!   so the page cache filled ahead of use stays under ~128 MiB whatever the
 //!   tree's size. It costs no process memory: a hint the kernel drops under

@@ -30,9 +30,9 @@
 //! start costs at most a window of decodes. One image-wide high-water mark
 //! keeps consecutive steps from handing out the same units twice; it is
 //! ignored when it does not overlap the new window, so a second reader lower
-//! in the image gets its own window. (`AnyImage`, the image `packfs mount`
-//! serves, does not forward the unit hooks today, so this runs only when a
-//! format is served directly.)
+//! in the image gets its own window. Wrappers forward the unit hooks
+//! (`AnyImage` to its format, `UnionImage` to the shard, with the shard
+//! number above the shard's unit numbers).
 //!
 //! **Sequential streams over image offsets** ([`streams`]). Below the
 //! decoders: the readers hint each block of the image before touching it
@@ -42,11 +42,10 @@
 //! window at a time; a hint far from every stream is passed on exactly. It is applied where images are opened
 //! (`AnyImage::open_with`); the sources themselves advise exactly what they
 //! are asked (`posix_fadvise` for the default `pread` source, `madvise` for
-//! [`MmapSource`]). The window sizes were measured with the map, where the
-//! kernel's own sequential readahead never starts; with `pread` the kernel's
-//! per-file readahead runs as well, which may be why `pread` issues up to
-//! twice the device reads on sequential passes (docs/BENCHMARKS.md, issue
-//! #12): retuning them for `pread` is open work.
+//! [`MmapSource`]). The window sizes suit the map, where the kernel's own
+//! sequential readahead never starts; with `pread` the kernel's per-file
+//! readahead runs as well, so the two may overlap on sequential passes
+//! (docs/BENCHMARKS.md): retuning them for `pread` is open work.
 //!
 //! **Where the work runs.** File windows and unit steps are decoded on a
 //! small blocking worker pool ([`pool`]; as many threads as the mount has
@@ -62,15 +61,10 @@
 //! tests (`tests/reader_core.rs`) count the blocks decoded behind a reader's
 //! back: a file's first read or a step by one unit decodes the window
 //! ahead, a jump nothing beyond what it reads. Image reads reaching storage
-//! (`CountingSource`, `packfs bench --emulate-latency`). Figures:
-//! with every image read costing a round trip (`--emulate-latency 500,100`,
-//! as on Lustre, Linux tree), stream readahead took a cold sequential pass
-//! from 10,870 image reads and 10.9 s to 2,100 reads and 7.7 s, and a
-//! 4-thread shuffled pass from 10,790 reads and 5.4 s to 6,990 and 4.9 s;
-//! on the local disk no change beyond the noise (docs/BENCHMARKS.md). The
-//! pool is not rayon: with rayon pools, `sched_yield` was the top kernel
-//! symbol during a cold read of the Linux tree on 2 cores and the daemon
-//! burned 11 s of CPU where the decoding needed 2.
+//! (`CountingSource`, `packfs bench --emulate-latency`): stream readahead
+//! pays off where every image read costs a round trip (a parallel or object
+//! store), and costs nothing measurable on a local disk (figures in
+//! docs/BENCHMARKS.md). The pool is not rayon (see [`pool`]).
 //!
 //! [`Image::prefetch`]: crate::image::Image::prefetch
 //! [`Image::shared_unit`]: crate::image::Image::shared_unit

@@ -2,10 +2,9 @@
 //!
 //! Not rayon: rayon's idle workers spin and `sched_yield` before sleeping,
 //! which is right for data-parallel loops but wrong for a server whose
-//! workers mostly wait for the next request. Measured on 2 cores: with rayon
-//! pools, `sched_yield` was the top kernel symbol during a cold read of the
-//! Linux tree and the daemon burned 11 s of CPU where the decoding needed 2.
-//! Workers here block on a condition variable and cost nothing when idle.
+//! workers mostly wait for the next request: on few cores the spinning
+//! takes CPU time from the decoding it waits for. Workers here block on a
+//! condition variable and cost nothing when idle.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};

@@ -4,16 +4,16 @@
 //! The readers hint each block before touching it
 //! ([`ImageSource::will_need`]), and on a memory map a hinted range is read
 //! exactly as hinted: the kernel's sequential readahead never starts, so a
-//! sequential pass over the image costs one storage read per block (this is
-//! what the window was measured against; see the module doc for `pread`).
+//! sequential pass over the image costs one storage read per block (the
+//! window is sized for that case; see the module doc for `pread`).
 //! Here a hint that starts near where an earlier one ended continues that
 //! stream; once a stream has been continued twice, its hints run
 //! `RA_WINDOW` (4 MiB) ahead of it, issued half a window at a time. Twice,
 //! not once: with 8 streams each taking hints within 1 MiB of its end, a
-//! random reader's hint lands near *some* stream's end often (on an 832 MB
-//! image about 2% of the time, on a 20 MB one almost always), and each such
-//! false start cost a 4 MiB window, which on an object store is fetched:
-//! two in a row is the square of that chance. A few streams are tracked
+//! random reader's hint lands near *some* stream's end often (the smaller
+//! the image, the more often), and each such false start costs a 4 MiB
+//! window, which on an object store is fetched: two in a row is the square
+//! of that chance. A few streams are tracked
 //! because several readers (threads, or the prefetcher running ahead of a
 //! reader) walk different parts of the image at once; a hint far from every
 //! stream is advised exactly, so random readers read no more than before.

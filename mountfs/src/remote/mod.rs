@@ -5,7 +5,7 @@
 //! # Design
 //!
 //! **What a request costs.** On object storage every request pays a first-byte
-//! latency (tens of ms on LUMI-O or S3, ~70 ms on moto) that dwarfs the
+//! latency (tens of ms on LUMI-O or S3) that dwarfs the
 //! transfer of a few MiB, and some stores bill per request. So the unit of
 //! I/O is a *range*: the object is cut into aligned ranges of
 //! `RemoteOptions::range_size` bytes (4 MiB by default, `--range-size`), and a
@@ -29,7 +29,7 @@
 //! when what they bring stays until it is read; for an object larger than
 //! the range cache, a reader jumping around (a shuffled epoch over small
 //! files) would fetch a whole range per file and lose it before its
-//! neighbours are read (measured: 30x the image per pass). There a read that
+//! neighbours are read (many times the image per pass). There a read that
 //! is not moving through the object fetches aligned pieces of 1/16 range
 //! (256 KiB by default) instead; sequential readers still get whole ranges
 //! and readahead (see [`source::RemoteSource`]).

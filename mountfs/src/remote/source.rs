@@ -32,9 +32,8 @@ pub fn piece_size(range: u64) -> u64 {
 ///
 /// **Pieces.** When the object is larger than the range cache, whole ranges
 /// cannot all stay cached, and a shuffled pass over small files would fetch
-/// a whole range for each file it reads (measured before pieces: a 832 MB
-/// image of 50,000 JPEGs with a 128 MiB range cache, one shuffled pass,
-/// 4 threads: 6,030 GETs and 25.3 GB fetched, 30x the image). So for such
+/// a whole range for each file it reads, fetching many times the object's
+/// size per pass and losing each range before its neighbours are read. So for such
 /// an object a read that is not moving through the object fetches only the
 /// aligned *pieces* ([`piece_size`]) it touches; a read that crossed from
 /// one range into the next (a sequential reader) and hints widened by a

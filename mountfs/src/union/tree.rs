@@ -12,6 +12,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 /// Shards of one union at most (cookies keep 12 bits for the shard).
 pub const MAX_SHARDS: usize = 4096;
 const COOKIE_SHIFT: u32 = 52;
+/// Shared units of a shard at most, and where the shard number starts in a
+/// union's unit number (see `shared_unit`).
+const UNIT_SHIFT: u32 = 48;
 
 /// One shard: its image, opened on first use.
 pub(super) struct Member<I> {
@@ -528,6 +531,23 @@ impl<I: Image> Image for UnionImage<I> {
     fn prefetch(&self, h: &Self::Handle, offset: u64, len: u64) {
         if let Ok(m) = self.member(h.shard) {
             m.prefetch(&h.h, offset, len)
+        }
+    }
+
+    /// A shard's unit `u` is `shard << UNIT_SHIFT | u`: shards hold
+    /// consecutive runs of the tree, so this keeps image order within a
+    /// shard, and a step by one never crosses into another shard's units.
+    fn shared_unit(&self, h: &Self::Handle) -> Option<u64> {
+        let u = self.member(h.shard).ok()?.shared_unit(&h.h)?;
+        (u < 1 << UNIT_SHIFT).then_some(((h.shard as u64) << UNIT_SHIFT) | u)
+    }
+
+    /// Only in a shard that is open already: a reader has been there, and
+    /// readahead never opens a shard on its own.
+    fn prefetch_unit(&self, unit: u64) {
+        let shard = (unit >> UNIT_SHIFT) as usize;
+        if let Some(img) = self.members.get(shard).and_then(|m| m.img.get()) {
+            img.prefetch_unit(unit & ((1 << UNIT_SHIFT) - 1));
         }
     }
 

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 /// [`Checkpoints::interval`] widens it for members too large for the
 /// budget). A deflate checkpoint holds the 32 KiB window plus ~11 KiB of
 /// inflater state (~43 KiB): at 1 MiB that is ~4% of the output it covers,
-/// and a read anywhere in the member decodes at most 1 MiB (about 3 ms of
-/// inflate) past the checkpoint before its chunk. At 4 MiB memory would be
+/// and a read anywhere in the member decodes at most 1 MiB (milliseconds
+/// of inflate) past the checkpoint before its chunk. At 4 MiB memory would be
 /// 1%, but a random 128 KiB read would decode 16x its size on average; at
 /// 256 KiB (one chunk) reads would cost nothing extra but checkpoints would
 /// take 17% of the member size, crowding the budget out for large members.

@@ -37,7 +37,7 @@
 //!   3. else, k at or after the live decoder → decodes forward from there,
 //!      caching the chunks it passes: O(k·C − pos);
 //!   4. else (k before the decoder and evicted, no checkpoint) → a fresh
-//!      decoder from the member start: O(k·C). For deflate this is now only
+//!      decoder from the member start: O(k·C). For deflate this is only
 //!      the first pass over a member (or a budget too small to keep its
 //!      checkpoints); for the other methods it is the worst case of a random
 //!      read, paid only when the cache budget is smaller than the member.
@@ -601,6 +601,13 @@ impl Image for ZipFs {
             }
         }
     }
+
+    /// Every member is its own stream: no storage is shared between files.
+    fn shared_unit(&self, _h: &ZipFile) -> Option<u64> {
+        None
+    }
+
+    fn prefetch_unit(&self, _unit: u64) {}
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         let (i, n) = self.node(node)?;

@@ -228,9 +228,8 @@ fn block_entropy(ctx: &Ctx, data: &[u8]) -> f64 {
 /// fastest level whatever the level asked for. Such blocks are already
 /// entropy-coded data (JPEG, video, compressed archives) with few repeats,
 /// so the deeper match search of higher levels finds next to nothing: on
-/// 128 KiB blocks of concatenated ImageNet JPEGs (entropy 7.93-7.94)
-/// level 1 output is 0.05% larger than level 9's at 0.7x the CPU time, and
-/// still 0.2% smaller than zlib level 9's (mksquashfs). Text and binaries
+/// JPEG blocks level 1's output is within a fraction of a percent of level
+/// 9's, at less CPU time (docs/BENCHMARKS.md). Text and binaries
 /// (entropy < 7) are never affected.
 const FAST_DEFLATE_ENTROPY: f64 = 7.8;
 

@@ -179,14 +179,11 @@ pub fn compress_whole(codec: Codec, raw: Vec<u8>) -> io::Result<(u16, Vec<u8>)> 
 
 /// The libdeflate (whole entries) and zlib (streamed segments) level run
 /// for ZIP deflate level `level` (Info-ZIP's scale): two below it, at
-/// least 1. Measured on linux-source-6.1 (1.3 GB, 83,731 entries; module
-/// doc of `zip`): `zip -r -6` writes 282.2 MB; libdeflate 4 (our level 6)
-/// 278.1 MB in 15.2 CPU-s, libdeflate 5 271.0 MB in 17.9 CPU-s,
-/// libdeflate 6 267.2 MB in 20.0 CPU-s. Info-ZIP's own deflate is weaker
-/// than zlib's, so libdeflate 4 already matches its level 6, and only
-/// that keeps a 2-core pack under 0.3x of zip's time. On the 10 files
-/// above 8 MiB (streamed, zlib via flate2's miniz_oxide) zlib 4 runs at
-/// 94 MB/s for 7.35% of the input, zlib 6 at 21 MB/s for 6.87%.
+/// least 1. Info-ZIP's own deflate is weaker than zlib's, so libdeflate
+/// two levels down already writes an archive no larger than `zip` at the
+/// same level, at the lowest CPU cost that does (docs/BENCHMARKS.md); the
+/// streamed zlib path follows the same scale, where two levels down is
+/// several times faster for a slightly larger output.
 pub fn deflate_effort(level: i32) -> i32 {
     (level - 2).max(1)
 }

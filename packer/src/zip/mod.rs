@@ -28,30 +28,14 @@
 //! compressed form would not be smaller is stored; data whose byte entropy
 //! is near 8 bits is stored without trying.
 //!
-//! Deflate implementation, measured on linux-source-6.1 (1.3 GB in
-//! 83,731 entries, 2 cores). Single-thread throughput on 190 MB of its
-//! files up to 8 MiB (ratio = output / input):
-//!
-//! | level | libdeflate       | zlib             |
-//! |-------|------------------|------------------|
-//! | 4     | 93 MB/s, 0.2486  | 38 MB/s, 0.2516  |
-//! | 5     | 80 MB/s, 0.2439  | 31 MB/s, 0.2442  |
-//! | 6     | 63 MB/s, 0.2415  | 29 MB/s, 0.2417  |
-//!
-//! `zip -r -q` (Info-ZIP's own deflate, level 6) writes 282.2 MB in 43
-//! CPU-s. Whole packs with libdeflate: level 6 267.2 MB / 20.0 CPU-s,
-//! level 5 271.0 MB / 17.9 CPU-s, level 4 278.1 MB / 15.2 CPU-s. So
-//! entries are compressed with libdeflate (the `libdeflater` crate), and
-//! ZIP level N runs libdeflate level N - 2 ([`compress::deflate_effort`]):
-//! the default 6 gives an archive smaller than zip's at the one effort
-//! that fits in 0.3x of zip's time on 2 cores. Streamed files need a
-//! stream with sync flushes, which libdeflate does not offer, so they use
-//! flate2 (miniz_oxide) at zlib level N - 2 (94 MB/s on the 10 files above
-//! 8 MiB at level 4, against 21 MB/s at 6).
-//!
-//! End to end, cold page cache, same session: `zip -r -q` 46.0 s, 282.2 MB,
-//! 62 MB RSS; `packfs pack -q` (default level 6) 10.4 s, 276.3 MB, 139 MB
-//! RSS: 0.23x the time, 0.98x the size.
+//! Deflate implementation: entries are compressed with libdeflate (the
+//! `libdeflater` crate), which at equal ratio runs at well over twice
+//! zlib's speed, and ZIP level N runs libdeflate level N - 2
+//! ([`compress::deflate_effort`]): the default 6 then writes an archive no
+//! larger than Info-ZIP's `zip -6` in a fraction of its time
+//! (docs/BENCHMARKS.md). Streamed files need a stream with sync flushes,
+//! which libdeflate does not offer, so they use flate2 (miniz_oxide) at
+//! zlib level N - 2.
 
 mod compress;
 mod records;
