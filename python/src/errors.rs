@@ -12,8 +12,8 @@
 
 use mountfs::FsError;
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError,
-    PyPermissionError, PyValueError,
+    PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError, PyPermissionError,
+    PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -65,7 +65,9 @@ pub fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 pub fn py_name<'py>(py: Python<'py>, name: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     match std::str::from_utf8(name) {
         Ok(s) => Ok(pyo3::types::PyString::new(py, s).into_any()),
-        Err(_) => pyo3::types::PyBytes::new(py, name).call_method1("decode", ("utf-8", "surrogateescape")),
+        Err(_) => {
+            pyo3::types::PyBytes::new(py, name).call_method1("decode", ("utf-8", "surrogateescape"))
+        }
     }
 }
 
@@ -92,16 +94,12 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             format!("No such file or directory {here}"),
             path,
         )),
-        Error::Fs(FsError::NotDir) => PyNotADirectoryError::new_err((
-            libc::ENOTDIR,
-            format!("Not a directory {here}"),
-            path,
-        )),
-        Error::Fs(FsError::IsDir) => PyIsADirectoryError::new_err((
-            libc::EISDIR,
-            format!("Is a directory {here}"),
-            path,
-        )),
+        Error::Fs(FsError::NotDir) => {
+            PyNotADirectoryError::new_err((libc::ENOTDIR, format!("Not a directory {here}"), path))
+        }
+        Error::Fs(FsError::IsDir) => {
+            PyIsADirectoryError::new_err((libc::EISDIR, format!("Is a directory {here}"), path))
+        }
         Error::Fs(FsError::NotSymlink) => PyOSError::new_err((
             libc::EINVAL,
             format!("Invalid argument (not a symbolic link) {here}"),
@@ -156,9 +154,9 @@ pub fn open_to_py(err: Error, location: &str) -> PyErr {
         Error::Fs(e @ FsError::UnknownFormat(_)) => {
             NotAnImageError::new_err((libc::EINVAL, strip(e.to_string()), loc))
         }
-        Error::Fs(e @ (FsError::Corrupt(_) | FsError::BadBlock { .. } | FsError::Unsupported(_))) => {
-            NotAnImageError::new_err((libc::EIO, strip(e.to_string()), loc))
-        }
+        Error::Fs(
+            e @ (FsError::Corrupt(_) | FsError::BadBlock { .. } | FsError::Unsupported(_)),
+        ) => NotAnImageError::new_err((libc::EIO, strip(e.to_string()), loc)),
         other => PyOSError::new_err((libc::EIO, strip(other.to_string()), loc)),
     }
 }

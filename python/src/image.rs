@@ -80,7 +80,9 @@ fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     }
     let fspath = obj.py().import("os")?.call_method1("fspath", (obj,))?;
     if fspath.is(obj) {
-        return Err(pyo3::exceptions::PyTypeError::new_err("expected str, bytes or os.PathLike"));
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "expected str, bytes or os.PathLike",
+        ));
     }
     path_arg(&fspath)
 }
@@ -166,7 +168,11 @@ impl NativeImage {
     }
 
     /// Runs `f` inside mountfs: GIL released, fork held off, panics caught.
-    fn call<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Inner) -> Result<T> + Send) -> Result<T> {
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Inner) -> Result<T> + Send,
+    ) -> Result<T> {
         let inner = self.inner();
         py.detach(|| {
             let _call = Call::enter();
@@ -275,10 +281,17 @@ impl NativeImage {
     }
 
     /// `(mode, ino, nlink, uid, gid, size, mtime, rdev, blocks)` of `path`.
-    fn stat(&self, py: Python<'_>, path: &Bound<'_, PyAny>, follow_symlinks: bool) -> PyResult<StatTuple> {
+    fn stat(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        follow_symlinks: bool,
+    ) -> PyResult<StatTuple> {
         let p = path_arg(path)?;
-        self.call(py, |i| Ok(stat_tuple(&resolve(&i.fs, &p, follow_symlinks)?)))
-            .map_err(|e| self.err(py, e, &p, None))
+        self.call(py, |i| {
+            Ok(stat_tuple(&resolve(&i.fs, &p, follow_symlinks)?))
+        })
+        .map_err(|e| self.err(py, e, &p, None))
     }
 
     /// The `st_mode` type bits of `path` (following symlinks), or None
@@ -306,7 +319,11 @@ impl NativeImage {
     }
 
     /// The whole file at `path`.
-    fn read<'py>(&self, py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let p = path_arg(path)?;
         let data = self
             .call(py, |i| i.read_path(&p))
@@ -342,16 +359,22 @@ impl NativeImage {
         size: u64,
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let data = self.call(py, |i| i.read_node(node, offset, size)).map_err(|e| {
-            let p = path_arg(path).unwrap_or_default();
-            self.err(py, e, &p, Some(offset))
-        })?;
+        let data = self
+            .call(py, |i| i.read_node(node, offset, size))
+            .map_err(|e| {
+                let p = path_arg(path).unwrap_or_default();
+                self.err(py, e, &p, Some(offset))
+            })?;
         Ok(PyBytes::new(py, &data))
     }
 
     /// Whole files, decoded in parallel on this image's read threads; the
     /// first failure (in the order given) raises.
-    fn read_many<'py>(&self, py: Python<'py>, paths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn read_many<'py>(
+        &self,
+        py: Python<'py>,
+        paths: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let paths: Vec<Vec<u8>> = paths
             .try_iter()?
             .map(|p| path_arg(&p?))
@@ -378,9 +401,15 @@ impl NativeImage {
     }
 
     /// Names in the directory `path` (without "." and "..").
-    fn listdir<'py>(&self, py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn listdir<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let p = path_arg(path)?;
-        let entries = self.call(py, |i| i.list(&p)).map_err(|e| self.err(py, e, &p, None))?;
+        let entries = self
+            .call(py, |i| i.list(&p))
+            .map_err(|e| self.err(py, e, &p, None))?;
         let list = PyList::empty(py);
         for e in entries {
             list.append(py_name(py, &e.name)?)?;
@@ -389,9 +418,15 @@ impl NativeImage {
     }
 
     /// `(name, type bits, ino)` of each entry of the directory `path`.
-    fn scandir<'py>(&self, py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn scandir<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let p = path_arg(path)?;
-        let entries = self.call(py, |i| i.list(&p)).map_err(|e| self.err(py, e, &p, None))?;
+        let entries = self
+            .call(py, |i| i.list(&p))
+            .map_err(|e| self.err(py, e, &p, None))?;
         let list = PyList::empty(py);
         for e in entries {
             list.append((py_name(py, &e.name)?, type_bits(e.kind), e.ino))?;
@@ -400,7 +435,11 @@ impl NativeImage {
     }
 
     /// The target of the symlink `path`.
-    fn readlink<'py>(&self, py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn readlink<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let p = path_arg(path)?;
         let target = self
             .call(py, |i| {
@@ -431,7 +470,10 @@ impl NativeImage {
             Some(r) => {
                 let s = r.snapshot();
                 d.set_item("storage_bytes", s.bytes_fetched)?;
-                d.set_item("requests", s.get_requests + s.head_requests + s.other_requests)?;
+                d.set_item(
+                    "requests",
+                    s.get_requests + s.head_requests + s.other_requests,
+                )?;
                 d.set_item("get_requests", s.get_requests)?;
                 d.set_item("failed_requests", s.failed_requests)?;
                 d.set_item("ranges_fetched", s.ranges_fetched)?;

@@ -21,7 +21,10 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<image::NativeImage>()?;
-    m.add("NotAnImageError", m.py().get_type::<errors::NotAnImageError>())?;
+    m.add(
+        "NotAnImageError",
+        m.py().get_type::<errors::NotAnImageError>(),
+    )?;
     m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork, m)?)?;
     Ok(())

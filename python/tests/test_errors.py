@@ -149,6 +149,8 @@ def test_damage_is_eio_naming_image_and_offset(images, tmp_path):
     for d, ds, fs in img.walk(""):
         for n in fs:
             rel = f"{d}/{n}" if d else n
+            if img.islink(rel):
+                continue
             try:
                 img.read(rel)
             except OSError as e:

@@ -219,7 +219,8 @@ def test_scandir_and_walk_like_os(images, tree):
         assert e.is_dir() == r.is_dir() and e.is_file() == r.is_file(), n
         assert e.is_symlink() == r.is_symlink(), n
         assert e.is_dir(follow_symlinks=False) == r.is_dir(follow_symlinks=False), n
-        assert e.stat(follow_symlinks=False).st_size == r.stat(follow_symlinks=False).st_size, n
+        if not r.is_dir(follow_symlinks=False):  # directory sizes are the filesystem's
+            assert e.stat(follow_symlinks=False).st_size == r.stat(follow_symlinks=False).st_size, n
     mine = sorted((d, sorted(ds), sorted(fs)) for d, ds, fs in img.walk("a"))
     theirs = sorted(
         (os.path.relpath(d, tree), sorted(ds), sorted(fs)) for d, ds, fs in os.walk(tree / "a")
