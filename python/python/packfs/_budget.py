@@ -1,0 +1,96 @@
+"""How much memory and how many threads one process's image gets.
+
+An image in a DataLoader worker shares the machine with the other workers,
+so the budgets a user gives (or the defaults) are for the whole loader and
+are divided by the number of workers. The worker count is read from
+``torch.utils.data.get_worker_info()`` only when torch is already imported:
+packfs never imports torch itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+MIB = 1 << 20
+#: Smallest decoded-block cache one process gets: metadata blocks of a
+#: large directory and a few data blocks stay cached.
+MIN_CACHE = 8 * MIB
+#: Default fetched-range cache of a remote image for the whole loader (as
+#: ``RemoteOptions``'s default), and the smallest one process gets (two 4 MiB
+#: ranges, the least the remote source accepts).
+REMOTE_RANGE_CACHE = 256 * MIB
+MIN_RANGE_CACHE = 8 * MIB
+
+
+def memory_limit() -> int:
+    """Bytes this process may use: RAM, or the tighter cgroup v2 limit (a
+    Slurm job's or a container's), as ``packfs mount`` computes it."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        ram = 8 << 30
+    limit = ram
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or parts[1] != "":
+            continue
+        rel = parts[2].strip("/")
+        # The cgroup and each of its ancestors.
+        while True:
+            try:
+                with open(os.path.join("/sys/fs/cgroup", rel, "memory.max")) as f:
+                    v = f.read().strip()
+                if v.isdigit():
+                    limit = min(limit, int(v))
+            except OSError:
+                pass
+            if not rel:
+                break
+            rel = os.path.dirname(rel)
+    return limit
+
+
+def default_cache_size() -> int:
+    """The default decoded-block cache for the whole loader: an eighth of
+    the memory limit, 64 MiB to 1 GiB (``packfs mount``'s default)."""
+    return max(64 * MIB, min(memory_limit() // 8, 1 << 30))
+
+
+def num_workers() -> int:
+    """DataLoader workers sharing the budgets: ``num_workers`` inside a
+    worker, else 1."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return 1
+    try:
+        info = data.get_worker_info()
+    except Exception:  # a torch too old or too new to ask: one share
+        return 1
+    return max(1, int(info.num_workers)) if info is not None else 1
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def process_budget(cache_size: int | None) -> tuple[int, int, int]:
+    """``(cache bytes, range-cache bytes, read_many threads)`` for this
+    process: the loader's budgets divided by its worker count, and the
+    cores allowed to this process shared among the workers."""
+    workers = num_workers()
+    total = default_cache_size() if cache_size is None else int(cache_size)
+    if total < 0:
+        raise ValueError(f"cache_size must be >= 0, not {cache_size}")
+    cache = max(total // workers, MIN_CACHE)
+    ranges = max(REMOTE_RANGE_CACHE // workers, MIN_RANGE_CACHE)
+    threads = max(1, cpu_count() // workers)
+    return cache, ranges, threads

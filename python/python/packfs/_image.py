@@ -1,0 +1,380 @@
+"""``packfs.Image``: an image read without a mount."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat as _stat
+from typing import Any, Iterable, Iterator
+
+from . import _budget, _native
+from ._file import ImageFile
+
+NotAnImageError = _native.NotAnImageError
+
+# No call may be inside the reader while the process forks (the child would
+# inherit its locks as they were): see python/src/fork.rs.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_native.before_fork,
+        after_in_parent=_native.after_fork,
+        after_in_child=_native.after_fork,
+    )
+
+#: Default buffer of ``Image.open``: reads from the image are whole blocks
+#: anyway, and each call into the reader costs a little.
+DEFAULT_BUFFER_SIZE = 256 * 1024
+
+
+def _join(top: Any, name: Any) -> Any:
+    if isinstance(top, bytes) and isinstance(name, str):
+        name = os.fsencode(name)
+    return os.path.join(top, name) if top not in ("", b"") else name
+
+
+class Image:
+    """A SquashFS or ZIP image, a shard manifest, or an image on S3 or HTTP(S),
+    read without mounting it.
+
+    ``location`` is anything ``packfs`` commands accept: a path, a manifest
+    (``packfs pack --shards``), ``s3://BUCKET/KEY`` or ``http(s)://...``.
+    ``cache_size`` is the decoded-block cache in bytes for the whole program;
+    in a DataLoader worker each process gets ``cache_size / num_workers``
+    (default: an eighth of the memory limit, 64 MiB to 1 GiB, divided the
+    same way). ``profile`` and ``endpoint`` are the S3 profile and endpoint
+    (as ``--profile`` and ``--endpoint``; keys come from the environment or
+    the AWS files).
+
+    Paths are relative to the image root, with or without a leading ``/``
+    (``""`` and ``"/"`` are the root); symlinks inside the image are followed
+    as under a mount, with the image as the root directory.
+
+    An image pickles as its location and options and opens again, lazily,
+    in the process that unpickles it; a forked child also reopens it on first
+    use instead of using anything inherited. Threads may share one image.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike,
+        *,
+        cache_size: int | None = None,
+        profile: str | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        if isinstance(location, Image):
+            raise TypeError("location is an Image already")
+        self._location = os.fsdecode(os.fspath(location))
+        self._options = {"cache_size": cache_size, "profile": profile, "endpoint": endpoint}
+        # (pid, native image) of the process that opened it, or None.
+        self._opened: tuple[int, Any] | None = None
+        self._closed = False
+        # Open now, so that a missing file or a non-image raises here.
+        self._native()
+
+    @classmethod
+    def _lazy(cls, location: str, options: dict) -> "Image":
+        """An image that opens at its first use (unpickling)."""
+        self = cls.__new__(cls)
+        self._location = location
+        self._options = dict(options)
+        self._opened = None
+        self._closed = False
+        return self
+
+    def __reduce__(self):
+        return (Image._lazy, (self._location, self._options))
+
+    def _native(self) -> Any:
+        opened = self._opened
+        pid = os.getpid()
+        if opened is not None and opened[0] == pid:
+            return opened[1]
+        if self._closed:
+            raise ValueError("I/O operation on a closed image")
+        cache, ranges, threads = _budget.process_budget(self._options["cache_size"])
+        native = _native.Image(
+            self._location,
+            cache,
+            ranges,
+            threads,
+            self._options["profile"],
+            self._options["endpoint"],
+        )
+        # One assignment: a thread reading `_opened` sees the old or the new pair.
+        self._opened = (pid, native)
+        return native
+
+    # -- the image -----------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    @property
+    def format(self) -> str:
+        """``"squashfs"``, ``"zip"`` or ``"union"`` (a shard manifest)."""
+        return self._native().format
+
+    def stats(self) -> dict:
+        """Counters of this process's image since it was opened here:
+        ``cache_hits``, ``cache_misses``, ``cache_evictions``, ``cache_bytes``
+        and ``cache_budget`` (decoded blocks), ``storage_bytes`` (read from
+        the image file, or fetched from S3/HTTP), ``requests`` (reads of the
+        file, or HTTP requests), ``lookups``, ``reads``, ``read_bytes`` (file
+        bytes returned) and ``errors``; remote images add ``get_requests``,
+        ``failed_requests`` and ``ranges_fetched``."""
+        return self._native().stats()
+
+    def close(self) -> None:
+        """Releases the image (its caches and threads); later calls raise
+        ``ValueError``. A pickled copy is not affected."""
+        self._closed = True
+        self._opened = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Image":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"packfs.Image({self._location!r})"
+
+    # -- reading ------------------------------------------------------
+
+    def read(self, path: str | bytes | os.PathLike) -> bytes:
+        """The whole file at ``path``."""
+        return self._native().read(path)
+
+    def read_many(self, paths: Iterable[str | bytes | os.PathLike]) -> list[bytes]:
+        """Whole files, decoded in parallel (GIL released); the first path
+        that fails, in the order given, raises."""
+        return self._native().read_many(paths)
+
+    def read_range(self, path: str | bytes | os.PathLike, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``path`` from ``offset`` (fewer at the end)."""
+        if offset < 0 or size < 0:
+            raise ValueError("offset and size must be >= 0")
+        return self._native().read_range(path, offset, size)
+
+    def open(
+        self,
+        path: str | bytes | os.PathLike,
+        mode: str = "rb",
+        buffering: int = -1,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+    ):
+        """A read-only, seekable file object over ``path``, as ``open()``
+        returns: ``io.BufferedReader`` for ``"rb"``, the raw file for
+        ``buffering=0``, ``io.TextIOWrapper`` for ``"r"``/``"rt"``."""
+        if mode not in ("r", "rb", "rt", "br", "tr"):
+            raise ValueError(f"an image is read-only: mode must be 'rb' or 'r', not {mode!r}")
+        binary = "b" in mode
+        if binary and (encoding is not None or errors is not None or newline is not None):
+            raise ValueError("binary mode takes no encoding, errors or newline")
+        raw = ImageFile(self, path)
+        if buffering == 0:
+            if not binary:
+                raise ValueError("text mode needs a buffer")
+            return raw
+        size = buffering if buffering > 1 else DEFAULT_BUFFER_SIZE
+        buffered = io.BufferedReader(raw, size)
+        if binary:
+            return buffered
+        return io.TextIOWrapper(buffered, encoding=encoding, errors=errors, newline=newline)
+
+    # -- metadata -----------------------------------------------------
+
+    def stat(self, path: str | bytes | os.PathLike, *, follow_symlinks: bool = True) -> os.stat_result:
+        """An ``os.stat_result`` for ``path`` (``st_atime`` and ``st_ctime``
+        are ``st_mtime``, as the kernel shows SquashFS; ``st_dev`` is 0)."""
+        native = self._native()
+        return _stat_result(native.stat(path, follow_symlinks), native.block_size)
+
+    def lstat(self, path: str | bytes | os.PathLike) -> os.stat_result:
+        return self.stat(path, follow_symlinks=False)
+
+    def exists(self, path: str | bytes | os.PathLike) -> bool:
+        """Whether ``path`` names an entry (following symlinks). Unlike
+        ``os.path.exists``, a damaged image raises ``OSError`` instead of
+        answering False."""
+        return self._native().kind(path) is not None
+
+    def isdir(self, path: str | bytes | os.PathLike) -> bool:
+        return self._native().kind(path) == _stat.S_IFDIR
+
+    def isfile(self, path: str | bytes | os.PathLike) -> bool:
+        return self._native().kind(path) == _stat.S_IFREG
+
+    def islink(self, path: str | bytes | os.PathLike) -> bool:
+        try:
+            return _stat.S_ISLNK(self.lstat(path).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def readlink(self, path: str | bytes | os.PathLike) -> str:
+        """The target of the symlink ``path``, as stored (``bytes`` for a
+        ``bytes`` path)."""
+        target = self._native().readlink(path)
+        return os.fsencode(target) if isinstance(path, bytes) else target
+
+    def listdir(self, path: str | bytes | os.PathLike = "") -> list:
+        """Names in the directory ``path`` (``bytes`` for a ``bytes`` path),
+        in the image's order, without ``.`` and ``..``."""
+        names = self._native().listdir(path)
+        if isinstance(path, bytes):
+            return [os.fsencode(n) for n in names]
+        return names
+
+    def scandir(self, path: str | bytes | os.PathLike = "") -> "ScandirIterator":
+        """An iterator of :class:`DirEntry` for the directory ``path``, usable
+        as a context manager, like ``os.scandir``."""
+        top = os.fspath(path)
+        entries = self._native().scandir(top)
+        return ScandirIterator(self, top, entries)
+
+    def walk(
+        self,
+        top: str | bytes | os.PathLike = "",
+        topdown: bool = True,
+        onerror=None,
+        followlinks: bool = False,
+    ) -> Iterator[tuple]:
+        """``os.walk`` over the image: ``(dirpath, dirnames, filenames)``."""
+        top = os.fspath(top)
+        stack: list = [top]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, tuple):  # bottom-up: yield after the children
+                yield item
+                continue
+            dirs, files, recurse = [], [], []
+            try:
+                with self.scandir(item) as it:
+                    entries = list(it)
+            except OSError as e:
+                if onerror is not None:
+                    onerror(e)
+                continue
+            for e in entries:
+                is_dir = e.is_dir()
+                (dirs if is_dir else files).append(e.name)
+                if is_dir and (followlinks or not e.is_symlink()):
+                    recurse.append(e.name)
+            if topdown:
+                yield item, dirs, files
+                # The caller may prune `dirs`: recurse into what is left.
+                wanted = set(recurse)
+                recurse = [d for d in dirs if d in wanted]
+                for d in reversed(recurse):
+                    stack.append(_join(item, d))
+            else:
+                stack.append((item, dirs, files))
+                for d in reversed(recurse):
+                    stack.append(_join(item, d))
+
+
+def _stat_result(t: tuple, blksize: int) -> os.stat_result:
+    mode, ino, nlink, uid, gid, size, mtime, rdev, blocks = t
+    return os.stat_result(
+        (mode, ino, 0, nlink, uid, gid, size, mtime, mtime, mtime),
+        {
+            "st_atime": float(mtime),
+            "st_mtime": float(mtime),
+            "st_ctime": float(mtime),
+            "st_atime_ns": mtime * 1_000_000_000,
+            "st_mtime_ns": mtime * 1_000_000_000,
+            "st_ctime_ns": mtime * 1_000_000_000,
+            "st_blocks": blocks,
+            "st_blksize": blksize,
+            "st_rdev": rdev,
+        },
+    )
+
+
+class DirEntry:
+    """One entry of :meth:`Image.scandir`, like ``os.DirEntry``."""
+
+    __slots__ = ("name", "path", "_image", "_type", "_ino", "_stat", "_lstat")
+
+    def __init__(self, image: Image, top: Any, name: Any, type_bits: int, ino: int) -> None:
+        if isinstance(top, bytes):
+            name = os.fsencode(name)
+        self.name = name
+        self.path = _join(top, name)
+        self._image = image
+        self._type = type_bits
+        self._ino = ino
+        self._stat = None
+        self._lstat = None
+
+    def inode(self) -> int:
+        return self._ino
+
+    def is_symlink(self) -> bool:
+        return self._type == _stat.S_IFLNK
+
+    def _followed_type(self) -> int | None:
+        if self._type != _stat.S_IFLNK:
+            return self._type
+        try:
+            return _stat.S_IFMT(self.stat().st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # a dangling link
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return None
+            raise
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        t = self._followed_type() if follow_symlinks else self._type
+        return t == _stat.S_IFDIR
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        t = self._followed_type() if follow_symlinks else self._type
+        return t == _stat.S_IFREG
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        if follow_symlinks:
+            if self._stat is None:
+                self._stat = self._image.stat(self.path)
+            return self._stat
+        if self._lstat is None:
+            self._lstat = self._image.stat(self.path, follow_symlinks=False)
+        return self._lstat
+
+    def __repr__(self) -> str:
+        return f"<packfs.DirEntry {self.name!r}>"
+
+
+class ScandirIterator:
+    """What :meth:`Image.scandir` returns: iterable once, and a context manager."""
+
+    def __init__(self, image: Image, top: Any, entries: list) -> None:
+        self._image = image
+        self._top = top
+        self._entries = iter(entries)
+
+    def __iter__(self) -> "ScandirIterator":
+        return self
+
+    def __next__(self) -> DirEntry:
+        name, type_bits, ino = next(self._entries)
+        return DirEntry(self._image, self._top, name, type_bits, ino)
+
+    def close(self) -> None:
+        self._entries = iter(())
+
+    def __enter__(self) -> "ScandirIterator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,202 @@
+"""``packfs://``: an fsspec filesystem over the files inside an image.
+
+Registered through the ``fsspec.specs`` entry point, so fsspec finds it by
+protocol once ``packfs`` is installed::
+
+    import fsspec, pandas
+    with fsspec.open("packfs://tables/x.csv", fo="data.sqfs") as f: ...
+    pandas.read_csv("packfs://tables/x.csv::s3://bucket/data.sqfs")
+    fs = fsspec.filesystem("packfs", fo="s3://bucket/data.sqfs", endpoint="http://...")
+
+``fo`` is the image location, as for fsspec's ``zip://``: a path, a
+manifest, ``s3://BUCKET/KEY`` or ``http(s)://...``, or a chained URL's
+target. The image is read by packfs itself (range requests for S3 and
+HTTP, its own block cache), not through another fsspec filesystem: the
+chained target only names the object. So the target's options that packfs
+can honour are its endpoint and profile; credentials come from the
+environment or the AWS files, as for the ``packfs`` command.
+
+Listing and ``info`` ask the image for one directory at a time; nothing
+holds the image's whole file list in Python.
+"""
+
+from __future__ import annotations
+
+import stat as _stat
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from ._image import Image
+
+_S3 = ("s3", "s3a")
+_HTTP = ("http", "https")
+_LOCAL = (None, "", "file", "local")
+
+
+def _location(fo: Any, target_protocol: str | None) -> str:
+    fo = str(fo)
+    if "://" in fo:
+        if fo.startswith("file://"):
+            return fo[len("file://") :]
+        return fo
+    if target_protocol in _LOCAL:
+        return fo
+    if target_protocol in _S3:
+        return "s3://" + fo
+    if target_protocol in _HTTP:
+        return f"{target_protocol}://{fo}"
+    raise ValueError(
+        f"packfs reads images from files, s3:// and http(s)://, not {target_protocol}://"
+    )
+
+
+def _remote_options(target_options: dict | None) -> dict:
+    """The endpoint and profile in an s3fs-style ``target_options``."""
+    o = dict(target_options or {})
+    out: dict = {}
+    endpoint = o.pop("endpoint_url", None) or (o.pop("client_kwargs", None) or {}).get(
+        "endpoint_url"
+    )
+    if endpoint:
+        out["endpoint"] = endpoint
+    if o.get("profile"):
+        out["profile"] = o.pop("profile")
+    for k in ("key", "secret", "token"):
+        if o.get(k):
+            raise ValueError(
+                "packfs takes S3 credentials from the environment or a profile "
+                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, --profile), not from "
+                f"target_options[{k!r}]"
+            )
+    return out
+
+
+class PackFileSystem(AbstractFileSystem):
+    """The files inside one packfs image (SquashFS, ZIP or shard manifest),
+    read-only. ``fo`` is the image location or an open :class:`packfs.Image`;
+    ``cache_size``, ``profile`` and ``endpoint`` are :class:`packfs.Image`'s."""
+
+    protocol = "packfs"
+    root_marker = ""
+
+    def __init__(
+        self,
+        fo: Any = "",
+        mode: str = "r",
+        target_protocol: str | None = None,
+        target_options: dict | None = None,
+        cache_size: int | None = None,
+        profile: str | None = None,
+        endpoint: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if mode != "r":
+            raise ValueError("packfs images are read-only: mode must be 'r'")
+        if isinstance(fo, Image):
+            self.image = fo
+        else:
+            if not fo:
+                raise ValueError("packfs:// needs the image location: fo=... or a chained URL")
+            opts = _remote_options(target_options)
+            if profile:
+                opts["profile"] = profile
+            if endpoint:
+                opts["endpoint"] = endpoint
+            self.image = Image(_location(fo, target_protocol), cache_size=cache_size, **opts)
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> str:
+        path = str(path)
+        if path.startswith("packfs://"):
+            path = path[len("packfs://") :]
+        path = path.split("::", 1)[0]
+        return path.strip("/")
+
+    def _info(self, path: str, st: Any, islink: bool) -> dict:
+        mode = st.st_mode
+        kind = (
+            "directory" if _stat.S_ISDIR(mode) else "file" if _stat.S_ISREG(mode) else "other"
+        )
+        return {
+            "name": path,
+            "size": st.st_size,
+            "type": kind,
+            "mode": mode,
+            "ino": st.st_ino,
+            "nlink": st.st_nlink,
+            "uid": st.st_uid,
+            "gid": st.st_gid,
+            "mtime": st.st_mtime,
+            "islink": islink,
+        }
+
+    def info(self, path: str, **kwargs: Any) -> dict:
+        path = self._strip_protocol(path)
+        lst = self.image.lstat(path)
+        islink = _stat.S_ISLNK(lst.st_mode)
+        st = lst
+        if islink:
+            try:
+                st = self.image.stat(path)
+            except OSError:
+                pass  # a dangling link shows as itself
+        info = self._info(path, st, islink)
+        if islink:
+            info["destination"] = self.image.readlink(path)
+        return info
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list:
+        path = self._strip_protocol(path)
+        if not self.image.isdir(path):
+            info = self.info(path)  # raises FileNotFoundError when missing
+            return [info] if detail else [info["name"]]
+        out = []
+        with self.image.scandir(path) as it:
+            for e in it:
+                full = f"{path}/{e.name}" if path else e.name
+                if detail:
+                    out.append(self.info(full))
+                else:
+                    out.append(full)
+        return out
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        return self.image.exists(self._strip_protocol(path))
+
+    def isdir(self, path: str) -> bool:
+        return self.image.isdir(self._strip_protocol(path))
+
+    def isfile(self, path: str) -> bool:
+        return self.image.isfile(self._strip_protocol(path))
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        path = self._strip_protocol(path)
+        if start is None and end is None:
+            return self.image.read(path)
+        size = self.image.stat(path).st_size
+        start = 0 if start is None else (start + size if start < 0 else start)
+        end = size if end is None else (end + size if end < 0 else end)
+        start, end = max(0, start), min(size, end)
+        if end <= start:
+            return b""
+        return self.image.read_range(path, start, end - start)
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict | None = None,
+        **kwargs: Any,
+    ):
+        if mode != "rb":
+            raise ValueError(f"packfs images are read-only: mode must be 'rb', not {mode!r}")
+        path = self._strip_protocol(path)
+        return self.image.open(path, "rb", buffering=block_size or -1)
+
+    def ukey(self, path: str) -> str:
+        st = self.image.stat(self._strip_protocol(path))
+        return f"{self.image.location}:{path}:{st.st_ino}:{st.st_size}:{st.st_mtime}"

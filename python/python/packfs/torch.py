@@ -1,0 +1,147 @@
+"""``packfs.torch``: a map-style dataset over a directory of an image.
+
+:class:`ImageFolder` is torchvision's ``ImageFolder`` read from an image:
+each subdirectory of ``root`` is a class (sorted by name, numbered from 0),
+every file below it a sample. Samples are read with
+:meth:`packfs.Image.read` (one file) or, through ``__getitems__``, which
+torch's DataLoader calls with a whole batch of indices, with
+:meth:`packfs.Image.read_many` (the batch decoded in parallel with the GIL
+released).
+
+The index is three numpy arrays (the paths' bytes end to end, their
+offsets, the targets), not a Python object per sample: a DataLoader worker
+forked from the main process touches no reference counts when it reads a
+sample's path, so the index stays shared with the parent instead of being
+copied page by page (pytorch issue 13246).
+
+Needs numpy, and torch only to be used by a DataLoader: this module
+imports neither torch nor torchvision.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ._image import Image
+
+#: torchvision's ``IMG_EXTENSIONS``.
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def pil_loader(data: bytes) -> Any:
+    """Decodes a sample to an RGB ``PIL.Image`` (as torchvision's default
+    loader does from a file); needs Pillow."""
+    from PIL import Image as PILImage
+
+    with PILImage.open(io.BytesIO(data)) as im:
+        return im.convert("RGB")
+
+
+def raw_loader(data: bytes) -> bytes:
+    """The sample's bytes as stored (the default: no decoding)."""
+    return data
+
+
+class ImageFolder:
+    """Samples under ``root`` in ``image``, one class per subdirectory.
+
+    ``image`` is a :class:`packfs.Image` or a location to open one;
+    ``loader(bytes)`` turns a file's bytes into a sample (default: the bytes
+    themselves; :func:`pil_loader` decodes images), then ``transform`` and
+    ``target_transform`` apply as in torchvision. A file is a sample when
+    ``is_valid_file(path)`` says so, else when its name ends with one of
+    ``extensions`` (case-insensitive; default: every file). Items are
+    ``(sample, target)``.
+
+    Attributes as torchvision's: ``classes``, ``class_to_idx``, ``targets``
+    (a numpy array); ``path(i)`` is sample ``i``'s path in the image.
+    """
+
+    def __init__(
+        self,
+        image: Image | str | os.PathLike,
+        root: str = "",
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        loader: Callable[[bytes], Any] | None = None,
+        extensions: Sequence[str] | None = None,
+        is_valid_file: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.image = image if isinstance(image, Image) else Image(image)
+        self.root = root.strip("/")
+        self.transform = transform
+        self.target_transform = target_transform
+        self.loader = loader if loader is not None else raw_loader
+        exts = tuple(e.lower() for e in extensions) if extensions is not None else None
+        if is_valid_file is None:
+
+            def is_valid_file(p: str) -> bool:
+                return exts is None or p.lower().endswith(exts)
+
+        self.classes = sorted(
+            e.name for e in self.image.scandir(self.root) if e.is_dir()
+        )
+        if not self.classes:
+            raise FileNotFoundError(f"no class directories under {self.root!r} in {self.image.location}")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        blob = bytearray()
+        offsets = [0]
+        targets = []
+        for c in self.classes:
+            top = f"{self.root}/{c}" if self.root else c
+            # The order of torchvision's make_dataset: directories sorted by
+            # path, files by name.
+            for dirpath, _, filenames in sorted(self.image.walk(top, followlinks=True)):
+                for name in sorted(filenames):
+                    p = f"{dirpath}/{name}"
+                    if is_valid_file(p):
+                        blob += os.fsencode(p)
+                        offsets.append(len(blob))
+                        targets.append(self.class_to_idx[c])
+        self._paths = np.frombuffer(bytes(blob), dtype=np.uint8)
+        self._offsets = np.asarray(offsets, dtype=np.int64)
+        self.targets = np.asarray(targets, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def _path_bytes(self, i: int) -> bytes:
+        n = len(self.targets)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out of range for {n} samples")
+        return self._paths[self._offsets[i] : self._offsets[i + 1]].tobytes()
+
+    def path(self, i: int) -> str:
+        """Sample ``i``'s path in the image."""
+        return os.fsdecode(self._path_bytes(i))
+
+    def _item(self, i: int, data: bytes) -> tuple:
+        sample = self.loader(data)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        target = int(self.targets[i])
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return sample, target
+
+    def __getitem__(self, i: int) -> tuple:
+        i = int(i)
+        return self._item(i, self.image.read(self._path_bytes(i)))
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """A batch: the files read together (``Image.read_many``)."""
+        indices = [int(i) for i in indices]
+        datas = self.image.read_many([self._path_bytes(i) for i in indices])
+        return [self._item(i, d) for i, d in zip(indices, datas)]
+
+    def __repr__(self) -> str:
+        return (
+            f"packfs.torch.ImageFolder({self.image.location!r}, root={self.root!r}: "
+            f"{len(self)} samples, {len(self.classes)} classes)"
+        )

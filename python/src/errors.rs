@@ -1,0 +1,171 @@
+//! The binding's error type and its one mapping to Python exceptions.
+//!
+//! Python code expects the exceptions `os` raises: a missing path is
+//! `FileNotFoundError`, a file where a directory was needed
+//! `NotADirectoryError`, and so on, each with `errno`, `strerror` and
+//! `filename` set so that `except OSError as e: e.errno` works. Damage and
+//! failed storage are `OSError(errno.EIO)` whose message names the image,
+//! the path inside it and the offset being read (mountfs's message says
+//! what was wrong, often with the image offset). A file that cannot be
+//! opened as an image is [`NotAnImageError`], an `OSError` subclass naming
+//! the file and the cause.
+
+use mountfs::FsError;
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyIsADirectoryError, PyNotADirectoryError, PyOSError, PyPermissionError,
+    PyValueError,
+};
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _native,
+    NotAnImageError,
+    PyOSError,
+    "The file or object is not a SquashFS or ZIP image packfs can read (or is damaged where the format starts)."
+);
+
+/// Symlinks followed while resolving one path before giving up, as Linux
+/// does (`MAXSYMLINKS`).
+pub const MAX_SYMLINKS: u32 = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error("too many levels of symbolic links")]
+    SymlinkLoop,
+    /// The file ended before the size its inode records.
+    #[error("corrupt image: the file holds {got} of the {size} bytes its entry records")]
+    Short { got: u64, size: u64 },
+    /// A panic inside the reader, caught before it reached Python.
+    #[error("internal error (a packfs bug, please report it): {0}")]
+    Panic(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs `f`, turning a panic into [`Error::Panic`]: a damaged image must
+/// raise in Python, never unwind through the interpreter.
+pub fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            Err(Error::Panic(msg))
+        }
+    }
+}
+
+/// A path inside the image as Python shows names: UTF-8, with undecodable
+/// bytes as lone surrogates (`os.fsdecode`), so it round-trips.
+pub fn py_name<'py>(py: Python<'py>, name: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    match std::str::from_utf8(name) {
+        Ok(s) => Ok(pyo3::types::PyString::new(py, s).into_any()),
+        Err(_) => {
+            pyo3::types::PyBytes::new(py, name).call_method1("decode", ("utf-8", "surrogateescape"))
+        }
+    }
+}
+
+/// Where an error happened, for its message.
+pub struct At<'a> {
+    /// The image's location, as given.
+    pub image: &'a str,
+    /// The path inside the image, as given.
+    pub path: &'a [u8],
+    /// The offset in the file being read, for reads.
+    pub offset: Option<u64>,
+}
+
+/// The exception for `err` raised while working on `at`.
+pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
+    let path = match py_name(py, at.path) {
+        Ok(p) => p.unbind(),
+        Err(e) => return e,
+    };
+    let here = format!("in image {:?}", at.image);
+    match err {
+        Error::Fs(FsError::NotFound) => PyFileNotFoundError::new_err((
+            libc::ENOENT,
+            format!("No such file or directory {here}"),
+            path,
+        )),
+        Error::Fs(FsError::NotDir) => {
+            PyNotADirectoryError::new_err((libc::ENOTDIR, format!("Not a directory {here}"), path))
+        }
+        Error::Fs(FsError::IsDir) => {
+            PyIsADirectoryError::new_err((libc::EISDIR, format!("Is a directory {here}"), path))
+        }
+        Error::Fs(FsError::NotSymlink) => PyOSError::new_err((
+            libc::EINVAL,
+            format!("Invalid argument (not a symbolic link) {here}"),
+            path,
+        )),
+        Error::SymlinkLoop => PyOSError::new_err((
+            libc::ELOOP,
+            format!("Too many levels of symbolic links {here}"),
+            path,
+        )),
+        Error::Fs(e @ FsError::Io { .. }) if e.errno() == libc::EACCES => {
+            PyPermissionError::new_err((libc::EACCES, format!("{e} {here}"), path))
+        }
+        other => {
+            let what = match at.offset {
+                Some(off) => format!("{other} (reading {} at offset {off})", lossy(at.path)),
+                None => format!("{other} (at {})", lossy(at.path)),
+            };
+            PyOSError::new_err((libc::EIO, what, at.image.to_string()))
+        }
+    }
+}
+
+/// The exception for a failed open of the image at `location`.
+pub fn open_to_py(err: Error, location: &str) -> PyErr {
+    // mountfs prefixes some messages with the image's name; the exception
+    // carries it as `filename`, so once is enough.
+    let strip = |m: String| {
+        m.strip_prefix(location)
+            .and_then(|r| r.strip_prefix(": "))
+            .map(str::to_string)
+            .unwrap_or(m)
+    };
+    let loc = location.to_string();
+    match err {
+        Error::Fs(FsError::Io { source, .. }) => {
+            let msg = strip(source.to_string());
+            match source.kind() {
+                std::io::ErrorKind::NotFound => {
+                    PyFileNotFoundError::new_err((libc::ENOENT, msg, loc))
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    PyPermissionError::new_err((libc::EACCES, msg, loc))
+                }
+                std::io::ErrorKind::IsADirectory => {
+                    PyIsADirectoryError::new_err((libc::EISDIR, msg, loc))
+                }
+                _ => PyOSError::new_err((source.raw_os_error().unwrap_or(libc::EIO), msg, loc)),
+            }
+        }
+        Error::Fs(FsError::Invalid(m)) => PyValueError::new_err(strip(m)),
+        Error::Fs(e @ FsError::UnknownFormat(_)) => {
+            NotAnImageError::new_err((libc::EINVAL, strip(e.to_string()), loc))
+        }
+        Error::Fs(
+            e @ (FsError::Corrupt(_) | FsError::BadBlock { .. } | FsError::Unsupported(_)),
+        ) => NotAnImageError::new_err((libc::EIO, strip(e.to_string()), loc)),
+        other => PyOSError::new_err((libc::EIO, strip(other.to_string()), loc)),
+    }
+}
+
+fn lossy(p: &[u8]) -> String {
+    let s = String::from_utf8_lossy(p);
+    if s.is_empty() {
+        "/".into()
+    } else {
+        format!("{s:?}")
+    }
+}

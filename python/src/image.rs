@@ -1,0 +1,489 @@
+//! `packfs._native.Image`: one opened image in one process.
+//!
+//! The Python class `packfs.Image` (python/packfs/_image.py) owns one of
+//! these per process: it opens a new one when it finds itself in a process
+//! other than the one that opened it (after `fork`, or unpickled in a
+//! spawned worker), because an image holds threads (the remote client's
+//! runtime, the `read_many` pool) that a forked child does not have. For
+//! the same reason an image dropped in another process than its own is
+//! leaked, not dropped: dropping a runtime whose threads do not exist
+//! could wait for them forever (see [`NativeImage`]'s `Drop`).
+//!
+//! Every method releases the GIL while it works inside mountfs, and holds
+//! a [`Call`] there so that a fork waits for it (see `fork.rs`).
+
+use crate::errors::{guarded, py_name, to_py, At, Error, Result};
+use crate::fork::Call;
+use crate::open::{self, Options, StorageCounters};
+use crate::resolve::resolve;
+use mountfs::fs::{Attr, FileKind, PackFs};
+use mountfs::open::AnyImage;
+use mountfs::remote::RemoteCounters;
+use mountfs::FsError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use rayon::prelude::*;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+
+/// The longest read handed to mountfs at once; longer reads are split.
+const MAX_READ: u64 = 1 << 30;
+
+/// What one process holds of an opened image.
+struct Inner {
+    /// The filesystem core the FUSE server uses, without readahead: no
+    /// background decoding threads, so nothing runs inside mountfs behind
+    /// the binding's back (see `fork.rs`).
+    fs: PackFs<AnyImage>,
+    location: String,
+    storage: Arc<StorageCounters>,
+    remote: Option<Arc<RemoteCounters>>,
+    /// Threads for `read_many`, made at its first call.
+    pool: OnceLock<std::result::Result<rayon::ThreadPool, String>>,
+    threads: usize,
+}
+
+#[pyclass(frozen, module = "packfs._native", name = "Image")]
+pub struct NativeImage {
+    /// The process that opened the image.
+    pid: u32,
+    inner: ManuallyDrop<Inner>,
+}
+
+impl Drop for NativeImage {
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.inner) }
+        }
+        // Else: inherited through fork, its threads are not in this process;
+        // leaked on purpose (see the module doc).
+    }
+}
+
+/// A path argument: `str` (undecodable bytes as lone surrogates, as
+/// `os.fsencode` takes them), `bytes`, or an `os.PathLike`.
+fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return match s.to_str() {
+            Ok(s) => Ok(s.as_bytes().to_vec()),
+            Err(_) => Ok(s
+                .call_method1("encode", ("utf-8", "surrogateescape"))?
+                .cast::<PyBytes>()?
+                .as_bytes()
+                .to_vec()),
+        };
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    let fspath = obj.py().import("os")?.call_method1("fspath", (obj,))?;
+    if fspath.is(obj) {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "expected str, bytes or os.PathLike",
+        ));
+    }
+    path_arg(&fspath)
+}
+
+/// `st_mode` type bits of a kind.
+fn type_bits(kind: FileKind) -> u32 {
+    kind.mode_bits()
+}
+
+impl Inner {
+    fn read_pool(&self) -> Result<&rayon::ThreadPool> {
+        let pool = self.pool.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(self.threads.max(1))
+                .thread_name(|i| format!("packfs-read-{i}"))
+                .build()
+                .map_err(|e| e.to_string())
+        });
+        pool.as_ref()
+            .map_err(|e| Error::Panic(format!("cannot start read threads: {e}")))
+    }
+
+    /// A regular file's entry (following symlinks).
+    fn file(&self, path: &[u8]) -> Result<Attr> {
+        let a = resolve(&self.fs, path, true)?;
+        match a.kind {
+            FileKind::File => Ok(a),
+            FileKind::Dir => Err(FsError::IsDir.into()),
+            _ => Err(FsError::Invalid("not a regular file".into()).into()),
+        }
+    }
+
+    /// Up to `size` bytes of `node` from `offset`; fewer only at the end.
+    fn read_node(&self, node: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let mut out: Option<Vec<u8>> = None;
+        let mut at = offset;
+        let end = offset.saturating_add(size);
+        while at < end {
+            let want = (end - at).min(MAX_READ) as u32;
+            let got = self.fs.read(node, at, want)?;
+            let n = got.len() as u64;
+            match &mut out {
+                None => out = Some(got),
+                Some(v) => v.extend_from_slice(&got),
+            }
+            at += n;
+            if n < want as u64 {
+                break;
+            }
+        }
+        Ok(out.unwrap_or_default())
+    }
+
+    /// The whole file, checked against the size its entry records.
+    fn read_whole(&self, a: &Attr) -> Result<Vec<u8>> {
+        let data = self.read_node(a.node, 0, a.size)?;
+        if (data.len() as u64) < a.size {
+            return Err(Error::Short {
+                got: data.len() as u64,
+                size: a.size,
+            });
+        }
+        Ok(data)
+    }
+
+    fn read_path(&self, path: &[u8]) -> Result<Vec<u8>> {
+        let a = self.file(path)?;
+        self.read_whole(&a)
+    }
+
+    fn list(&self, path: &[u8]) -> Result<Vec<mountfs::fs::DirEntry>> {
+        let a = resolve(&self.fs, path, true)?;
+        if a.kind != FileKind::Dir {
+            return Err(FsError::NotDir.into());
+        }
+        Ok(self.fs.list(a.node)?)
+    }
+}
+
+impl NativeImage {
+    fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// Runs `f` inside mountfs: GIL released, fork held off, panics caught.
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Inner) -> Result<T> + Send,
+    ) -> Result<T> {
+        let inner = self.inner();
+        py.detach(|| {
+            let _call = Call::enter();
+            guarded(|| f(inner))
+        })
+    }
+
+    fn err(&self, py: Python<'_>, e: Error, path: &[u8], offset: Option<u64>) -> PyErr {
+        to_py(
+            py,
+            e,
+            &At {
+                image: &self.inner.location,
+                path,
+                offset,
+            },
+        )
+    }
+}
+
+/// The fields of `os.stat_result` the image knows, in that order.
+type StatTuple = (u32, u64, u32, u32, u32, u64, i64, u32, u64);
+
+fn stat_tuple(a: &Attr) -> StatTuple {
+    (
+        type_bits(a.kind) | a.perm as u32,
+        a.ino,
+        a.nlink,
+        a.uid,
+        a.gid,
+        a.size,
+        a.mtime,
+        a.rdev,
+        a.blocks(),
+    )
+}
+
+#[pymethods]
+impl NativeImage {
+    /// Opens `location` with a decoded-block cache of `cache_size` bytes, a
+    /// fetched-range cache of `range_cache` bytes (remote images) and
+    /// `threads` threads for `read_many`.
+    #[new]
+    #[pyo3(signature = (location, cache_size, range_cache, threads, profile=None, endpoint=None))]
+    fn new(
+        py: Python<'_>,
+        location: &Bound<'_, PyAny>,
+        cache_size: usize,
+        range_cache: u64,
+        threads: usize,
+        profile: Option<String>,
+        endpoint: Option<String>,
+    ) -> PyResult<Self> {
+        let location: String = String::from_utf8_lossy(&path_arg(location)?).into_owned();
+        let o = Options {
+            cache_bytes: cache_size,
+            range_cache,
+            profile,
+            endpoint,
+        };
+        let opened = py
+            .detach(|| {
+                let _call = Call::enter();
+                guarded(|| Ok(open::open(&location, &o)?))
+            })
+            .map_err(|e| crate::errors::open_to_py(e, &location))?;
+        Ok(NativeImage {
+            pid: std::process::id(),
+            inner: ManuallyDrop::new(Inner {
+                fs: PackFs::new(opened.image, 0, 0),
+                location,
+                storage: opened.storage,
+                remote: opened.remote,
+                pool: OnceLock::new(),
+                threads,
+            }),
+        })
+    }
+
+    /// The process id that opened this image.
+    #[getter]
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    #[getter]
+    fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    /// "squashfs", "zip" or "union".
+    #[getter]
+    fn format(&self) -> &'static str {
+        match self.inner.fs.image.format() {
+            mountfs::open::Format::SquashFs => "squashfs",
+            mountfs::open::Format::Zip => "zip",
+            mountfs::open::Format::Union => "union",
+        }
+    }
+
+    /// The image's block size (a good buffer size for streams).
+    #[getter]
+    fn block_size(&self) -> u32 {
+        use mountfs::image::Image as _;
+        self.inner.fs.image.block_size()
+    }
+
+    /// `(mode, ino, nlink, uid, gid, size, mtime, rdev, blocks)` of `path`.
+    fn stat(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        follow_symlinks: bool,
+    ) -> PyResult<StatTuple> {
+        let p = path_arg(path)?;
+        self.call(py, |i| {
+            Ok(stat_tuple(&resolve(&i.fs, &p, follow_symlinks)?))
+        })
+        .map_err(|e| self.err(py, e, &p, None))
+    }
+
+    /// The `st_mode` type bits of `path` (following symlinks), or None
+    /// when nothing is there (missing, or a non-directory in the way, or a
+    /// symlink loop); damage raises.
+    fn kind(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+        let p = path_arg(path)?;
+        match self.call(py, |i| resolve(&i.fs, &p, true)) {
+            Ok(a) => Ok(Some(type_bits(a.kind))),
+            Err(Error::Fs(FsError::NotFound | FsError::NotDir) | Error::SymlinkLoop) => Ok(None),
+            Err(e) => Err(self.err(py, e, &p, None)),
+        }
+    }
+
+    /// `(node, size)` of a regular file, for a file object.
+    fn open_file(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+        let p = path_arg(path)?;
+        self.call(py, |i| {
+            let a = i.file(&p)?;
+            // Prepares the file now, so that a damaged entry fails here.
+            i.fs.open(a.node)?;
+            Ok((a.node, a.size))
+        })
+        .map_err(|e| self.err(py, e, &p, None))
+    }
+
+    /// The whole file at `path`.
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let p = path_arg(path)?;
+        let data = self
+            .call(py, |i| i.read_path(&p))
+            .map_err(|e| self.err(py, e, &p, Some(0)))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Up to `size` bytes of `path` from `offset` (fewer at the end).
+    fn read_range<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+        offset: u64,
+        size: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let p = path_arg(path)?;
+        let data = self
+            .call(py, |i| {
+                let a = i.file(&p)?;
+                i.read_node(a.node, offset, size)
+            })
+            .map_err(|e| self.err(py, e, &p, Some(offset)))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Up to `size` bytes of file `node` (from `open_file`) from `offset`;
+    /// `path` is for messages.
+    fn read_node<'py>(
+        &self,
+        py: Python<'py>,
+        node: u64,
+        offset: u64,
+        size: u64,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let data = self
+            .call(py, |i| i.read_node(node, offset, size))
+            .map_err(|e| {
+                let p = path_arg(path).unwrap_or_default();
+                self.err(py, e, &p, Some(offset))
+            })?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Whole files, decoded in parallel on this image's read threads; the
+    /// first failure (in the order given) raises.
+    fn read_many<'py>(
+        &self,
+        py: Python<'py>,
+        paths: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let paths: Vec<Vec<u8>> = paths
+            .try_iter()?
+            .map(|p| path_arg(&p?))
+            .collect::<PyResult<_>>()?;
+        let results: Vec<Result<Vec<u8>>> = self
+            .call(py, |i| {
+                let pool = i.read_pool()?;
+                Ok(pool.install(|| {
+                    paths
+                        .par_iter()
+                        .map(|p| guarded(|| i.read_path(p)))
+                        .collect()
+                }))
+            })
+            .map_err(|e| self.err(py, e, b"", None))?;
+        let list = PyList::empty(py);
+        for (r, p) in results.into_iter().zip(&paths) {
+            match r {
+                Ok(data) => list.append(PyBytes::new(py, &data))?,
+                Err(e) => return Err(self.err(py, e, p, Some(0))),
+            }
+        }
+        Ok(list)
+    }
+
+    /// Names in the directory `path` (without "." and "..").
+    fn listdir<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let p = path_arg(path)?;
+        let entries = self
+            .call(py, |i| i.list(&p))
+            .map_err(|e| self.err(py, e, &p, None))?;
+        let list = PyList::empty(py);
+        for e in entries {
+            list.append(py_name(py, &e.name)?)?;
+        }
+        Ok(list)
+    }
+
+    /// `(name, type bits, ino)` of each entry of the directory `path`.
+    fn scandir<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let p = path_arg(path)?;
+        let entries = self
+            .call(py, |i| i.list(&p))
+            .map_err(|e| self.err(py, e, &p, None))?;
+        let list = PyList::empty(py);
+        for e in entries {
+            list.append((py_name(py, &e.name)?, type_bits(e.kind), e.ino))?;
+        }
+        Ok(list)
+    }
+
+    /// The target of the symlink `path`.
+    fn readlink<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let p = path_arg(path)?;
+        let target = self
+            .call(py, |i| {
+                let a = resolve(&i.fs, &p, false)?;
+                Ok(i.fs.readlink(a.node)?)
+            })
+            .map_err(|e| self.err(py, e, &p, None))?;
+        py_name(py, &target)
+    }
+
+    /// Counters since the image was opened in this process.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let i = self.inner();
+        let c = i.fs.image.cache().stats();
+        let fsc = i.fs.counters.snapshot();
+        let d = PyDict::new(py);
+        d.set_item("cache_hits", c.hits)?;
+        d.set_item("cache_misses", c.misses)?;
+        d.set_item("cache_evictions", c.evictions)?;
+        d.set_item("cache_bytes", c.bytes)?;
+        d.set_item("cache_budget", c.budget)?;
+        d.set_item("lookups", i.fs.counters.lookups.load(Relaxed))?;
+        d.set_item("reads", i.fs.counters.reads.load(Relaxed))?;
+        d.set_item("read_bytes", fsc.read_bytes)?;
+        d.set_item("errors", fsc.errors)?;
+        match &i.remote {
+            // A remote image: what went over the network.
+            Some(r) => {
+                let s = r.snapshot();
+                d.set_item("storage_bytes", s.bytes_fetched)?;
+                d.set_item(
+                    "requests",
+                    s.get_requests + s.head_requests + s.other_requests,
+                )?;
+                d.set_item("get_requests", s.get_requests)?;
+                d.set_item("failed_requests", s.failed_requests)?;
+                d.set_item("ranges_fetched", s.ranges_fetched)?;
+            }
+            // A file: the reads that reached it.
+            None => {
+                d.set_item("storage_bytes", i.storage.bytes.load(Relaxed))?;
+                d.set_item("requests", i.storage.reads.load(Relaxed))?;
+            }
+        }
+        Ok(d)
+    }
+}

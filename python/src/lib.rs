@@ -1,0 +1,31 @@
+//! `packfs._native`: the Rust half of the Python package `packfs`.
+//!
+//! A thin layer over `mountfs`: opening goes through mountfs's locations,
+//! format detection and union (`open.rs`), paths are resolved with
+//! `PackFs::lookup` (`resolve.rs`), and reads and listings are `PackFs`
+//! calls (`image.rs`), the same core the FUSE server answers from. What
+//! lives here is only what Python needs on top: exceptions as `os` raises
+//! them (`errors.rs`), the GIL released around every call, parallel reads
+//! for `read_many`, and safety across `fork` (`fork.rs`). The Python API
+//! itself (pickling, file objects, `walk`, fsspec, torch) is Python, in
+//! python/packfs/.
+
+mod errors;
+mod fork;
+mod image;
+mod open;
+mod resolve;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<image::NativeImage>()?;
+    m.add(
+        "NotAnImageError",
+        m.py().get_type::<errors::NotAnImageError>(),
+    )?;
+    m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::after_fork, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Opening an image location as the CLI does, with the reads that reach
+//! storage counted (for `Image.stats()`).
+//!
+//! This is `AnyImage::open_location` with one layer added: a counting
+//! source under each image (each shard of a manifest), between the file or
+//! object and the stream readahead. mountfs's `CountingSource` counts per
+//! source; a union has one per shard, so the binding's [`Counted`] adds to
+//! one shared set of counters instead. Format detection, the union, remote
+//! sources and the readers are mountfs's.
+
+use mountfs::location::{self, ImageLocation};
+use mountfs::open::{is_manifest, AnyImage};
+use mountfs::readahead::StreamReadahead;
+use mountfs::remote::{RemoteCounters, RemoteOptions};
+use mountfs::source::{open_image, ImageSource, IoMode};
+use mountfs::union::{self, OnConflict, UnionOptions};
+use mountfs::FsError;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// What the caller chose (Python's `Image(...)` arguments, the cache
+/// budget already divided among workers).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Byte budget of the decoded-block cache.
+    pub cache_bytes: usize,
+    /// Byte budget of a remote image's fetched-range cache.
+    pub range_cache: u64,
+    pub profile: Option<String>,
+    pub endpoint: Option<String>,
+}
+
+/// Reads that reached the image file or object source, summed over shards.
+#[derive(Debug, Default)]
+pub struct StorageCounters {
+    pub reads: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// An image source whose reads are added to shared counters.
+struct Counted<S> {
+    inner: S,
+    counters: Arc<StorageCounters>,
+}
+
+impl<S: ImageSource> ImageSource for Counted<S> {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> mountfs::Result<()> {
+        self.counters.reads.fetch_add(1, Relaxed);
+        self.counters.bytes.fetch_add(buf.len() as u64, Relaxed);
+        self.inner.read_at(off, buf)
+    }
+    fn will_need(&self, off: u64, len: usize) {
+        self.inner.will_need(off, len)
+    }
+}
+
+/// An opened image and its counters.
+pub struct Opened {
+    pub image: AnyImage,
+    pub storage: Arc<StorageCounters>,
+    pub remote: Option<Arc<RemoteCounters>>,
+}
+
+/// Counted, then wrapped for stream readahead, as `AnyImage` opens images.
+fn wrap(src: Box<dyn ImageSource>, counters: &Arc<StorageCounters>) -> Box<dyn ImageSource> {
+    Box::new(StreamReadahead::new(Counted {
+        inner: src,
+        counters: counters.clone(),
+    }))
+}
+
+/// Opens `location` (a file, a shard manifest, `s3://BUCKET/KEY`,
+/// `http(s)://...`).
+pub fn open(location: &str, o: &Options) -> Result<Opened, FsError> {
+    let loc = ImageLocation::parse(location).map_err(FsError::Invalid)?;
+    let remote = RemoteOptions {
+        endpoint: o.endpoint.clone(),
+        profile: o.profile.clone(),
+        cache_bytes: o.range_cache,
+        ..Default::default()
+    };
+    remote.validate().map_err(FsError::Invalid)?;
+    let storage = Arc::new(StorageCounters::default());
+    if let ImageLocation::Local(p) = &loc {
+        if is_manifest(p) {
+            let counters = storage.clone();
+            let opts = UnionOptions {
+                cache_bytes: o.cache_bytes,
+                on_conflict: OnConflict::Error,
+                open: Box::new(move |shard: &Path, cache| {
+                    let src = wrap(open_image(shard, IoMode::Pread)?, &counters);
+                    AnyImage::from_source_with_cache(src, &shard.display().to_string(), cache)
+                }),
+            };
+            let image = AnyImage::Union(Box::new(union::open_manifest(p, opts)?));
+            return Ok(Opened {
+                image,
+                storage,
+                remote: None,
+            });
+        }
+    }
+    let opened = location::open_location(&loc, IoMode::Pread, &remote)?;
+    let image = AnyImage::from_source(wrap(opened.source, &storage), &opened.name, o.cache_bytes)?;
+    Ok(Opened {
+        image,
+        storage,
+        remote: opened.remote,
+    })
+}

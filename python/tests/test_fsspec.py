@@ -1,0 +1,77 @@
+"""``packfs://`` through fsspec, pandas and pyarrow."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import fsspec
+import pandas
+
+import packfs
+from packfs.fsspec import PackFileSystem
+
+
+def test_registered_by_entry_point():
+    assert fsspec.get_filesystem_class("packfs") is PackFileSystem
+
+
+def test_open_cat_ls_glob(images, tree):
+    path = str(images["packfs-sqfs"][0])
+    fs = fsspec.filesystem("packfs", fo=path)
+    assert fs.cat("a/hello.txt") == b"hello world\n"
+    assert fs.cat_file("big.txt", 10, 30) == (tree / "big.txt").read_bytes()[10:30]
+    assert fs.cat_file("big.txt", -5) == (tree / "big.txt").read_bytes()[-5:]
+    assert sorted(fs.ls("a", detail=False)) == sorted(f"a/{p.name}" for p in (tree / "a").iterdir())
+    info = fs.info("big.txt")
+    assert info["type"] == "file" and info["size"] == (tree / "big.txt").stat().st_size
+    assert fs.info("a")["type"] == "directory"
+    assert fs.isdir("a/b") and fs.isfile("a/hello.txt") and not fs.exists("nope")
+    assert sorted(fs.glob("many/f000*")) == [f"many/f000{i}" for i in range(10)]
+    assert "a/b/c/deep.txt" in fs.find("a")
+    with fsspec.open("packfs://a/b/c/deep.txt", fo=path) as f:
+        assert f.read() == (tree / "a/b/c/deep.txt").read_bytes()
+    with fsspec.open("packfs://table.csv", "rt", fo=path) as f:
+        assert f.readline() == "x,y,name\n"
+    with pytest.raises(FileNotFoundError):
+        fs.cat("missing")
+    with pytest.raises(ValueError):
+        fs.open("a/new", "wb")
+
+
+def test_pandas_and_pyarrow_read_inside_an_image(images, tree):
+    path = str(images["packfs-zip"][0])
+    want = pandas.read_csv(tree / "table.csv")
+    got = pandas.read_csv("packfs://table.csv", storage_options={"fo": path})
+    pandas.testing.assert_frame_equal(got, want)
+    # Chained: the image is the target of the URL.
+    got = pandas.read_csv(f"packfs://table.csv::file://{path}")
+    pandas.testing.assert_frame_equal(got, want)
+    import pyarrow.csv as pacsv
+
+    with fsspec.open("packfs://table.csv", fo=path) as f:
+        table = pacsv.read_csv(f)
+    assert table.num_rows == 1000
+
+
+def test_s3_target_and_chaining(images, tree, moto):
+    name = images["packfs-sqfs"][0].name
+    fs = fsspec.filesystem("packfs", fo=f"s3://images/{name}", endpoint=moto)
+    assert fs.cat("a/hello.txt") == b"hello world\n"
+    try:
+        import s3fs  # noqa: F401  (fsspec needs it to parse a chained s3:// URL)
+    except ImportError:
+        from conftest import need
+
+        need(False, "s3fs is not installed (fsspec parses chained s3:// URLs with it)")
+    with fsspec.open(f"packfs://table.csv::s3://images/{name}",
+                     s3={"endpoint_url": moto}) as f:
+        assert pandas.read_csv(f).equals(pandas.read_csv(tree / "table.csv"))
+
+
+def test_filesystem_pickles(images):
+    fs = PackFileSystem(fo=str(images["packfs-sqfs"][0]))
+    fs2 = pickle.loads(pickle.dumps(fs))
+    assert fs2.cat("a/hello.txt") == b"hello world\n"
+    assert isinstance(fs2.image, packfs.Image)

@@ -1,0 +1,231 @@
+"""Every file of every fixture image, read through packfs, against a reader
+nobody here wrote: the kernel's SquashFS driver (loop mount, as root) or
+unsquashfs, and unzip."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import packfs
+from conftest import need, need_tool
+
+IMAGE_NAMES = [
+    "mksquashfs-gzip-131072",
+    "mksquashfs-xz-1048576",
+    "mksquashfs-lz4-4096",
+    "mksquashfs-zstd-65536",
+    "mksquashfs-lzo-131072",
+    "packfs-sqfs",
+    "packfs-zip",
+    "infozip",
+    "pyzip",
+]
+
+
+@pytest.fixture(scope="module")
+def reference(images, work, request):
+    """name -> (root of the reference tree, whether it has full stat)."""
+    refs: dict = {}
+    mounts: list = []
+    yield refs, mounts
+    for m in mounts:
+        subprocess.run(["umount", str(m)], check=False)
+
+
+def reference_tree(name, images, work, reference):
+    refs, mounts = reference
+    if name in refs:
+        return refs[name]
+    path, kind = images[name]
+    dest = work / "ref" / name
+    dest.parent.mkdir(exist_ok=True)
+    if kind == "squashfs":
+        if os.geteuid() == 0:
+            dest.mkdir()
+            r = subprocess.run(["mount", "-t", "squashfs", "-o", "loop,ro", str(path), str(dest)],
+                               capture_output=True, text=True)
+            need(r.returncode == 0, f"kernel squashfs mount failed: {r.stderr.strip()}")
+            mounts.append(dest)
+            refs[name] = (dest, True)
+        else:
+            need(not os.environ.get("CI"), "the kernel mount reference needs root")
+            need_tool("unsquashfs")
+            subprocess.run(["unsquashfs", "-q", "-n", "-d", str(dest), str(path)], check=True,
+                           stdout=subprocess.DEVNULL)
+            refs[name] = (dest, False)
+    else:
+        need_tool("unzip")
+        dest.mkdir()
+        subprocess.run(["unzip", "-q", "-X", str(path), "-d", str(dest)], check=True,
+                       env=dict(os.environ, TZ="UTC"))
+        refs[name] = (dest, False)
+    return refs[name]
+
+
+def walk_reference(root: Path):
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel
+        for n in dirnames + filenames:
+            yield os.path.join(rel, n) if rel else n
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_every_file_equals_the_reference(name, images, work, reference):
+    root, full_stat = reference_tree(name, images, work, reference)
+    img = packfs.Image(images[name][0])
+    seen = set()
+    for rel in walk_reference(root):
+        ref = root / rel
+        seen.add(rel)
+        lst = os.lstat(ref)
+        mine = img.lstat(rel)
+        assert stat.S_IFMT(mine.st_mode) == stat.S_IFMT(lst.st_mode), rel
+        if stat.S_ISLNK(lst.st_mode):
+            assert img.readlink(rel) == os.readlink(ref), rel
+            assert img.islink(rel)
+            continue
+        if images[name][1] == "squashfs" or name != "pyzip":
+            assert stat.S_IMODE(mine.st_mode) == stat.S_IMODE(lst.st_mode), rel
+        if stat.S_ISREG(lst.st_mode):
+            data = ref.read_bytes()
+            assert img.read(rel) == data, rel
+            assert img.read("/" + rel) == data, rel
+            assert mine.st_size == lst.st_size, rel
+            assert img.isfile(rel) and not img.isdir(rel)
+            if images[name][1] == "zip" and name == "pyzip":
+                pass  # zipfile stores local DOS times: compared by size and bytes only
+            else:
+                assert mine.st_mtime == lst.st_mtime, rel
+        else:
+            assert img.isdir(rel) and img.isdir(rel + "/")
+            assert sorted(img.listdir(rel)) == sorted(os.listdir(ref)), rel
+        if full_stat:
+            for f in ("st_ino", "st_nlink", "st_uid", "st_gid", "st_mtime", "st_size", "st_mode"):
+                assert getattr(mine, f) == getattr(lst, f), (rel, f)
+    # Nothing the reference lacks (pyzip stores no symlinks or empty dirs).
+    listed = {os.path.join(d, n) if d else n for d, ds, fs in img.walk("") for n in ds + fs}
+    assert listed == seen
+    assert sorted(img.listdir("")) == sorted(os.listdir(root))
+    assert sorted(img.listdir("/")) == sorted(os.listdir(root))
+
+
+@pytest.mark.parametrize("name", ["mksquashfs-gzip-131072", "packfs-zip"])
+def test_symlinks_are_followed_inside_the_image(name, images, tree):
+    img = packfs.Image(images[name][0])
+    assert img.read("a/link_rel") == (tree / "a/hello.txt").read_bytes()
+    assert img.read("a/link_up") == (tree / "random.bin").read_bytes()
+    assert img.read("a/link_dir/deep.txt") == (tree / "a/b/c/deep.txt").read_bytes()
+    assert img.isdir("a/link_dir") and not img.islink("a/b")
+    assert img.stat("a/link_rel").st_size == 12
+    assert stat.S_ISLNK(img.lstat("a/link_rel").st_mode)
+    assert not img.exists("dangling") and img.islink("dangling")
+    with pytest.raises(FileNotFoundError):
+        img.read("dangling")
+
+
+def test_ranges_files_and_many(images, tree):
+    img = packfs.Image(images["mksquashfs-lz4-4096"][0])
+    big = (tree / "big.txt").read_bytes()
+    assert img.read_range("big.txt", 1000, 50_000) == big[1000:51_000]
+    assert img.read_range("big.txt", len(big) - 10, 100) == big[-10:]
+    assert img.read_range("big.txt", len(big) + 5, 100) == b""
+    with img.open("big.txt") as f:
+        assert isinstance(f, io.BufferedReader)
+        assert f.read(10) == big[:10]
+        f.seek(-100, io.SEEK_END)
+        assert f.tell() == len(big) - 100
+        assert f.read() == big[-100:]
+        f.seek(5000)
+        assert f.readline() == big[5000:].split(b"\n", 1)[0] + b"\n"
+        assert f.seekable() and f.readable() and not f.writable()
+    assert f.closed
+    with pytest.raises(ValueError):
+        f.read()
+    raw = img.open("random.bin", buffering=0)
+    buf = bytearray(1000)
+    assert raw.readinto(buf) == 1000 and bytes(buf) == (tree / "random.bin").read_bytes()[:1000]
+    raw.seek(0)
+    assert raw.readall() == (tree / "random.bin").read_bytes()
+    raw.close()
+    with img.open("table.csv", "r") as t:
+        assert t.readline() == "x,y,name\n"
+    names = [f"many/f{i:04d}" for i in range(0, 300, 7)]
+    assert img.read_many(names) == [(tree / n).read_bytes() for n in names]
+    assert img.read_many([]) == []
+
+
+def test_manifest_reads_as_one_tree(manifest, tree):
+    img = packfs.Image(manifest)
+    assert img.format == "union"
+    for dirpath, dirnames, filenames in os.walk(tree):
+        rel = os.path.relpath(dirpath, tree)
+        rel = "" if rel == "." else rel
+        assert sorted(img.listdir(rel)) == sorted(dirnames + filenames)
+        for n in filenames:
+            p = os.path.join(rel, n) if rel else n
+            if not os.path.islink(os.path.join(dirpath, n)):
+                assert img.read(p) == Path(dirpath, n).read_bytes(), p
+
+
+@pytest.mark.parametrize("name", ["packfs-sqfs", "packfs-zip"])
+def test_http_and_s3_images(name, images, tree, range_server, moto):
+    path = images[name][0]
+    for loc, kw in [
+        (f"{range_server}/{path.name}", {}),
+        (f"s3://images/{path.name}", {"endpoint": moto}),
+    ]:
+        img = packfs.Image(loc, **kw)
+        assert img.read("big.txt") == (tree / "big.txt").read_bytes()
+        names = [f"many/f{i:04d}" for i in range(300)]
+        assert img.read_many(names) == [(tree / n).read_bytes() for n in names]
+        s = img.stats()
+        assert s["requests"] > 0 and s["storage_bytes"] > 0, s
+    with pytest.raises(FileNotFoundError):
+        packfs.Image(f"{range_server}/missing.sqfs")
+    with pytest.raises(FileNotFoundError):
+        packfs.Image("s3://images/missing.sqfs", endpoint=moto)
+
+
+def test_stats_count_cache_and_storage(images):
+    img = packfs.Image(images["packfs-sqfs"][0], cache_size=64 << 20)
+    before = img.stats()
+    img.read("big.txt")
+    mid = img.stats()
+    assert mid["storage_bytes"] > before["storage_bytes"]
+    assert mid["cache_misses"] > before["cache_misses"]
+    assert mid["cache_budget"] == 64 << 20
+    img.read("big.txt")
+    after = img.stats()
+    assert after["cache_hits"] > mid["cache_hits"]
+    assert after["storage_bytes"] == mid["storage_bytes"]
+
+
+def test_scandir_and_walk_like_os(images, tree):
+    img = packfs.Image(images["packfs-sqfs"][0])
+    with img.scandir("a") as it:
+        entries = {e.name: e for e in it}
+    ref = {e.name: e for e in os.scandir(tree / "a")}
+    assert entries.keys() == ref.keys()
+    for n, e in entries.items():
+        r = ref[n]
+        assert e.path == f"a/{n}"
+        assert e.is_dir() == r.is_dir() and e.is_file() == r.is_file(), n
+        assert e.is_symlink() == r.is_symlink(), n
+        assert e.is_dir(follow_symlinks=False) == r.is_dir(follow_symlinks=False), n
+        if not r.is_dir(follow_symlinks=False):  # directory sizes are the filesystem's
+            assert e.stat(follow_symlinks=False).st_size == r.stat(follow_symlinks=False).st_size, n
+    mine = sorted((d, sorted(ds), sorted(fs)) for d, ds, fs in img.walk("a"))
+    theirs = sorted(
+        (os.path.relpath(d, tree), sorted(ds), sorted(fs)) for d, ds, fs in os.walk(tree / "a")
+    )
+    assert mine == theirs
+    bottom_up = [d for d, _, _ in img.walk("a", topdown=False)]
+    assert bottom_up[-1] == "a" and bottom_up.index("a/b/c") < bottom_up.index("a/b")
+    assert img.listdir(b"a") and all(isinstance(n, bytes) for n in img.listdir(b"a"))

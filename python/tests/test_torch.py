@@ -1,0 +1,73 @@
+"""packfs.torch.ImageFolder in a real torch DataLoader: 2 workers under each
+start method, and persistent workers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import packfs
+import packfs.torch
+from conftest import need
+
+try:
+    import torch
+    from torch.utils.data import DataLoader
+except ImportError:  # scripts/python_tests.sh installs torch
+    torch = None
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, packfs_bin):
+    need(torch is not None, "torch is not installed (scripts/python_tests.sh installs it)")
+    import subprocess
+
+    root = tmp_path_factory.mktemp("folder")
+    tree = root / "tree" / "train"
+    want = {}
+    for c in ("cat", "dog", "eel"):
+        (tree / c / "sub").mkdir(parents=True)
+        for i in range(23):
+            p = tree / c / ("sub" if i % 4 == 0 else "") / f"{i:03d}.jpg"
+            data = os.urandom(100 + 37 * i) + c.encode()
+            p.write_bytes(data)
+            want[data] = c
+        (tree / c / "notes.txt").write_text("not a sample")
+    img = root / "folder.sqfs"
+    subprocess.run([packfs_bin, "pack", str(root / "tree"), "-o", str(img), "-q"], check=True)
+    return img, want
+
+
+def collate(batch):
+    return batch
+
+
+def test_index_like_torchvision(folder):
+    img, want = folder
+    ds = packfs.torch.ImageFolder(packfs.Image(img), "train", extensions=(".jpg",))
+    assert ds.classes == ["cat", "dog", "eel"] and len(ds) == 69
+    assert ds._paths.dtype.name == "uint8" and ds.targets.dtype.name == "int64"
+    for i in range(len(ds)):
+        data, target = ds[i]
+        assert want[data] == ds.classes[target]
+    assert ds.__getitems__([5, 0, 68]) == [ds[5], ds[0], ds[68]]
+    assert ds.path(0) == "train/cat/000.jpg" or ds.path(0).startswith("train/cat/")
+
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_two_workers(folder, method, persistent):
+    img, want = folder
+    ds = packfs.torch.ImageFolder(img, "train", extensions=(".jpg",))
+    ds.image.read(ds.path(0))  # used in the parent before the workers start
+    dl = DataLoader(ds, batch_size=8, shuffle=True, num_workers=2, collate_fn=collate,
+                    multiprocessing_context=method, persistent_workers=persistent)
+    for epoch in range(2):
+        seen = []
+        for batch in dl:
+            for data, target in batch:
+                assert want[data] == ds.classes[target]
+                seen.append(data)
+        assert sorted(seen) == sorted(want), epoch

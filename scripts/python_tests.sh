@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds and tests the Python package (python/): a venv in target/pyvenv
+# (reused), `pip install ./python[test]` (maturin builds the extension),
+# torch, then pytest on python/tests. Run after scripts/setup.sh (it needs
+# python3-venv, zip, unzip, squashfs-tools; the kernel reference mounts
+# need root). Extra arguments go to pytest.
+#
+# Env: PYTHON (default python3), PACKFS_PY_VENV (default target/pyvenv),
+# PACKFS_BIN (the CLI the fixtures are packed with; default: cargo builds
+# it), PACKFS_PY_TORCH=0 to leave torch out (its tests then skip, or fail
+# under CI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+venv=${PACKFS_PY_VENV:-$repo/target/pyvenv}
+python=${PYTHON:-python3}
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install --upgrade pip
+# The extension is built in dev profile into the main target directory:
+# the main workspace's build has compiled the shared dependencies the same
+# way already (python/Cargo.toml copies its profiles and its lock pins the
+# same versions). `pip install ./python` without this builds a release.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
+MATURIN_PEP517_ARGS="--profile dev" "${pip[@]}" install --force-reinstall --no-deps ./python
+"${pip[@]}" install "./python[test]" s3fs
+if [ "${PACKFS_PY_TORCH:-1}" != 0 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    # PyPI's torch is the CUDA build: about 3 minutes and 5 GB here.
+    "${pip[@]}" install torch
+fi
+cd python
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
