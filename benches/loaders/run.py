@@ -129,13 +129,24 @@ def collate_decode(batch):
 # pytorch #13246), on every side alike.
 
 
-class FileDataset:
-    """open + read per sample under root: the raw side and the FUSE mount."""
+def scan_classes(listdir):
+    """ImageFolder's scan: classes are the sorted subdirectories of train/, samples their sorted files; listdir(rel)
+    lists a directory of the side. Returns (paths as a numpy bytes array, labels)."""
+    paths, labels = [], []
+    for label, c in enumerate(sorted(listdir("train"))):
+        for name in sorted(listdir(f"train/{c}")):
+            paths.append(f"train/{c}/{name}".encode())
+            labels.append(label)
+    return np.array(paths), np.asarray(labels, dtype=np.int64)
 
-    def __init__(self, root, paths, labels, transform):
+
+class FileDataset:
+    """open + read per sample under root: the raw side and the FUSE mount. Scans the tree at construction as
+    torchvision's ImageFolder does (readdir of train/ and of every class)."""
+
+    def __init__(self, root, transform):
         self.root = os.fsencode(root) + b"/"
-        self.paths = np.array([os.fsencode(p) for p in paths])
-        self.labels = np.asarray(labels, dtype=np.int64)
+        self.paths, self.labels = scan_classes(lambda rel: os.listdir(os.path.join(root, rel)))
         self.transform = transform
 
     def __len__(self):
@@ -222,10 +233,13 @@ class RatarmountDataset:
     """ratarmountcore's fsspec filesystem over the SquashFS image, opened at each worker's first sample (it loads
     the SQLite index written at prepare time)."""
 
-    def __init__(self, image, paths, labels, transform):
-        self.image, self.transform, self.fs = image, transform, None
-        self.paths = np.array([p.encode() for p in paths])
-        self.labels = np.asarray(labels, dtype=np.int64)
+    def __init__(self, image, transform):
+        self.image, self.transform = image, transform
+        fs = open_ratarmount(image)
+        self.paths, self.labels = scan_classes(
+            lambda rel: [os.path.basename(p.rstrip("/")) for p in fs.ls("/" + rel, detail=False)])
+        close_ratarmount(fs)
+        self.fs = None  # each worker opens its own
 
     def __len__(self):
         return len(self.labels)
@@ -243,14 +257,31 @@ class RatarmountDataset:
         return self.transform(data), int(self.labels[i])
 
 
-def open_ratarmount(image):
+def open_ratarmount(image, write=False):
     """ratarmountcore's fsspec adaptor (MountSourceFileSystem) over its SquashFS mount source (PySquashfsImage);
-    its own "ratar" filesystem reads only TARs. The index is kept beside the image, as ratarmount does."""
-    from ratarmountcore.mountsource.factory import open_mount_source
+    its own "ratar" filesystem reads only TARs. The index is kept beside the image, as ratarmount does; it is
+    written once at prepare time (write=True) and only read afterwards."""
+    from ratarmountcore.mountsource.formats.squashfs import SquashFSMountSource
     from ratarmountcore.SQLiteIndexedTarFsspec import MountSourceFileSystem
 
-    src = open_mount_source(image, writeIndex=True, indexFilePath=image + ".index.sqlite")
-    return MountSourceFileSystem(src)
+    class ReadOnlySquashFS(SquashFSMountSource):
+        # Every open of an existing index rewrites its metadata rows before reopening it read-only; that write
+        # fails with "database is locked" while another worker's reader holds the file, so the readers skip it.
+        def _store_default_metadata(self):
+            pass
+
+    # The SquashFS backend itself, not open_mount_source(): that one first tries other backends with the same
+    # index path, and one of them leaves a transaction open on it.
+    cls = SquashFSMountSource if write else ReadOnlySquashFS
+    return MountSourceFileSystem(cls(image, writeIndex=write, indexFilePath=image + ".index.sqlite"))
+
+
+def close_ratarmount(fs):
+    """Close the index and the image now: left to the garbage collector (the objects form cycles), a forked
+    worker would inherit the open SQLite connection and close it too."""
+    fs.mountSource.close()
+    del fs
+    gc.collect()
 
 
 def packfs_dataset(image, cache_size, transform):
@@ -369,7 +400,8 @@ def timed_build(out, build):
     """Run build(tmp) unless out exists; return seconds (None when reused)."""
     if os.path.exists(out):
         return None
-    tmp = out + ".tmp"
+    base, ext = os.path.splitext(out)
+    tmp = base + ".tmp" + ext  # packfs pack tells the format from the extension
     if os.path.isdir(tmp):
         shutil.rmtree(tmp)
     elif os.path.exists(tmp):
@@ -470,10 +502,9 @@ def prepare(a, raw, paths, labels):
             if os.path.exists(p):
                 os.unlink(p)
         t = time.perf_counter()
-        fs = open_ratarmount(img)
+        fs = open_ratarmount(img, write=True)
         fs.ls("/train")
-        del fs
-        gc.collect()
+        close_ratarmount(fs)
         with open(rat_index + ".seconds", "w") as f:
             f.write(f"{time.perf_counter() - t}\n")
 
@@ -662,9 +693,9 @@ def warm_files(files):
 
 def make_dataset(a, side, prep, paths, labels, transform, seed, mnt):
     if side == "raw":
-        return FileDataset(prep["raw"]["path"], paths, labels, transform)
+        return FileDataset(prep["raw"]["path"], transform)
     if side == "fuse":
-        return FileDataset(mnt.dir, paths, labels, transform)
+        return FileDataset(mnt.dir, transform)
     if side == "packfs":
         return packfs_dataset(prep["sqfs"]["path"], a.cache_size, transform)
     if side == "h5py":
@@ -672,7 +703,7 @@ def make_dataset(a, side, prep, paths, labels, transform, seed, mnt):
     if side == "arrow":
         return ArrowDataset(prep["arrow"]["path"], transform)
     if side == "ratarmount":
-        return RatarmountDataset(prep["sqfs"]["path"], paths, labels, transform)
+        return RatarmountDataset(prep["sqfs"]["path"], transform)
     if side == "wds":
         return wds_dataset(prep["wds_shards"], transform, seed)
     raise ValueError(side)
@@ -740,10 +771,13 @@ def run_cell(a, side, mode, cache, workers, order, prep, paths, labels, mnt):
             if side == "fuse" and mnt.pid is None:
                 mnt.up()
             warm_files(files)
+            t = time.perf_counter()
             ds = make_dataset(a, side, prep, paths, labels, transform, seed, mnt)
+            open_s = time.perf_counter() - t
             loader = loader_for(ds, sampler, True)
             for e in range(a.epochs + 1):
                 it, rec = one_epoch(loader, sampler, e)
+                rec["open_s"] = open_s if e == 0 else 0.0
                 if e > 0:
                     epochs.append(rec)
             cpu1 = cpu_now(extra())
@@ -756,11 +790,14 @@ def run_cell(a, side, mode, cache, workers, order, prep, paths, labels, mnt):
                         daemon_cpu += proc_cpu(mnt.pid)
                         mnt.down()
                 cold_method = drop_caches(files)
+                t = time.perf_counter()
                 if side == "fuse":
                     mnt.up()
                 ds = make_dataset(a, side, prep, paths, labels, transform, seed + e, mnt)
+                open_s = time.perf_counter() - t
                 loader = loader_for(ds, sampler, False)
                 it, rec = one_epoch(loader, sampler, e)
+                rec["open_s"] = open_s
                 if e > 0:
                     epochs.append(rec)
                 if e == a.epochs:
@@ -775,6 +812,9 @@ def run_cell(a, side, mode, cache, workers, order, prep, paths, labels, mnt):
         "samples_per_epoch": n, "epochs": epochs,
         "samples_per_s": statistics.median(rates),
         "first_batch_s": statistics.median(r["first_batch_s"] for r in epochs),
+        # constructing the dataset (the ImageFolder scan, index loads, and for fuse the mount) before iter():
+        # every cold epoch pays it, a warm cell once (reported as that one time)
+        "open_s": statistics.median(r["open_s"] for r in epochs) if cache == "cold" else open_s,
         "peak_rss_bytes": watch.peak_rss, "peak_pss_bytes": watch.peak_pss,
         "cpu_s": cpu, "cpu_ms_per_sample": 1000 * cpu / (n * (a.epochs + 1)),
         "cold_method": cold_method,
@@ -790,7 +830,9 @@ def verify(a, prep, paths, labels, mnt):
 
     rng = np.random.default_rng(a.seed)
     idx = rng.choice(len(paths), size=min(32, len(paths)), replace=False).tolist()
-    raw = FileDataset(prep["raw"]["path"], paths, labels, as_bytes)
+    raw = FileDataset(prep["raw"]["path"], as_bytes)
+    if [p.decode() for p in raw.paths] != paths or raw.labels.tolist() != labels:
+        sys.exit("verify: the scan of the raw tree differs from the sample list")
     want = [raw[i] for i in idx]
     for side in a.sides:
         if side == "wds":
@@ -808,6 +850,10 @@ def verify(a, prep, paths, labels, mnt):
         if side == "fuse" and mnt.pid is None:
             mnt.up()
         ds = make_dataset(a, side, prep, paths, labels, as_bytes, a.seed, mnt)
+        if hasattr(ds, "paths") and [p.decode() for p in ds.paths] != paths:
+            sys.exit(f"verify: {side} lists other files than the raw tree, or in another order")
+        if len(ds) != len(paths):
+            sys.exit(f"verify: {side} has {len(ds)} samples, the raw tree {len(paths)}")
         got = ds.__getitems__(idx) if hasattr(ds, "__getitems__") else [ds[i] for i in idx]
         for i, g, w in zip(idx, got, want):
             if (bytes(g[0]), int(g[1])) != w:
@@ -875,12 +921,12 @@ def ratios(cells, cache_budget):
 def table(rep):
     lines = []
     h = f"{'side':<11} {'order':<7} {'mode':<6} {'cache':<5} {'w':>2} {'n/epoch':>7} {'samples/s':>10} " \
-        f"{'1st batch s':>11} {'peak RSS MB':>11} {'peak PSS MB':>11} {'CPU s':>7}"
+        f"{'1st batch s':>11} {'open s':>7} {'peak RSS MB':>11} {'peak PSS MB':>11} {'CPU s':>7}"
     lines.append(h)
     lines.append("-" * len(h))
     for c in rep["cells"]:
         lines.append(f"{c['side']:<11} {c['order']:<7} {c['mode']:<6} {c['cache']:<5} {c['workers']:>2} "
-                     f"{c['samples_per_epoch']:>7} {c['samples_per_s']:>10.0f} {c['first_batch_s']:>11.3f} "
+                     f"{c['samples_per_epoch']:>7} {c['samples_per_s']:>10.0f} {c['first_batch_s']:>11.3f} {c['open_s']:>7.3f} "
                      f"{c['peak_rss_bytes'] / 1e6:>11.0f} {c['peak_pss_bytes'] / 1e6:>11.0f} {c['cpu_s']:>7.1f}")
     lines.append("")
     lines.append(f"{'format':<11} {'convert s':>9} {'MB on disk':>10} {'inodes':>7}")
@@ -982,6 +1028,8 @@ def main():
         f"samples, batch {BATCH}; shuffle order = a random subset of all {len(paths)} samples, new each epoch",
         f"decode mode reads {a.decode_samples} samples per epoch, bytes mode {a.samples}; ratarmount at most "
         f"{a.slow_samples} (its pure-Python reader is slow); samples/s is comparable, totals are not",
+        "ratarmount: readers skip the metadata rewrite ratarmountcore does at every open of an existing index (it "
+        "fails with 'database is locked' while another worker reads the index); nothing else is changed",
         "wds: WebDataset's own sampling (16 shards in path order, shard order shuffled, shards split among workers, "
         f"shuffle buffer {WDS_BUFFER}): not a uniform shuffle; 'packfs wds' reads the image in that same pattern",
         "cold = sync + drop_caches (or fadvise, see cold_method) before every epoch, fresh mount (fuse), fresh "
@@ -991,6 +1039,8 @@ def main():
         "counts shared pages (torch libraries, the mmap'd Arrow file) in every process, PSS divides them",
         f"cache budget: packfs mount --cache-size and packfs.Image(cache_size=) both {a.cache_size} bytes",
         "CPU s: user+system of the main process, workers and (fuse) daemon over the whole cell, warm-up included",
+        "open s: constructing the dataset before iter() (raw/fuse/ratarmount/packfs scan the class directories as "
+        "ImageFolder does; h5py/arrow read their row count; fuse includes the mount); not in samples/s or 1st batch",
     ]
     rep = {
         "schema": "packfs-loaders-1",
