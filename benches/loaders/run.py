@@ -10,6 +10,7 @@ samples in the same order, except WebDataset, which cannot be indexed):
   arrow       one Arrow IPC file (binary column), memory-mapped, opened lazily in each worker
   wds         WebDataset: 16 tar shards in path order, shards shuffled, shuffle buffer 1000 (its own sampling)
   ratarmount  ratarmountcore's fsspec filesystem over the same SquashFS image, opened lazily in each worker
+  packfs-read (optional, not in the default --sides) packfs.Image.read per sample: packfs direct without batching
 Orders: "shuffle" (a random subset of the set, a new permutation each epoch) for all indexable sides; "wds" (the
 access pattern WebDataset produces: contiguous shards split among workers, shard order shuffled, a 1000-sample
 shuffle buffer, batches round-robin over workers) for packfs and wds, so packfs is compared with WebDataset on
@@ -32,6 +33,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -43,6 +45,7 @@ import time
 import numpy as np
 
 SIDES = ["raw", "fuse", "packfs", "h5py", "arrow", "wds", "ratarmount"]
+OPTIONAL_SIDES = ["packfs-read"]
 BATCH = 64
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -284,14 +287,39 @@ def close_ratarmount(fs):
     gc.collect()
 
 
+def to_bytes(x):
+    """packfs.torch's loader argument gets the file's contents (bytes-like) or a file object; the transform of
+    every side takes bytes."""
+    return x.read() if hasattr(x, "read") else bytes(x)
+
+
 def packfs_dataset(image, cache_size, transform):
-    """packfs.torch's ImageFolder-like dataset over image:/train. The loader returns the file's bytes so that the
-    transform gets what every other side's transform gets."""
+    """packfs.torch's ImageFolder-like dataset over image:/train (batched reads through __getitems__). Its loader
+    returns the file's bytes so that the transform gets what every other side's transform gets."""
     import packfs
     import packfs.torch as pt
 
-    img = packfs.Image(image, cache_size=cache_size)
-    return pt.ImageFolder(img, "train", transform=transform, loader=as_bytes)
+    cls = getattr(pt, "ImageFolder", None)
+    if cls is None:
+        sys.exit(f"packfs.torch has no ImageFolder (has: {', '.join(n for n in dir(pt) if not n.startswith('_'))})")
+    return cls(packfs.Image(image, cache_size=cache_size), "train", transform=transform, loader=to_bytes)
+
+
+class PackfsReadDataset:
+    """packfs.Image.read per sample, no batching: FileDataset's pattern without a mount (side "packfs-read"),
+    to tell what the native reader gives from what batched reads add."""
+
+    def __init__(self, image, cache_size, transform):
+        import packfs
+
+        self.img, self.transform = packfs.Image(image, cache_size=cache_size), transform
+        self.paths, self.labels = scan_classes(self.img.listdir)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.transform(self.img.read(self.paths[i].decode())), int(self.labels[i])
 
 
 def wds_dataset(shards, transform, seed):
@@ -441,7 +469,7 @@ def prepare(a, raw, paths, labels):
         env = dict(os.environ, SOURCE_DATE_EPOCH="0")
         subprocess.run([a.packfs, "pack", raw, "-o", tmp], env=env, check=True, stdout=subprocess.DEVNULL)
 
-    needs_image = bool(a.latency) or any(s in a.sides for s in ("fuse", "packfs", "ratarmount"))
+    needs_image = bool(a.latency) or any(s in a.sides for s in ("fuse", "packfs", "packfs-read", "ratarmount"))
     if needs_image:
         timed_build(img, pack)
 
@@ -698,6 +726,8 @@ def make_dataset(a, side, prep, paths, labels, transform, seed, mnt):
         return FileDataset(mnt.dir, transform)
     if side == "packfs":
         return packfs_dataset(prep["sqfs"]["path"], a.cache_size, transform)
+    if side == "packfs-read":
+        return PackfsReadDataset(prep["sqfs"]["path"], a.cache_size, transform)
     if side == "h5py":
         return H5Dataset(prep["h5py"]["path"], transform)
     if side == "arrow":
@@ -710,7 +740,7 @@ def make_dataset(a, side, prep, paths, labels, transform, seed, mnt):
 
 
 def side_files(side, prep):
-    key = {"raw": "raw", "fuse": "sqfs", "packfs": "sqfs", "ratarmount": "sqfs"}.get(side, side)
+    key = {"raw": "raw", "fuse": "sqfs", "packfs": "sqfs", "packfs-read": "sqfs", "ratarmount": "sqfs"}.get(side, side)
     files = storage_files(prep[key]["path"])
     if side == "ratarmount":
         files.append(prep["sqfs"]["path"] + ".index.sqlite")
@@ -877,7 +907,8 @@ def latency_bench(a, prep):
         rep = json.load(f)
     rows = []
     for r in rep["runs"]:
-        rows.append({"side": r["side"], "threads": r["threads"], "epoch": r["epoch"], "cold": r["cold"],
+        side = "fuse" if r["side"] == "packfs" else r["side"]  # the bench's own packfs mount
+        rows.append({"side": side, "threads": r["threads"], "epoch": r["epoch"], "cold": r["cold"],
                      "seconds": r["seconds"], "files_per_s": r["files_per_sec"]})
     return {"command": cmd, "emulate_latency": rep["config"]["emulate_latency"], "runs": rows}
 
@@ -926,7 +957,8 @@ def table(rep):
     lines.append("-" * len(h))
     for c in rep["cells"]:
         lines.append(f"{c['side']:<11} {c['order']:<7} {c['mode']:<6} {c['cache']:<5} {c['workers']:>2} "
-                     f"{c['samples_per_epoch']:>7} {c['samples_per_s']:>10.0f} {c['first_batch_s']:>11.3f} {c['open_s']:>7.3f} "
+                     f"{c['samples_per_epoch']:>7} {c['samples_per_s']:>10.0f} {c['first_batch_s']:>11.3f} "
+                     f"{c['open_s']:>7.3f} "
                      f"{c['peak_rss_bytes'] / 1e6:>11.0f} {c['peak_pss_bytes'] / 1e6:>11.0f} {c['cpu_s']:>7.1f}")
     lines.append("")
     lines.append(f"{'format':<11} {'convert s':>9} {'MB on disk':>10} {'inodes':>7}")
@@ -972,17 +1004,20 @@ def main():
     p.add_argument("--latency-threads", default="1,4", help="reader threads of that run")
     p.add_argument("--seed", type=int, default=21)
     p.add_argument("--json", default=None, help="result file (default WORK/results.json)")
+    p.add_argument("--markdown", default=None, help="the table as a Markdown section (default WORK/results.md)")
     p.add_argument("--no-verify", action="store_true")
     a = p.parse_args()
     a.sides = [s for s in a.sides.split(",") if s]
     for s in a.sides:
-        if s not in SIDES:
-            p.error(f"unknown side {s!r}; sides: {','.join(SIDES)}")
+        if s not in SIDES + OPTIONAL_SIDES:
+            p.error(f"unknown side {s!r}; sides: {','.join(SIDES + OPTIONAL_SIDES)}")
     a.workers = [int(x) for x in a.workers.split(",")]
     a.modes = a.modes.split(",")
     a.caches = a.caches.split(",")
     a.orders = a.orders.split(",")
     a.json = a.json or os.path.join(a.work, "results.json")
+    a.markdown = a.markdown or os.path.join(a.work, "results.md")
+    argv = shlex.join(sys.argv[1:])
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
 
@@ -1059,8 +1094,18 @@ def main():
     }
     with open(a.json, "w") as f:
         json.dump(rep, f, indent=1)
-    print(table(rep))
-    log(f"wrote {a.json} ({rep['wall_s']:.0f} s)")
+    text = table(rep)
+    print(text)
+    inst = ""
+    if install:
+        inst = (f"venv from PyPI: {install['seconds']:.0f} s to install, {install['venv_bytes'] / 1e9:.2f} GB "
+                f"(torch {install['torch']} with its CUDA libraries: "
+                f"{install['torch_nvidia_triton_bytes'] / 1e9:.2f} GB)"
+                "\n\n")
+    with open(a.markdown, "w") as f:
+        f.write(f"### DataLoader: {len(paths)} JPEGs, {platform.release()}, {os.cpu_count()} CPUs\n\n"
+                f"`benches/loaders/run.sh {argv}` ({rep['wall_s'] / 60:.0f} min)\n\n{inst}```\n{text}\n```\n")
+    log(f"wrote {a.json} and {a.markdown} ({rep['wall_s']:.0f} s)")
 
 
 if __name__ == "__main__":
