@@ -882,7 +882,8 @@ def verify(a, prep, paths, labels, mnt):
         if side == "fuse" and mnt.pid is None:
             mnt.up()
         ds = make_dataset(a, side, prep, paths, labels, as_bytes, a.seed, mnt)
-        if hasattr(ds, "paths") and [p.decode() for p in ds.paths] != paths:
+        own = (FileDataset, RatarmountDataset, PackfsReadDataset)
+        if isinstance(ds, own) and [p.decode() for p in ds.paths] != paths:
             sys.exit(f"verify: {side} lists other files than the raw tree, or in another order")
         if len(ds) != len(paths):
             sys.exit(f"verify: {side} has {len(ds)} samples, the raw tree {len(paths)}")
