@@ -288,9 +288,9 @@ def close_ratarmount(fs):
 
 
 def to_bytes(x):
-    """packfs.torch's loader argument gets the file's contents (bytes-like) or a file object; the transform of
-    every side takes bytes."""
-    return x.read() if hasattr(x, "read") else bytes(x)
+    """packfs.torch's loader gets the file's contents; the transform of every side takes bytes (bytes(b) of a
+    bytes object is that object, no copy)."""
+    return bytes(x)
 
 
 def packfs_dataset(image, cache_size, transform):
@@ -885,6 +885,8 @@ def verify(a, prep, paths, labels, mnt):
         own = (FileDataset, RatarmountDataset, PackfsReadDataset)
         if isinstance(ds, own) and [p.decode() for p in ds.paths] != paths:
             sys.exit(f"verify: {side} lists other files than the raw tree, or in another order")
+        if hasattr(ds, "path") and [ds.path(i) for i in range(len(ds))] != paths:  # packfs.torch.ImageFolder
+            sys.exit(f"verify: {side} lists other files than the raw tree, or in another order")
         if len(ds) != len(paths):
             sys.exit(f"verify: {side} has {len(ds)} samples, the raw tree {len(paths)}")
         got = ds.__getitems__(idx) if hasattr(ds, "__getitems__") else [ds[i] for i in idx]
@@ -1075,7 +1077,8 @@ def main():
         "once before the cell, workers persistent, mount kept",
         "peak RSS/PSS: summed over the main process, its DataLoader workers and, for fuse, the mount daemon; RSS "
         "counts shared pages (torch libraries, the mmap'd Arrow file) in every process, PSS divides them",
-        f"cache budget: packfs mount --cache-size and packfs.Image(cache_size=) both {a.cache_size} bytes",
+        f"cache budget: packfs mount --cache-size and packfs.Image(cache_size=) both {a.cache_size} bytes in total "
+        "(packfs.Image divides its budget among DataLoader workers); the mount also has the kernel's page cache",
         "CPU s: user+system of the main process, workers and (fuse) daemon over the whole cell, warm-up included",
         "open s: constructing the dataset before iter() (raw/fuse/ratarmount/packfs scan the class directories as "
         "ImageFolder does; h5py/arrow read their row count; fuse includes the mount); not in samples/s or 1st batch",
