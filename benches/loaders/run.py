@@ -885,7 +885,7 @@ def verify(a, prep, paths, labels, mnt):
         own = (FileDataset, RatarmountDataset, PackfsReadDataset)
         if isinstance(ds, own) and [p.decode() for p in ds.paths] != paths:
             sys.exit(f"verify: {side} lists other files than the raw tree, or in another order")
-        if hasattr(ds, "path") and [ds.path(i) for i in range(len(ds))] != paths:  # packfs.torch.ImageFolder
+        if callable(getattr(ds, "path", None)) and [ds.path(i) for i in range(len(ds))] != paths:  # packfs.torch
             sys.exit(f"verify: {side} lists other files than the raw tree, or in another order")
         if len(ds) != len(paths):
             sys.exit(f"verify: {side} has {len(ds)} samples, the raw tree {len(paths)}")
@@ -987,6 +987,10 @@ def table(rep):
 
 
 def main():
+    import warnings
+
+    # 4 workers on 2 CPUs is part of the matrix on purpose
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", default="/tmp/corpus/imagenet-mini", help="JPEG set: CORPUS/train/<class>/*.JPEG")
     p.add_argument("--work", default="/tmp/loaders-work", help="where the formats, mountpoint and JSON go")
