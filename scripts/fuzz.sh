@@ -9,7 +9,7 @@
 # seeds and the regression inputs (tests/fuzz_regressions/TARGET). A crash,
 # timeout (-timeout=10 s per input) or out-of-memory (-rss_limit_mb=2048)
 # is copied from fuzz/artifacts/TARGET/ into tests/fuzz_regressions/TARGET/,
-# where `cargo test` replays it (tests/fuzz_regressions.rs); the script then
+# where `cargo test` replays it (tests/suite/fuzz_regressions.rs); the script then
 # goes on with the next target and exits 1 at the end. Minimise an input
 # before committing it:
 #   cargo +nightly fuzz tmin -a -s none TARGET tests/fuzz_regressions/TARGET/crash-...

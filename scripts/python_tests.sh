@@ -26,7 +26,17 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # same versions). `pip install ./python` without this builds a release.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
 MATURIN_PEP517_ARGS="--profile dev" "${pip[@]}" install --force-reinstall --no-deps ./python
-"${pip[@]}" install "./python[test]" s3fs
+# The `test` extra's requirements, without building the package a second
+# time (`./python[test]` would build a release extension): read from
+# pyproject.toml, installed in one resolution with s3fs so that pip picks
+# one botocore for boto3, moto and s3fs.
+mapfile -t test_reqs < <("$venv/bin/python" - <<'PY'
+import tomllib
+with open("python/pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["optional-dependencies"]["test"]))
+PY
+)
+"${pip[@]}" install "${test_reqs[@]}" s3fs
 if [ "${PACKFS_PY_TORCH:-1}" != 0 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
     # PyPI's torch is the CUDA build: about 3 minutes and 5 GB here.
     "${pip[@]}" install torch

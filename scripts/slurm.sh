@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node Slurm on this machine, for the job scripts of docs/HPC.md and
-# tests/slurm_jobs.rs (issue #11). Root only; Debian packages slurm-wlm and
+# tests/suite/slurm_jobs.rs (issue #11). Root only; Debian packages slurm-wlm and
 # munge (scripts/setup.sh installs them).
 #
 #   scripts/slurm.sh start    write slurm.conf, start munged (unless one already

@@ -1,5 +1,5 @@
 //! Bytes given to format detection (AnyImage), then preload and the walk.
-//! The walk is `packfs_testkit`, shared with tests/fuzz_regressions.rs.
+//! The walk is `packfs_testkit`, shared with tests/suite/fuzz_regressions.rs.
 #![no_main]
 mod common;
 use libfuzzer_sys::fuzz_target;

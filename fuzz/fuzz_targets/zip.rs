@@ -1,5 +1,5 @@
 //! Bytes given to the ZIP reader, then the whole tree walked and read.
-//! The walk is `packfs_testkit`, shared with tests/fuzz_regressions.rs.
+//! The walk is `packfs_testkit`, shared with tests/suite/fuzz_regressions.rs.
 #![no_main]
 mod common;
 use libfuzzer_sys::fuzz_target;

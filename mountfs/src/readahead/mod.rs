@@ -58,7 +58,7 @@
 //! inline: one `madvise(MADV_WILLNEED)`, the I/O itself is the kernel's.
 //!
 //! **What is measured.** Cache misses (`BlockCache::stats`): the fs-level
-//! tests (`tests/reader_core.rs`) count the blocks decoded behind a reader's
+//! tests (`tests/suite/reader_core.rs`) count the blocks decoded behind a reader's
 //! back: a file's first read or a step by one unit decodes the window
 //! ahead, a jump nothing beyond what it reads. Image reads reaching storage
 //! (`CountingSource`, `packfs bench --emulate-latency`): stream readahead
