@@ -25,7 +25,8 @@ fn lchown(p: &Path, uid: u32, gid: u32) {
     unsafe { libc::lchown(c.as_ptr(), uid, gid) };
 }
 
-fn set_mtime(p: &Path, secs: i64) {
+/// Sets `p`'s mtime (not following a symlink) to `secs` since the epoch.
+pub fn set_mtime(p: &Path, secs: i64) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let ts = libc::timespec {
         tv_sec: secs,

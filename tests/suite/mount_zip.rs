@@ -77,24 +77,6 @@ fn zip_tree(root: &Path) {
     set_mtime(&root.join("d/text1"), 4_000_000_000); // after 2038
 }
 
-fn set_mtime(p: &Path, secs: i64) {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let ts = libc::timespec {
-        tv_sec: secs,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid path and two timespecs.
-    unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            [ts, ts].as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-}
-
 fn open_zip(p: &Path) -> PackFs<ZipFs> {
     let z = ZipFs::open(
         Box::new(StreamReadahead::new(FileSource::open(p).unwrap())),
