@@ -191,7 +191,10 @@ pub fn cp437_to_utf8(b: &[u8]) -> Vec<u8> {
 /// Order: the UTF-8 flag; a valid Unicode Path extra; plain ASCII as is; a
 /// name from a Unix host that is valid UTF-8 as is (Info-ZIP zip on Linux
 /// writes UTF-8 names without the flag, and unzip extracts them unchanged);
-/// otherwise CP437.
+/// otherwise CP437. A Unix host's path is decoded component by component:
+/// its names are bytes chosen one directory at a time, so one name that is
+/// not UTF-8 must not change how the directories above it read (decoding
+/// the whole path as CP437 would show them under a second, made-up name).
 pub fn decode_name(e: &CentralEntry) -> Vec<u8> {
     if e.flags & FLAG_UTF8 != 0 {
         return e.raw_name.clone();
@@ -202,8 +205,16 @@ pub fn decode_name(e: &CentralEntry) -> Vec<u8> {
     if e.raw_name.is_ascii() {
         return e.raw_name.clone();
     }
-    if matches!(e.host(), HOST_UNIX | HOST_OSX) && std::str::from_utf8(&e.raw_name).is_ok() {
-        return e.raw_name.clone();
+    if matches!(e.host(), HOST_UNIX | HOST_OSX) {
+        let parts: Vec<Vec<u8>> = e
+            .raw_name
+            .split(|&b| b == b'/')
+            .map(|c| match std::str::from_utf8(c) {
+                Ok(_) => c.to_vec(),
+                Err(_) => cp437_to_utf8(c),
+            })
+            .collect();
+        return parts.join(&b'/');
     }
     cp437_to_utf8(&e.raw_name)
 }

@@ -192,15 +192,6 @@ impl Model {
             if children.contains_key(&s.name) {
                 continue;
             }
-            // A known bug (see `a_non_utf8_name_below_a_utf8_directory_...`
-            // in mod.rs): not generated until it is fixed.
-            let parent_path = &nodes[parent].path;
-            if std::str::from_utf8(&s.name).is_err()
-                && !parent_path.is_ascii()
-                && std::str::from_utf8(parent_path).is_ok()
-            {
-                continue;
-            }
             let path = if parent == 0 {
                 s.name.clone()
             } else {
