@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and tests the Python package (python/): a venv in target/pyvenv
-# (reused), `pip install ./python[test]` (maturin builds the extension),
-# torch, then pytest on python/tests. Run after scripts/setup.sh (it needs
+# (reused), a wheel from `maturin build` installed into it (the same build
+# `pip install ./python` runs through PEP 517; tests/test_wheel.py checks
+# the wheel itself), the `test` extra, torch, then pytest on python/tests. Run after scripts/setup.sh (it needs
 # python3-venv, zip, unzip, squashfs-tools; the kernel reference mounts
 # need root). Extra arguments go to pytest.
 #
@@ -23,9 +24,16 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # The extension is built in dev profile into the main target directory:
 # the main workspace's build has compiled the shared dependencies the same
 # way already (python/Cargo.toml copies its profiles and its lock pins the
-# same versions). `pip install ./python` without this builds a release.
+# same versions). A release wheel is `maturin build --release`.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
-MATURIN_PEP517_ARGS="--profile dev" "${pip[@]}" install --force-reinstall --no-deps ./python
+"${pip[@]}" install 'maturin>=1.9.4,<2.0'
+wheels=$CARGO_TARGET_DIR/wheels
+rm -f "$wheels"/packfs-*.whl
+"$venv/bin/maturin" build --quiet --profile dev --manifest-path python/Cargo.toml \
+    --interpreter "$venv/bin/python" --out "$wheels"
+wheel=$(ls "$wheels"/packfs-*.whl)
+"${pip[@]}" install --force-reinstall --no-deps "$wheel"
+export PACKFS_WHEEL=$wheel
 # The `test` extra's requirements, without building the package a second
 # time (`./python[test]` would build a release extension): read from
 # pyproject.toml, installed in one resolution with s3fs so that pip picks

@@ -217,6 +217,11 @@ pub struct PackArgs {
     /// Store file tails in their own blocks instead of packing them together.
     #[arg(long)]
     pub no_fragments: bool,
+    /// Pack incompressible file tails (JPEG, PNG, archives) into fragment
+    /// blocks too, as mksquashfs does. By default each gets a raw block of
+    /// its own, which readers copy without decoding a shared block.
+    #[arg(long, conflicts_with = "no_fragments")]
+    pub fragment_incompressible: bool,
     /// Python environments: rewrite, in the image only, what ties the venv
     /// to its build path (console-script shebangs, activate scripts,
     /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.

@@ -52,6 +52,10 @@ pub struct PackOptions {
     /// Overwrite an existing output.
     pub force: bool,
     pub no_fragments: bool,
+    /// Pack incompressible tails into fragment blocks too, as mksquashfs
+    /// does, instead of storing each raw in a block of its own (which reads
+    /// without decoding a whole fragment block; see `squashfs::data`).
+    pub fragment_incompressible: bool,
     /// A tree laid over the source: an entry here replaces the source's
     /// entry at the same relative path (two directories merge, keeping the
     /// source's metadata), and new entries are added. The source is never
@@ -75,6 +79,7 @@ impl Default for PackOptions {
             mtime: None,
             force: false,
             no_fragments: false,
+            fragment_incompressible: false,
             overlay: None,
             progress: None,
             cancel: None,

@@ -162,6 +162,7 @@ pub fn run(args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         mtime: plan.mtime,
         force: args.force,
         no_fragments: args.no_fragments,
+        fragment_incompressible: args.fragment_incompressible,
         overlay: stage.as_ref().map(|s| s.path().to_path_buf()),
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
         cancel: Some(cancel.clone()),

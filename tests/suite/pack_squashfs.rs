@@ -453,6 +453,9 @@ fn build_small_tree(src: &Path) {
         d.extend(random(&mut rng, n - n / 2));
         write(&src.join(format!("f{n}")), &d);
     }
+    // Incompressible tails (a raw block of their own at 128 KiB blocks).
+    write(&src.join("noise-17000"), &random(&mut rng, 17_000));
+    write(&src.join("noise-tail"), &random(&mut rng, 131_072 + 20_000));
     write(&src.join("same-a"), &text(500_000, 1));
     write(&src.join("sub/same-b"), &text(500_000, 1));
     write(&src.join("sub/zeros"), &vec![0u8; 3 << 20]);

@@ -281,3 +281,129 @@ fn first_read_of_a_file_decodes_its_next_blocks_ahead() {
     );
     assert_eq!(wait_for(&fs, base + 2, 0.3), base + 1);
 }
+
+/// A file's name and bytes as read back.
+type NamedBytes = (Vec<u8>, Vec<u8>);
+
+/// Reads every regular file directly below the root of `img` through the
+/// core; returns (name, bytes) and the image's cache statistics after.
+fn read_top_files(img: &std::path::Path) -> (Vec<NamedBytes>, mountfs::cache::CacheStats) {
+    let sq = SquashFs::open(
+        Box::new(MemSource(std::fs::read(img).unwrap())),
+        Arc::new(BlockCache::new(64 << 20)),
+    )
+    .unwrap();
+    let fs = PackFs::new(sq, 0, 0);
+    let root = fs.resolve(b"").unwrap();
+    let mut out = Vec::new();
+    for e in fs.list(root.node).unwrap() {
+        let at = fs.getattr(e.node).unwrap();
+        if at.kind == FileKind::File {
+            let mut data = Vec::new();
+            fs.read_all(at.node, |chunk| {
+                data.extend_from_slice(chunk);
+                Ok(())
+            })
+            .unwrap();
+            out.push((e.name, data));
+        }
+    }
+    (out, fs.image.cache().stats())
+}
+
+fn assert_reads_back(src: &std::path::Path, got: &[NamedBytes], what: &str) {
+    assert!(!got.is_empty());
+    for (name, data) in got {
+        let name = String::from_utf8_lossy(name);
+        let want = std::fs::read(src.join(&*name)).unwrap();
+        assert!(*data == want, "{what}: {name} differs from its source");
+    }
+}
+
+#[test]
+fn incompressible_tails_are_read_without_decoding_a_shared_block() {
+    // Random tails of 4 KiB and more get a raw block of their own, so
+    // reading them puts nothing but metadata in the cache; with
+    // --fragment-incompressible they share compressed fragment blocks that
+    // must be decoded and cached to read any one of them.
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // JPEG-like files: the same 2 KB header (as JPEGs share tables and
+    // colour profiles), then noise. Alone each is incompressible; packed
+    // together the repeated headers make a fragment block compress a little,
+    // so mksquashfs-style packing stores it compressed.
+    for (i, n) in [17_000usize, 30_000, 60_000, 131_071, 2 * 131_072 + 9000]
+        .into_iter()
+        .enumerate()
+    {
+        let mut data = bytes(90, 2000, false);
+        data.extend(bytes(i as u64, n - 2000, false));
+        std::fs::write(src.join(format!("j{i}")), data).unwrap();
+    }
+    let raw_img = t.path().join("raw.sqfs");
+    let frag_img = t.path().join("frag.sqfs");
+    pack(&src, &raw_img, &[]);
+    pack(&src, &frag_img, &["--fragment-incompressible"]);
+    let (got, raw_stats) = read_top_files(&raw_img);
+    assert_reads_back(&src, &got, "raw tails");
+    let (got, frag_stats) = read_top_files(&frag_img);
+    assert_reads_back(&src, &got, "fragmented tails");
+    // Metadata blocks are at most 8 KiB each and there are a few.
+    assert!(
+        raw_stats.bytes < 64 << 10,
+        "raw tails cached data: {raw_stats:?}"
+    );
+    assert!(
+        frag_stats.bytes >= 128 << 10,
+        "fragments were not cached: {frag_stats:?}"
+    );
+    // Same contents, about the same size: the raw tails cost a few bytes of
+    // block index, the fragments could not compress noise either.
+    let (a, b) = (
+        std::fs::metadata(&raw_img).unwrap().len(),
+        std::fs::metadata(&frag_img).unwrap().len(),
+    );
+    assert!(
+        a <= b + 8192,
+        "raw-tail image {a} bytes, fragment image {b}"
+    );
+
+    // Text tails still share fragments: a tree of text files packs into
+    // fragment blocks and reading one decodes its block.
+    let text_src = t.path().join("text");
+    std::fs::create_dir(&text_src).unwrap();
+    for i in 0..20 {
+        std::fs::write(text_src.join(format!("t{i}")), bytes(i, 6000, true)).unwrap();
+    }
+    let text_img = t.path().join("text.sqfs");
+    pack(&text_src, &text_img, &[]);
+    let (got, text_stats) = read_top_files(&text_img);
+    assert_reads_back(&text_src, &got, "text tails");
+    assert!(text_stats.bytes >= 20 * 6000, "text tails: {text_stats:?}");
+}
+
+#[test]
+fn raw_fragment_blocks_of_mksquashfs_are_read_in_place() {
+    // mksquashfs stores a fragment block raw when it does not compress; the
+    // reader copies a tail out of it without caching the block.
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..12u64 {
+        std::fs::write(
+            src.join(format!("n{i}")),
+            bytes(100 + i, 9000 + i as usize * 100, false),
+        )
+        .unwrap();
+    }
+    let img = t.path().join("m.sqfs");
+    mksquashfs(&src, &img, &["-comp", "zstd"]);
+    let (got, stats) = read_top_files(&img);
+    assert_reads_back(&src, &got, "mksquashfs raw fragments");
+    assert_eq!(got.len(), 12);
+    assert!(
+        stats.bytes < 64 << 10,
+        "raw fragments were cached: {stats:?}"
+    );
+}

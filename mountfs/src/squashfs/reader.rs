@@ -243,14 +243,7 @@ impl SquashFs {
                             word & DATA_SIZE_MASK
                         )));
                     }
-                    let at = file.starts[i] + in_block as u64;
-                    self.blocks.src.will_need(at, take);
-                    let from = out.len();
-                    out.resize(from + take, 0);
-                    if let Err(e) = self.blocks.src.read_at(at, &mut out[from..]) {
-                        out.truncate(from);
-                        return Err(e);
-                    }
+                    self.copy_raw(file.starts[i] + in_block as u64, take, out)?;
                 } else {
                     let b = self.data_block(file.starts[i], word, bs as usize)?;
                     if b.data.len() != blen {
@@ -272,20 +265,46 @@ impl SquashFs {
                 }
                 let tail_len = (f.size % bs) as usize;
                 let (pos, word) = self.fragment_entry(f.fragment)?;
-                let b = self.data_block(pos, word, bs as usize)?;
                 let start = f.fragment_offset as usize;
-                if start + tail_len > b.data.len() {
-                    return Err(FsError::corrupt(format!(
-                        "inode {}: fragment range {start}+{tail_len} beyond fragment block of {} bytes",
-                        file.inode.number,
-                        b.data.len()
-                    )));
+                if word & DATA_UNCOMPRESSED != 0 {
+                    // Stored raw: copy the tail's bytes straight from the
+                    // image, as for a raw full block, instead of caching the
+                    // whole fragment block to serve a slice of it.
+                    let stored = (word & DATA_SIZE_MASK) as usize;
+                    if stored > bs as usize || start + tail_len > stored {
+                        return Err(FsError::corrupt(format!(
+                            "inode {}: fragment range {start}+{tail_len} beyond raw fragment block of {stored} bytes",
+                            file.inode.number
+                        )));
+                    }
+                    self.copy_raw(pos.saturating_add((start + in_block) as u64), take, out)?;
+                } else {
+                    let b = self.data_block(pos, word, bs as usize)?;
+                    if start + tail_len > b.data.len() {
+                        return Err(FsError::corrupt(format!(
+                            "inode {}: fragment range {start}+{tail_len} beyond fragment block of {} bytes",
+                            file.inode.number,
+                            b.data.len()
+                        )));
+                    }
+                    out.extend_from_slice(&b.data[start + in_block..start + in_block + take]);
                 }
-                out.extend_from_slice(&b.data[start + in_block..start + in_block + take]);
             }
             at += take as u64;
         }
         Ok((end - offset) as usize)
+    }
+
+    /// Appends `len` bytes of the image at `at` to `out` (a raw block's
+    /// bytes: no decoding, no cache); on failure `out` is left as it was.
+    fn copy_raw(&self, at: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.blocks.src.will_need(at, len);
+        let from = out.len();
+        out.resize(from + len, 0);
+        self.blocks
+            .src
+            .read_at(at, &mut out[from..])
+            .inspect_err(|_| out.truncate(from))
     }
 
     /// Reads into a fresh buffer.
@@ -319,8 +338,16 @@ impl SquashFs {
         if idx >= self.sb.fragment_count {
             return;
         }
-        if let Ok((pos, word)) = self.fragment_entry(idx) {
-            let _ = self.data_block(pos, word, self.sb.block_size as usize);
+        match self.fragment_entry(idx) {
+            Ok((pos, word)) if word & DATA_UNCOMPRESSED != 0 => {
+                self.blocks
+                    .src
+                    .will_need(pos, (word & DATA_SIZE_MASK) as usize);
+            }
+            Ok((pos, word)) => {
+                let _ = self.data_block(pos, word, self.sb.block_size as usize);
+            }
+            Err(_) => {}
         }
     }
 

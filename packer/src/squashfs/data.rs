@@ -102,6 +102,9 @@ struct Ctx {
     probe: bool,
     block_size: u32,
     fragments: bool,
+    /// Whether incompressible tails get a stored block of their own instead
+    /// of a place in a fragment (see [`stores_tail_raw`]).
+    raw_tails: bool,
     zero_hash: blake3::Hash,
 }
 
@@ -183,6 +186,27 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Bytes the zstd level-1 probe gives for `data`, with a per-thread context.
+fn probe_len(data: &[u8]) -> Result<usize, CodecError> {
+    let probe_err = |e: std::io::Error| CodecError::Corrupt {
+        codec: "zstd",
+        detail: e.to_string(),
+    };
+    PROBE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Compressor::new(1).map_err(probe_err)?);
+        }
+        let Some(c) = slot.as_mut() else {
+            return Ok(data.len());
+        };
+        let mut scratch = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+        c.compress_to_buffer(data, &mut scratch)
+            .map_err(probe_err)?;
+        Ok(scratch.len())
+    })
+}
+
 /// True only when a block is almost surely incompressible: its byte entropy
 /// is so close to 8 bits that entropy coding can gain < 0.4%, *and* a fast
 /// zstd level-1 pass (whose window spans the whole block, unlike LZ4's 64 KiB,
@@ -195,23 +219,33 @@ fn looks_incompressible(data: &[u8], entropy: f64) -> Result<bool, CodecError> {
     if entropy < 7.97 {
         return Ok(false);
     }
-    let probe_err = |e: std::io::Error| CodecError::Corrupt {
-        codec: "zstd",
-        detail: e.to_string(),
-    };
-    PROBE.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Compressor::new(1).map_err(probe_err)?);
-        }
-        let Some(c) = slot.as_mut() else {
-            return Ok(false);
-        };
-        let mut scratch = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-        c.compress_to_buffer(data, &mut scratch)
-            .map_err(probe_err)?;
-        Ok(scratch.len() * 100 >= data.len() * 98)
-    })
+    Ok(probe_len(data)? * 100 >= data.len() * 98)
+}
+
+/// Tails shorter than this always go to a fragment: there they share
+/// compression context with their neighbours (file headers), and a block of
+/// their own would cost an index entry for little gain.
+const RAW_TAIL_MIN: usize = 4096;
+
+/// Whether a file's tail is stored raw in a block of its own rather than
+/// packed into a fragment block.
+///
+/// A fragment block is compressed as a whole, so reading one small file out
+/// of it decodes the whole block (a block size of data for a file of a few
+/// KiB), and the decoded block must then be cached to serve its neighbours.
+/// For already-compressed data (JPEG, PNG, compressed archives) that work
+/// buys almost nothing: the block compresses by the little its files'
+/// headers share. A tail stored raw in its own block is read straight from
+/// the image with no decoding and no cache, the way the kernel, squashfuse
+/// and mksquashfs's `-no-fragments` images read it; the image is the same
+/// standard SquashFS. The test is cheap for text (order-0 entropy well
+/// below 7.5 bits per byte stops it before the probe) and, for high-entropy
+/// data, a zstd level-1 pass over the tail alone that must save under 3%.
+fn stores_tail_raw(tail: &[u8]) -> Result<bool, CodecError> {
+    if tail.len() < RAW_TAIL_MIN || entropy(tail) < 7.5 {
+        return Ok(false);
+    }
+    Ok(probe_len(tail)? * 100 >= tail.len() * 97)
 }
 
 /// Byte entropy of a block when the codec is expensive enough for it to
@@ -307,7 +341,18 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
             }
         })?;
         let hash = blake3::hash(&buf);
-        let block = if tail {
+        let incompressible_tail = || {
+            stores_tail_raw(&buf).map_err(|source| PackError::Codec {
+                path: p.path.to_path_buf(),
+                source,
+            })
+        };
+        let block = if tail && ctx.raw_tails && incompressible_tail()? {
+            Block::Stored {
+                bytes: buf,
+                compressed: false,
+            }
+        } else if tail {
             Block::Tail(buf)
         } else if buf.iter().all(|&x| x == 0) {
             Block::Sparse(len as u32)
@@ -428,6 +473,7 @@ pub fn write_data(
         probe,
         block_size: bs,
         fragments: !opts.no_fragments,
+        raw_tails: !opts.fragment_incompressible,
         zero_hash: blake3::hash(&vec![0u8; bs as usize]),
     };
     let order = tree.files_in_data_order();
@@ -803,12 +849,39 @@ mod tests {
     }
 
     #[test]
+    fn incompressible_tails_get_a_raw_block_unless_fragments_are_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        fs::write(src.join("noise"), noise(20_000, 1)).unwrap();
+        fs::write(src.join("short"), noise(RAW_TAIL_MIN - 1, 2)).unwrap();
+        let text: Vec<u8> = (0..20_000u32)
+            .map(|i| b"lorem ipsum\n"[(i % 12) as usize])
+            .collect();
+        fs::write(src.join("text"), &text).unwrap();
+        let (tree, out, _) = pack_data(src, &PackOptions::default());
+        let n = loc_of(&tree, &out, "noise");
+        assert_eq!((n.fragment, n.block_count), (INVALID_FRAG, 1));
+        assert_eq!(out.block_sizes[n.sizes_start], data_word(20_000, false));
+        assert_ne!(loc_of(&tree, &out, "short").fragment, INVALID_FRAG);
+        assert_ne!(loc_of(&tree, &out, "text").fragment, INVALID_FRAG);
+        let opts = PackOptions {
+            fragment_incompressible: true,
+            ..Default::default()
+        };
+        let (tree, out, _) = pack_data(src, &opts);
+        let n = loc_of(&tree, &out, "noise");
+        assert_eq!(n.block_count, 0);
+        assert_ne!(n.fragment, INVALID_FRAG);
+    }
+
+    #[test]
     fn incompressible_check_only_fires_on_noise() {
         let ctx = Ctx {
             enc: Encoder::new(Compressor::Xz, None, 131072).unwrap(),
             probe: true,
             block_size: 131072,
             fragments: true,
+            raw_tails: true,
             zero_hash: blake3::hash(&[]),
         };
         let check = |d: &[u8]| looks_incompressible(d, block_entropy(&ctx, d)).unwrap();
@@ -829,6 +902,7 @@ mod tests {
             probe: true,
             block_size: 131072,
             fragments: true,
+            raw_tails: true,
             zero_hash: blake3::hash(&[]),
         };
         let text: Vec<u8> = (0..131072u32)

@@ -1,0 +1,46 @@
+"""The wheel `maturin build` makes (scripts/python_tests.sh builds it and
+installs it into the test venv, so every other test runs against it)."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import packfs
+
+from conftest import need
+
+
+def wheel() -> Path:
+    path = os.environ.get("PACKFS_WHEEL")
+    need(path is not None, "PACKFS_WHEEL is not set: run the tests through scripts/python_tests.sh")
+    return Path(path)
+
+
+def test_wheel_is_abi3_and_carries_the_extension_and_the_fsspec_entry_point():
+    w = wheel()
+    # name-version-python-abi-platform.whl: one wheel for every CPython >= 3.10.
+    name, version, py, abi, platform = w.name[: -len(".whl")].split("-")
+    assert (name, version, py, abi) == ("packfs", packfs.__version__, "cp310", "abi3"), w.name
+    assert "x86_64" in platform or "aarch64" in platform, w.name
+    with zipfile.ZipFile(w) as z:
+        names = z.namelist()
+        assert "packfs/_native.abi3.so" in names, names
+        for module in ("__init__", "_image", "_file", "_budget", "fsspec", "torch"):
+            assert f"packfs/{module}.py" in names, names
+        meta_dir = f"packfs-{version}.dist-info"
+        entry_points = z.read(f"{meta_dir}/entry_points.txt").decode()
+        metadata = z.read(f"{meta_dir}/METADATA").decode()
+    lines = [line.replace(" ", "") for line in entry_points.splitlines()]
+    assert "[fsspec.specs]" in lines, entry_points
+    assert "packfs=packfs.fsspec:PackFileSystem" in lines, entry_points
+    assert "Requires-Python: >=3.10" in metadata
+
+
+def test_the_package_under_test_is_the_installed_wheel_not_the_sources():
+    wheel()
+    here = Path(packfs.__file__).resolve()
+    assert "site-packages" in here.parts, here
+    native = here.parent / "_native.abi3.so"
+    assert native.is_file(), native
