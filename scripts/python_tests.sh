@@ -37,14 +37,16 @@ export PACKFS_WHEEL=$wheel
 # The `test` extra's requirements, without building the package a second
 # time (`./python[test]` would build a release extension): read from
 # pyproject.toml, installed in one resolution with s3fs so that pip picks
-# one botocore for boto3, moto and s3fs.
+# one botocore for boto3, moto and s3fs. The lower bound matters: without
+# it pip keeps the newest boto3 and falls back to s3fs 0.4 (2020), the last
+# release that does not pin botocore through aiobotocore.
 mapfile -t test_reqs < <("$venv/bin/python" - <<'PY'
 import tomllib
 with open("python/pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["project"]["optional-dependencies"]["test"]))
 PY
 )
-"${pip[@]}" install "${test_reqs[@]}" s3fs
+"${pip[@]}" install "${test_reqs[@]}" "s3fs>=2024.1"
 if [ "${PACKFS_PY_TORCH:-1}" != 0 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
     # PyPI's torch is the CUDA build: about 3 minutes and 5 GB here.
     "${pip[@]}" install torch
