@@ -231,3 +231,34 @@ fn a_persistent_5xx_is_named_after_the_timeout() {
     assert!(r.took < Duration::from_secs(2 + 5), "took {:?}", r.took);
     assert!(server.failed() > 1, "retried");
 }
+
+#[test]
+fn a_shard_that_is_not_an_image_is_named_once() {
+    let t = scratch();
+    let src = t.path().join("src");
+    for d in ["a", "b"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+        std::fs::write(src.join(d).join("f"), d).unwrap();
+    }
+    let out = t.path().join("t-{shard}.sqfs");
+    pack(&src, &out, &["--shards", "2"]);
+    let shard = t.path().join("t-0.sqfs");
+    let manifest = t.path().join("t.manifest.json");
+    let m = manifest.to_str().unwrap();
+    let s = shard.to_str().unwrap();
+    // Zeros of the recorded size (the manifest's size check passes).
+    let len = std::fs::metadata(&shard).unwrap().len() as usize;
+    std::fs::write(&shard, vec![0u8; len]).unwrap();
+    let r = ls(m, &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.trim(),
+        format!("packfs: {s}: not a SquashFS or ZIP image (unrecognised magic)")
+    );
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    let r = ls(m, &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.matches(s).count() == 1, "{}", r.stderr);
+    assert!(r.stderr.lines().count() == 1, "{}", r.stderr);
+}
