@@ -13,9 +13,13 @@ Test switches:
   --presign TOKEN    act as a presigned GET URL does: every request must carry
                      `?...sig=TOKEN` (else 403), and HEAD is refused with 403
                      (the signature covers the method: S3's SignatureDoesNotMatch)
+  --drop-validator   answer range GETs (206) without ETag and Last-Modified,
+                     which HEAD still sends
+  --fail STATUS[:N]  answer the first N requests (every request without :N)
+                     with STATUS (say 503), then serve normally
   GET /_control/stall    later requests hang (no answer) until resumed
   GET /_control/resume   answer again
-  GET /_control/stats    {"get": N, "head": N, "bytes": N} as JSON
+  GET /_control/stats    {"get": N, "head": N, "bytes": N, "failed": N} as JSON
   GET /_control/reset    zero the counters
 
 Prints "PORT <n>" on stdout once listening (use --port 0 for any free port).
@@ -31,7 +35,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"stall": False, "get": 0, "head": 0, "bytes": 0}
+STATE = {"stall": False, "get": 0, "head": 0, "bytes": 0, "failed": 0}
 LOCK = threading.Lock()
 
 
@@ -41,6 +45,9 @@ class Handler(BaseHTTPRequestHandler):
     latency = 0.0
     forbid = None
     presign = None
+    drop_validator = False
+    fail_status = None
+    fail_count = None
 
     def log_message(self, *args):
         pass
@@ -62,8 +69,8 @@ class Handler(BaseHTTPRequestHandler):
             elif what == "resume":
                 STATE["stall"] = False
             elif what == "reset":
-                STATE.update(get=0, head=0, bytes=0)
-            body = json.dumps({k: STATE[k] for k in ("get", "head", "bytes", "stall")})
+                STATE.update(get=0, head=0, bytes=0, failed=0)
+            body = json.dumps({k: STATE[k] for k in ("get", "head", "bytes", "stall", "failed")})
         self.send_plain(200, body.encode(), "application/json")
 
     def do_HEAD(self):
@@ -81,6 +88,13 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(self.latency)
         with LOCK:
             STATE["head" if head else "get"] += 1
+            failing = self.fail_status is not None and (
+                self.fail_count is None or STATE["failed"] < self.fail_count
+            )
+            if failing:
+                STATE["failed"] += 1
+        if failing:
+            return self.send_plain(self.fail_status, b"<html><body><h1>Server error</h1></body></html>\n", "text/html")
         path, _, query = self.path.partition("?")
         if self.presign is not None:
             signed = ("sig=" + self.presign) in query.split("&")
@@ -125,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
                 if start >= size or start >= end:
                     return self.send_plain(416, extra=[("Content-Range", "bytes */%d" % size)])
                 code = 206
+                if self.drop_validator:
+                    meta = [m for m in meta if m[0] not in ("ETag", "Last-Modified")]
                 meta.append(("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size)))
             self.send_response(code)
             self.send_header("Content-Type", "application/octet-stream")
@@ -154,11 +170,18 @@ def main():
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--forbid")
     ap.add_argument("--presign")
+    ap.add_argument("--drop-validator", action="store_true")
+    ap.add_argument("--fail")
     a = ap.parse_args()
     Handler.root = a.root
     Handler.latency = a.latency_ms / 1000.0
     Handler.forbid = a.forbid
     Handler.presign = a.presign
+    Handler.drop_validator = a.drop_validator
+    if a.fail:
+        status, _, count = a.fail.partition(":")
+        Handler.fail_status = int(status)
+        Handler.fail_count = int(count) if count else None
     ThreadingHTTPServer.daemon_threads = True
     srv = ThreadingHTTPServer((a.bind, a.port), Handler)
     print("PORT %d" % srv.server_address[1], flush=True)

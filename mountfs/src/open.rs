@@ -22,11 +22,16 @@ pub enum Format {
 }
 
 /// Recognises an image by its magic bytes; `name` is for the error.
+///
+/// `FsError::UnknownFormat` only for bytes that were read and are not an
+/// image's: a read that fails is its own error (an I/O error, a server that
+/// cannot serve ranges), which would be hidden behind "not an image".
 pub fn detect(src: &dyn ImageSource, name: &str) -> Result<Format> {
     let mut head = [0u8; 4];
-    if src.len() < 4 || src.read_at(0, &mut head).is_err() {
+    if src.len() < 4 {
         return Err(FsError::UnknownFormat(name.to_string()));
     }
+    src.read_at(0, &mut head)?;
     match u32::from_le_bytes(head) {
         packfs_format::squashfs::MAGIC => Ok(Format::SquashFs),
         // A ZIP starts with its first member, or with its end record when empty.
@@ -195,9 +200,15 @@ impl AnyImage {
             Ok(Format::Union) => unreachable!("detect never answers Union"),
             // Anything else may still be a zip: self-extracting archives and
             // zips with data in front start with something other than "PK".
-            Err(unknown) => ZipFs::open(src, cache)
+            // A read that fails while looking is that failure, not "not an
+            // image": whether it is one could not be told.
+            Err(unknown @ FsError::UnknownFormat(_)) => ZipFs::open(src, cache)
                 .map(AnyImage::Zip)
-                .map_err(|_| unknown),
+                .map_err(|e| match e {
+                    io @ FsError::Io { .. } => io,
+                    _ => unknown,
+                }),
+            Err(e) => Err(e),
         }
     }
 

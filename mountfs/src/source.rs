@@ -116,12 +116,20 @@ pub fn open_image(path: &Path, mode: IoMode) -> Result<Box<dyn ImageSource>> {
     })
 }
 
+/// Opens the image file; a directory is refused here, by name, because
+/// opening one succeeds and only its reads would fail.
 fn open_file(path: &Path) -> Result<(File, u64)> {
     let file = File::open(path).map_err(|e| FsError::io(path.display(), e))?;
-    let len = file
+    let meta = file
         .metadata()
-        .map_err(|e| FsError::io(path.display(), e))?
-        .len();
+        .map_err(|e| FsError::io(path.display(), e))?;
+    if meta.is_dir() {
+        return Err(FsError::io(
+            path.display(),
+            std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"),
+        ));
+    }
+    let len = meta.len();
     if len == 0 {
         return Err(FsError::corrupt(format!("{}: empty file", path.display())));
     }
@@ -170,7 +178,8 @@ impl ImageSource for FileSource {
                     format!("read of {} bytes at offset {off}: {e}", buf.len()),
                 )
             };
-            log::error!("{}: {e}", self.path);
+            // Not logged here: the caller says it once (the FUSE edge logs
+            // what it answers EIO for, the CLI prints it).
             FsError::io(&self.path, e)
         })
     }

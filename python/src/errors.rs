@@ -147,7 +147,17 @@ pub fn open_to_py(err: Error, location: &str) -> PyErr {
                 std::io::ErrorKind::IsADirectory => {
                     PyIsADirectoryError::new_err((libc::EISDIR, msg, loc))
                 }
-                _ => PyOSError::new_err((source.raw_os_error().unwrap_or(libc::EIO), msg, loc)),
+                // OSError(errno, ...) is built as its subclass for the errno
+                // (ConnectionRefusedError, TimeoutError), as `os` raises them.
+                k => {
+                    let errno = source.raw_os_error().unwrap_or(match k {
+                        std::io::ErrorKind::ConnectionRefused => libc::ECONNREFUSED,
+                        std::io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+                        std::io::ErrorKind::HostUnreachable => libc::EHOSTUNREACH,
+                        _ => libc::EIO,
+                    });
+                    PyOSError::new_err((errno, msg, loc))
+                }
             }
         }
         Error::Fs(FsError::Invalid(m)) => PyValueError::new_err(strip(m)),

@@ -101,6 +101,13 @@ impl RangeServer {
         (v["get"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
     }
 
+    /// Requests answered with the `--fail` status so far.
+    pub fn failed(&self) -> u64 {
+        let (_, body) = http(self.port, "GET", "/_control/stats");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["failed"].as_u64().unwrap()
+    }
+
     /// Kills the server (connections refused until [`RangeServer::restart`]).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -119,6 +126,45 @@ impl RangeServer {
 impl Drop for RangeServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Python's own `python3 -m http.server` serving `root`: what a user tries
+/// first, and a server that ignores `Range` (it answers 200 with the whole
+/// file) and answers errors with an HTML page.
+pub struct PlainHttpServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl PlainHttpServer {
+    pub fn start(root: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
+            .arg(root)
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        wait_listening(port, "python3 -m http.server", Duration::from_secs(10));
+        PlainHttpServer { child, port }
+    }
+
+    pub fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for PlainHttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -7,17 +7,18 @@
 //! after any `fork` (the mount daemon opens remote images in the child).
 
 use super::config::{self, S3Settings};
-use super::error::RemoteError;
+use super::error::{RemoteError, Unreachable};
 use super::options::RemoteOptions;
 use super::stats::RemoteCounters;
 use object_store::client::{
-    HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
+    ReqwestConnector,
 };
 use object_store::path::Path as ObjPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 use std::future::Future;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Which object, in the form each client wants it.
@@ -60,13 +61,168 @@ mod tests {
         };
         assert_eq!(s3.url(), "s3://b/k/x.sqfs");
     }
+
+    #[test]
+    fn an_error_answer_is_its_status_and_s3_reason_never_a_page() {
+        let html = "Object at location  not found: Error performing GET http://h/x in 9ms - \
+            Server returned non-2xx status code: 404 Not Found: <!DOCTYPE HTML>\n<html><body>\
+            <h1>Error response</h1></body></html>\n";
+        let (status, body) = status_of(html).unwrap();
+        assert_eq!(status, "404 Not Found");
+        assert_eq!(s3_reason(body), "");
+        let xml = "Server returned non-2xx status code: 403 Forbidden: <?xml version='1.0'?>\
+            <Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+        let (status, body) = status_of(xml).unwrap();
+        assert_eq!(status, "403 Forbidden");
+        assert_eq!(s3_reason(body), "AccessDenied: Access Denied");
+        // A HEAD answer has no body.
+        assert_eq!(
+            status_of("status code: 503 Service Unavailable: "),
+            Some(("503 Service Unavailable", ""))
+        );
+        assert_eq!(status_of("error sending request"), None);
+        let e = RemoteError::Status {
+            url: "http://h/x".into(),
+            status: "404 Not Found".into(),
+            detail: String::new(),
+        };
+        assert_eq!(e.to_string(), "http://h/x: HTTP 404 Not Found");
+    }
 }
 
-/// Counts every request the object_store client sends (wraps reqwest).
+/// What the requests to one server have shown so far, for errors: whether
+/// it ever answered, and the last failed attempt worth naming.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// Set by the first answer of any status.
+    answered: AtomicBool,
+    /// The last retried failure (a 5xx status, a refused connection) and
+    /// when it came; an attempt that timed out is not one (the timeout
+    /// says so itself).
+    last: Mutex<Option<(Instant, String)>>,
+}
+
+impl Health {
+    fn note(&self, what: String) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), what));
+    }
+
+    /// The last failure noted since `since`, if any.
+    pub(crate) fn last_since(&self, since: Instant) -> Option<String> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref()
+            .filter(|(t, _)| *t >= since)
+            .map(|(_, w)| w.clone())
+    }
+}
+
+/// A failed attempt, described where the request's host is known, and
+/// whether a retry can help. It replaces reqwest's error as the source of
+/// object_store's [`HttpError`], so [`classify`] finds it in the chain.
+#[derive(Debug)]
+struct Failure {
+    text: String,
+    /// Why nothing answers, when a retry cannot help: see [`Failure::of`].
+    permanent: Option<Unreachable>,
+    /// Whether object_store retries this kind of failure.
+    retried: bool,
+    /// An attempt that got no answer in its time: outliving the retries,
+    /// it is the whole timeout's "no answer", not a cause of its own.
+    timed_out: bool,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl Failure {
+    /// Describes `e`, an attempt to reach `authority` (`host[:port]`).
+    ///
+    /// Refused connections, unknown hosts and failed TLS handshakes are
+    /// permanent (not retried) while the server has never answered: that
+    /// is a wrong endpoint or URL, and retrying for the whole
+    /// `--remote-timeout` only hides it. Once it has answered they are
+    /// retried like any connection error, because a server that was there
+    /// and refuses now is restarting. A temporary DNS failure ("try again")
+    /// is always retried.
+    fn of(e: &HttpError, host: &str, authority: &str, answered: bool) -> Self {
+        let mut chain: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(x) = next {
+            chain.push(x);
+            next = x.source();
+        }
+        let innermost = chain.last().map(|x| x.to_string()).unwrap_or_default();
+        // An `io::Error` wrapping another hides it from the chain (its
+        // `source()` is the inner error's source): look inside too.
+        let io_kind = |k: std::io::ErrorKind| {
+            chain.iter().any(|x| {
+                let mut io = x.downcast_ref::<std::io::Error>();
+                while let Some(e) = io {
+                    if e.kind() == k {
+                        return true;
+                    }
+                    io = e.get_ref().and_then(|i| i.downcast_ref::<std::io::Error>());
+                }
+                false
+            })
+        };
+        // hyper's connector says "dns error" above the resolver's error; its
+        // type is private, so the words are all there is to go by.
+        let dns = chain.iter().any(|x| x.to_string() == "dns error");
+        let retried = matches!(
+            e.kind(),
+            HttpErrorKind::Connect
+                | HttpErrorKind::Request
+                | HttpErrorKind::Timeout
+                | HttpErrorKind::Interrupted
+        );
+        let (why, text) = if io_kind(std::io::ErrorKind::ConnectionRefused) {
+            (
+                Some(Unreachable::Refused),
+                format!("connection refused by {authority}"),
+            )
+        } else if dns {
+            let reason = innermost
+                .strip_prefix("failed to lookup address information: ")
+                .unwrap_or(&innermost);
+            let temporary = reason.contains("Temporary failure") || reason.contains("try again");
+            (
+                (!temporary).then_some(Unreachable::UnknownHost),
+                format!("unknown host {host} ({reason})"),
+            )
+        } else if e.kind() == HttpErrorKind::Connect && io_kind(std::io::ErrorKind::InvalidData) {
+            // rustls reports through an `io::Error` of kind InvalidData.
+            (
+                Some(Unreachable::Tls),
+                format!("TLS handshake with {authority} failed: {innermost}"),
+            )
+        } else if e.kind() == HttpErrorKind::Timeout {
+            (None, format!("no answer from {authority} in time"))
+        } else {
+            (None, format!("{innermost} ({authority})"))
+        };
+        let permanent = why.filter(|_| !answered);
+        Failure {
+            text,
+            permanent,
+            retried: retried && permanent.is_none(),
+            timed_out: e.kind() == HttpErrorKind::Timeout,
+        }
+    }
+}
+
+/// Counts every request the object_store client sends (wraps reqwest),
+/// and describes its failures ([`Failure`], [`Health`]).
 #[derive(Debug)]
 struct Counting {
     inner: HttpClient,
     counters: Arc<RemoteCounters>,
+    health: Arc<Health>,
 }
 
 #[async_trait::async_trait]
@@ -80,6 +236,11 @@ impl HttpService for Counting {
             _ => &c.other_requests,
         }
         .fetch_add(1, Relaxed);
+        let host = req.uri().host().unwrap_or("").to_string();
+        let authority = req
+            .uri()
+            .authority()
+            .map_or_else(|| host.clone(), |a| a.to_string());
         let t = Instant::now();
         let r = self.inner.execute(req).await;
         if get {
@@ -87,29 +248,53 @@ impl HttpService for Counting {
             c.ttfb_us_sum.fetch_add(us, Relaxed);
             c.ttfb_us_max.fetch_max(us, Relaxed);
         }
-        let failed = match &r {
+        match r {
             Ok(res) => {
-                let s = res.status().as_u16();
-                s >= 500 || s == 408 || s == 429
+                self.health.answered.store(true, Relaxed);
+                let s = res.status();
+                if retried_status(s.as_u16()) {
+                    c.failed_requests.fetch_add(1, Relaxed);
+                    self.health.note(format!("HTTP {s}"));
+                }
+                Ok(res)
             }
-            Err(_) => true,
-        };
-        if failed {
-            c.failed_requests.fetch_add(1, Relaxed);
+            Err(e) => {
+                c.failed_requests.fetch_add(1, Relaxed);
+                let answered = self.health.answered.load(Relaxed);
+                let f = Failure::of(&e, &host, &authority, answered);
+                if f.permanent.is_none() && !f.timed_out {
+                    self.health.note(f.text.clone());
+                }
+                // object_store retries by kind: Unknown is never retried.
+                let kind = match f.permanent {
+                    Some(_) => HttpErrorKind::Unknown,
+                    None => e.kind(),
+                };
+                Err(HttpError::new(kind, f))
+            }
         }
-        r
     }
 }
 
+/// Statuses object_store retries (5xx, 408 Request Timeout, 429 Too Many
+/// Requests): an answer with one is a failed attempt, not the outcome.
+fn retried_status(s: u16) -> bool {
+    s >= 500 || s == 408 || s == 429
+}
+
 #[derive(Debug)]
-struct CountingConnector(Arc<RemoteCounters>);
+struct CountingConnector {
+    counters: Arc<RemoteCounters>,
+    health: Arc<Health>,
+}
 
 impl HttpConnector for CountingConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
         Ok(HttpClient::new(Counting {
             inner,
-            counters: self.0.clone(),
+            counters: self.counters.clone(),
+            health: self.health.clone(),
         }))
     }
 }
@@ -131,6 +316,7 @@ pub struct Remote {
     url: String,
     pub opts: RemoteOptions,
     pub counters: Arc<RemoteCounters>,
+    pub(crate) health: Arc<Health>,
     /// Where the S3 keys came from ("environment", "profile x", anonymous).
     pub keys_from: Option<String>,
 }
@@ -179,6 +365,7 @@ impl Remote {
         opts.validate().map_err(RemoteError::Config)?;
         let url = target.url();
         let counters = Arc::new(RemoteCounters::default());
+        let health = Arc::new(Health::default());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("packfs-remote")
@@ -199,7 +386,10 @@ impl Remote {
             .with_timeout(attempt)
             .with_connect_timeout(attempt.min(Duration::from_secs(5)))
             .with_pool_max_idle_per_host(32);
-        let connector = Arc::new(CountingConnector(counters.clone()));
+        let connector = Arc::new(CountingConnector {
+            counters: counters.clone(),
+            health: health.clone(),
+        });
         let bad = |e: object_store::Error| RemoteError::Config(format!("{url}: {e}"));
         let (store, path, keys_from): (Arc<dyn ObjectStore>, ObjPath, _) = match target {
             Target::S3 { bucket, key } => {
@@ -251,6 +441,7 @@ impl Remote {
             url,
             opts: opts.clone(),
             counters,
+            health,
             keys_from,
         })
     }
@@ -272,13 +463,15 @@ impl Remote {
     }
 
     /// Runs `f` on the runtime and waits for it, at most the configured
-    /// timeout (`what` names the operation in the error).
+    /// timeout; past it, the error names the last failed attempt, if any
+    /// (`what` names the operation, empty for the open of the object).
     pub fn block_on<T>(
         &self,
         what: &str,
         f: impl Future<Output = Result<T, RemoteError>>,
     ) -> Result<T, RemoteError> {
         let secs = self.opts.timeout.as_secs();
+        let t0 = Instant::now();
         self.runtime
             .block_on(async { tokio::time::timeout(self.opts.timeout, f).await })
             .unwrap_or_else(|_| {
@@ -286,7 +479,8 @@ impl Remote {
                     url: self.url.clone(),
                     what: what.into(),
                     secs,
-                    last: String::new(),
+                    cause: self.health.last_since(t0),
+                    extra: String::new(),
                 })
             })
     }
@@ -301,14 +495,15 @@ impl Remote {
     pub fn head(&self) -> Result<Version, RemoteError> {
         let (store, path) = (self.store.clone(), self.path.clone());
         let url = self.url.clone();
-        let meta = self.block_on("HEAD", async move {
+        let secs = self.opts.timeout.as_secs();
+        let meta = self.block_on("", async move {
             match store.head(&path).await {
                 Ok(m) => Ok(m),
                 // A HEAD answer has no body; a one-byte GET gets the
                 // server's reason (NoSuchBucket or NoSuchKey,
                 // InvalidAccessKeyId or SignatureDoesNotMatch).
                 Err(e) => {
-                    let head = classify(&url, "HEAD", e);
+                    let head = classify(&url, secs, "", e);
                     if !matches!(head, RemoteError::Status { .. }) {
                         return Err(head);
                     }
@@ -317,7 +512,7 @@ impl Remote {
                         ..Default::default()
                     };
                     match store.get_opts(&path, o).await {
-                        Err(e) => match classify(&url, "GET", e) {
+                        Err(e) => match classify(&url, secs, "", e) {
                             get @ RemoteError::Status { .. } => Err(get),
                             _ => Err(head),
                         },
@@ -346,65 +541,127 @@ impl HttpConnector for ConnectorRef {
     }
 }
 
-/// Turns an object_store error into what a user needs to know.
-pub fn classify(url: &str, what: &str, e: object_store::Error) -> RemoteError {
+/// Turns an object_store error into what a user needs to know: the first
+/// cause, in a line, without a web server's error page. `secs` is the
+/// `--remote-timeout` the retries ran in: a retried failure (5xx, a lost
+/// connection) that comes back from object_store outlived them.
+pub fn classify(url: &str, secs: u64, what: &str, e: object_store::Error) -> RemoteError {
     use object_store::Error as E;
-    let detail = short(&e);
-    let status = |s: &str| RemoteError::Status {
-        url: url.into(),
-        status: s.into(),
-        detail: server_reason(&detail),
-    };
-    match e {
-        E::NotFound { .. } => status("404 Not Found"),
-        E::PermissionDenied { .. } => status("403 Forbidden"),
-        E::Unauthenticated { .. } => status("401 Unauthorized"),
-        E::Precondition { .. } => RemoteError::Changed {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(x) = source {
+        if let Some(f) = x.downcast_ref::<Failure>() {
+            return match (f.permanent, f.retried) {
+                (Some(why), _) => RemoteError::Unreachable {
+                    url: url.into(),
+                    why,
+                    detail: f.text.clone(),
+                },
+                (None, true) => RemoteError::Timeout {
+                    url: url.into(),
+                    what: what.into(),
+                    secs,
+                    cause: (!f.timed_out).then(|| f.text.clone()),
+                    extra: String::new(),
+                },
+                (None, false) => RemoteError::Transport {
+                    url: url.into(),
+                    what: what.into(),
+                    detail: f.text.clone(),
+                },
+            };
+        }
+        source = x.source();
+    }
+    let full = e.to_string();
+    if let E::Precondition { .. } = e {
+        return RemoteError::Changed {
             url: url.into(),
             detail: "412 Precondition Failed: its ETag no longer matches".into(),
-        },
+        };
+    }
+    // object_store's own words: the HTTP store's RangeNotSupported, and
+    // the check of S3 answers (both types are private).
+    if full.contains("Range request not supported")
+        || full.contains("non-partial response when range requested")
+    {
+        return RemoteError::RangeUnsupported { url: url.into() };
+    }
+    if let Some((status, body)) = status_of(&full) {
+        let code: u16 = status
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        if retried_status(code) {
+            return RemoteError::Timeout {
+                url: url.into(),
+                what: what.into(),
+                secs,
+                cause: Some(format!("HTTP {status}")),
+                extra: String::new(),
+            };
+        }
+        return RemoteError::Status {
+            url: url.into(),
+            status: status.into(),
+            detail: s3_reason(body),
+        };
+    }
+    match e {
+        E::NotFound { .. } => status_only(url, "404 Not Found"),
+        E::PermissionDenied { .. } => status_only(url, "403 Forbidden"),
+        E::Unauthenticated { .. } => status_only(url, "401 Unauthorized"),
         _ => RemoteError::Transport {
             url: url.into(),
             what: what.into(),
-            detail,
+            detail: short(&full),
         },
     }
 }
 
-/// What the server said about an error status: an S3 error body's Code
-/// and Message, else the body, else that the answer had none.
-fn server_reason(msg: &str) -> String {
-    let tag = |t: &str| {
-        let a = msg.find(&format!("<{t}>"))? + t.len() + 2;
-        let b = msg[a..].find(&format!("</{t}>"))?;
-        Some(msg[a..a + b].to_string())
-    };
-    if let Some(code) = tag("Code") {
-        return match tag("Message") {
-            Some(m) => format!("{code}: {m}"),
-            None => code,
-        };
-    }
-    let body = msg
-        .rsplit_once("status code: ")
-        .and_then(|(_, r)| r.split_once(": "))
-        .map(|(_, body)| body.trim())
-        .unwrap_or("");
-    if body.is_empty() {
-        "no reason given".into()
-    } else {
-        body.into()
+fn status_only(url: &str, status: &str) -> RemoteError {
+    RemoteError::Status {
+        url: url.into(),
+        status: status.into(),
+        detail: String::new(),
     }
 }
 
-/// The error on one line, bounded (an S3 error body can be long XML).
-fn short(e: &object_store::Error) -> String {
-    let msg: String = e
-        .to_string()
+/// The status ("404 Not Found") and body of object_store's message for an
+/// error answer ("... Server returned non-2xx status code: 404 Not Found:
+/// BODY"), if it is one.
+fn status_of(msg: &str) -> Option<(&str, &str)> {
+    let rest = msg.split_once("status code: ")?.1;
+    let (status, body) = rest.split_once(": ").unwrap_or((rest, ""));
+    status
         .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    match msg.char_indices().nth(400) {
+        .next()?
+        .parse::<u16>()
+        .ok()
+        .map(|_| (status.trim(), body))
+}
+
+/// An S3 error body's Code and Message ("NoSuchKey: The specified key does
+/// not exist."), else nothing: other bodies are a web server's error
+/// page, which says no more than the status and can be a screenful.
+fn s3_reason(body: &str) -> String {
+    let tag = |t: &str| {
+        let a = body.find(&format!("<{t}>"))? + t.len() + 2;
+        let b = body[a..].find(&format!("</{t}>"))?;
+        Some(body[a..a + b].trim().to_string())
+    };
+    let reason = match (tag("Code"), tag("Message")) {
+        (Some(code), Some(m)) => format!("{code}: {m}"),
+        (Some(code), None) => code,
+        _ => String::new(),
+    };
+    short(&reason)
+}
+
+/// A message on one line, bounded.
+fn short(msg: &str) -> String {
+    let msg: String = msg.split_whitespace().collect::<Vec<_>>().join(" ");
+    match msg.char_indices().nth(300) {
         Some((i, _)) => format!("{}...", &msg[..i]),
         None => msg,
     }

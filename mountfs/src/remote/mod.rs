@@ -53,7 +53,13 @@
 //! backoff (object_store's retry loop: 50 ms doubling to 2 s); and the whole
 //! fetch, retries included, is cut at `--remote-timeout`. Past that the read
 //! is `FsError::Io` naming the URL and the offset (EIO at the FUSE edge),
-//! never a hang; 4xx answers fail at once.
+//! never a hang; 4xx answers fail at once. Until the server has answered
+//! once, a refused connection, an unknown host or a failed TLS handshake
+//! fail at once too: that is a wrong URL or endpoint, which retrying for a
+//! minute only hides; after, a refused connection is a server restarting,
+//! and is retried. A timeout names the last failed attempt ("HTTP 503
+//! …, still failing after 60 s"), and no message carries a server's error
+//! page (an S3 error's Code and Message are kept).
 //!
 //! **One version of the object.** The length and ETag (or, for servers
 //! without ETags, Last-Modified) are pinned when the source is opened, by a
@@ -63,7 +69,9 @@
 //! and range of each answer are checked again, so an object replaced while
 //! mounted gives EIO ("changed since it was opened"), never a mix of old and
 //! new bytes. Ranges already cached are of the pinned version and keep
-//! being served.
+//! being served. The first range is fetched at open, so that a server that
+//! ignores `Range` or sends no validator on range answers is an error of
+//! the open, saying so, never "not an image".
 //!
 //! **Counted.** [`RemoteCounters`]: HTTP requests by kind as they leave the
 //! process (retries included), ranges fetched, bytes fetched, readahead

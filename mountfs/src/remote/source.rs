@@ -65,7 +65,11 @@ struct Shared {
 
 impl RemoteSource {
     /// Opens the object: one HEAD pins its length and ETag, and fails with
-    /// the status (403, 404...) when the object cannot be read.
+    /// the status (403, 404...) when the object cannot be read; then the
+    /// first range (or piece) is fetched, which every reader reads first
+    /// (the magic, the superblock), so that a server that cannot serve
+    /// ranges (one that ignores `Range`, one that drops the validator) is
+    /// an error of the open, with its cause, and not of a later read.
     pub fn open(remote: Remote) -> std::result::Result<Self, RemoteError> {
         let version = remote.head()?;
         if version.len == 0 {
@@ -88,7 +92,7 @@ impl RemoteSource {
         } else {
             o.range_size
         };
-        Ok(RemoteSource {
+        let src = RemoteSource {
             piece,
             shared: Arc::new(Shared {
                 remote,
@@ -97,7 +101,21 @@ impl RemoteSource {
                 failing: Default::default(),
             }),
             next: AtomicU64::new(u64::MAX),
-        })
+        };
+        // The entry a first read of byte 0 uses (see `entries`), so that
+        // read finds it cached. Fetched here, not spawned: a task would
+        // hold the source, and the runtime cannot be dropped (with the
+        // source, on this error) from one of its own tasks.
+        let key = if src.pieces() { PIECE } else { 0 };
+        let sh = &src.shared;
+        let first = sh
+            .remote
+            .block_on("", sh.fetch(src.span(key)))
+            .map_err(RemoteError::at_open)?;
+        if let Lookup::Wait(flight, true) = sh.ranges.lookup(key, false) {
+            sh.ranges.finish(key, &flight, Ok(first));
+        }
+        Ok(src)
     }
 
     pub fn url(&self) -> &str {
@@ -212,7 +230,11 @@ impl Shared {
         let mut f = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         match &r {
             Ok(_) => *f = None,
-            Err(RemoteError::Timeout { .. } | RemoteError::Transport { .. }) => {
+            Err(
+                RemoteError::Timeout { .. }
+                | RemoteError::Transport { .. }
+                | RemoteError::Unreachable { .. },
+            ) => {
                 f.get_or_insert_with(std::time::Instant::now);
             }
             Err(_) => {}
@@ -230,7 +252,7 @@ impl Shared {
             Some(_) => opts.attempt_timeout().min(opts.timeout),
             None => opts.timeout,
         };
-        let last = failing_since.map_or(String::new(), |t| {
+        let extra = failing_since.map_or(String::new(), |t| {
             format!(
                 " (the server has not answered for {} s)",
                 t.elapsed().as_secs()
@@ -239,6 +261,8 @@ impl Shared {
         let (start, end) = (span.start, span.end);
         let url = self.remote.url();
         let what = format!("range GET of bytes {start}..{end}");
+        let secs = opts.timeout.as_secs();
+        let t0 = std::time::Instant::now();
         let get = async {
             let o = GetOptions {
                 range: Some(GetRange::Bounded(start..end)),
@@ -250,9 +274,9 @@ impl Shared {
                 .store()
                 .get_opts(self.remote.path(), o)
                 .await
-                .map_err(|e| classify(url, &what, e))?;
+                .map_err(|e| classify(url, secs, &what, e))?;
             self.check(&r.meta, &r.range, start..end)?;
-            r.bytes().await.map_err(|e| classify(url, &what, e))
+            r.bytes().await.map_err(|e| classify(url, secs, &what, e))
         };
         let bytes = match tokio::time::timeout(limit, get).await {
             Ok(r) => r?,
@@ -261,7 +285,8 @@ impl Shared {
                     url: url.into(),
                     what,
                     secs: limit.as_secs(),
-                    last,
+                    cause: self.remote.health.last_since(t0),
+                    extra,
                 })
             }
         };
@@ -290,20 +315,27 @@ impl Shared {
             url: self.remote.url().into(),
             detail,
         };
-        if let (Some(pinned), Some(now)) = (&v.etag, &meta.e_tag) {
-            if pinned != now {
+        let missing = |validator, pinned: &str| RemoteError::NoValidator {
+            url: self.remote.url().into(),
+            validator,
+            pinned: pinned.into(),
+        };
+        match (&v.etag, &meta.e_tag) {
+            (Some(pinned), Some(now)) if pinned != now => {
                 return Err(changed(format!("ETag {pinned} is now {now}")));
             }
+            (Some(pinned), None) => return Err(missing("ETag", pinned)),
+            _ => {}
         }
         if v.etag.is_none() {
             let now =
                 (meta.last_modified.timestamp() != 0).then(|| meta.last_modified.to_rfc2822());
-            if v.modified.is_some() && now != v.modified {
-                return Err(changed(format!(
-                    "Last-Modified {} is now {}",
-                    v.modified.as_deref().unwrap_or("-"),
-                    now.as_deref().unwrap_or("absent")
-                )));
+            match (&v.modified, &now) {
+                (Some(pinned), None) => return Err(missing("Last-Modified", pinned)),
+                (Some(pinned), Some(now)) if pinned != now => {
+                    return Err(changed(format!("Last-Modified {pinned} is now {now}")));
+                }
+                _ => {}
             }
         }
         if meta.size != v.len {
@@ -345,11 +377,11 @@ impl ImageSource for RemoteSource {
         for (r0, l) in looked {
             let data = match l {
                 Lookup::Ready(b) => b,
-                Lookup::Wait(f, _) => wait(&f, opts.timeout, self.url()).map_err(|e| {
-                    let e = read_error(e, buf.len(), off);
-                    log::error!("{e}");
-                    e
-                })?,
+                // Not logged here: the caller says it once (the FUSE
+                // edge logs what it answers EIO for, the CLI prints it).
+                Lookup::Wait(f, _) => {
+                    wait(&f, opts.timeout, self.url()).map_err(|e| read_error(e, buf.len(), off))?
+                }
                 Lookup::Skip => unreachable!("demand lookups are never skipped"),
             };
             // The part of this range or piece that the read covers.
@@ -387,7 +419,8 @@ fn wait(f: &Flight, timeout: Duration, url: &str) -> std::result::Result<Bytes, 
             url: url.into(),
             what: "waiting for a fetch".into(),
             secs: timeout.as_secs(),
-            last: String::new(),
+            cause: None,
+            extra: String::new(),
         })
     })
 }
@@ -400,12 +433,14 @@ fn read_error(e: RemoteError, len: usize, off: u64) -> crate::error::FsError {
             url,
             secs,
             what,
-            last,
+            cause,
+            extra,
         } => RemoteError::Timeout {
             url,
             what: at,
             secs,
-            last: format!(" ({what}){last}"),
+            cause,
+            extra: format!(" ({what}){extra}"),
         },
         RemoteError::Transport { url, what, detail } => RemoteError::Transport {
             url,

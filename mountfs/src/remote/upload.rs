@@ -45,11 +45,12 @@ impl Upload {
             remote.path().clone(),
             remote.url().to_string(),
         );
+        let secs = remote.opts.timeout.as_secs();
         let upload = remote.block_on("starting a multipart upload", async move {
             store
                 .put_multipart(&path)
                 .await
-                .map_err(|e| classify(&url, "starting a multipart upload", e))
+                .map_err(|e| classify(&url, secs, "starting a multipart upload", e))
         })?;
         Ok(Upload {
             remote,
@@ -73,6 +74,7 @@ impl Upload {
 
     fn send(&mut self, file: &Path, cancel: Option<&AtomicBool>) -> Result<u64, RemoteError> {
         let url = self.remote.url().to_string();
+        let secs = self.remote.opts.timeout.as_secs();
         let local = |e: std::io::Error| RemoteError::Config(format!("{}: {e}", file.display()));
         let mut f = std::fs::File::open(file).map_err(local)?;
         let len = f.metadata().map_err(local)?.len();
@@ -106,7 +108,7 @@ impl Upload {
                     }
                     Ok(Ok(r)) => {
                         return r.map_err(|e: object_store::Error| {
-                            classify(&url, "uploading a part", e)
+                            classify(&url, secs, "uploading a part", e)
                         })
                     }
                 }
@@ -140,7 +142,7 @@ impl Upload {
             upload
                 .complete()
                 .await
-                .map_err(|e| classify(&url2, "completing the upload", e))
+                .map_err(|e| classify(&url2, secs, "completing the upload", e))
         })?;
         Ok(parts)
     }
@@ -151,11 +153,12 @@ impl Upload {
             return;
         };
         let url = self.remote.url().to_string();
+        let secs = self.remote.opts.timeout.as_secs();
         let r = self.remote.block_on("aborting the upload", async move {
             upload
                 .abort()
                 .await
-                .map_err(|e| classify(&url, "aborting the upload", e))
+                .map_err(|e| classify(&url, secs, "aborting the upload", e))
         });
         if let Err(e) = r {
             log::error!(

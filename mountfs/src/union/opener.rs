@@ -32,8 +32,14 @@ impl<I> Opener<I> {
         let ns = self
             .next_ns
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        (self.open)(path, Arc::new(self.cache.namespace(ns + 1)))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        // Named once: most errors of an open name the file already.
+        (self.open)(path, Arc::new(self.cache.namespace(ns + 1))).map_err(|e| {
+            let (name, msg) = (path.display().to_string(), e.to_string());
+            match msg.starts_with(&name) {
+                true => msg,
+                false => format!("{name}: {msg}"),
+            }
+        })
     }
 }
 
