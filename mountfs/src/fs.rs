@@ -141,11 +141,13 @@ impl<I: Image> PackFs<I> {
         }
     }
 
+    /// Counts a failure. It is not logged here: the caller reports it (the
+    /// FUSE adapter logs what it answers with an errno, the CLI and Python
+    /// show the error itself), so each failure is said once.
     fn note<T>(&self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r {
             if !matches!(e, FsError::NotFound | FsError::NoXattr) {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                log::error!("{e}");
             }
         }
         r

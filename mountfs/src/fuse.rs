@@ -53,7 +53,14 @@ impl<I: Image> FuseAdapter<I> {
     }
 }
 
+/// The errno answered for `e`; a real failure (not a missing name or
+/// xattr, which programs probe for) is logged here, the only place a mount
+/// reports it: the application sees only the errno.
 fn errno(e: &crate::error::FsError) -> Errno {
+    use crate::error::FsError;
+    if !matches!(e, FsError::NotFound | FsError::NoXattr) {
+        log::error!("{e}");
+    }
     Errno::from_i32(e.errno())
 }
 

@@ -130,3 +130,34 @@ fn a_second_sequential_reader_lower_in_the_image_gets_its_own_window() {
     read(&fs, &n, 16 * 3); // 2 and 3 on demand, 4..=9 decoded ahead (10, 11 cached)
     assert_eq!(settle(&fs, base + 8, 10.0), base + 8);
 }
+
+/// Bug (issue #25): a damaged data block made `packfs cat` print the cause
+/// twice, once as an `[ERROR mountfs::fs]` log line from the filesystem
+/// core and once as the command's own error. The core now only counts
+/// failures; the FUSE edge logs what it answers, the CLI says it once.
+#[test]
+fn a_corrupt_block_is_reported_once_by_cat() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // Compressible and larger than a block: the block is stored compressed.
+    std::fs::write(src.join("f"), bytes(3, 300_000, true)).unwrap();
+    let img = t.path().join("c.sqfs");
+    pack(&src, &img, &["-c", "gzip"]);
+    let mut data = std::fs::read(&img).unwrap();
+    // The first data block starts right after the superblock (96 bytes).
+    for b in &mut data[120..400] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&img, &data).unwrap();
+    let out = Command::new(packfs_bin())
+        .arg("cat")
+        .arg(&img)
+        .arg("f")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("[ERROR"), "said twice: {err}");
+    assert_eq!(err.matches("data block at offset").count(), 1, "{err}");
+}
