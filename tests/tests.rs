@@ -19,6 +19,7 @@ mod suite {
     mod module_graph;
     mod mount_squashfs;
     mod mount_zip;
+    mod pack_cancel;
     mod pack_squashfs;
     mod pack_zip;
     mod packer_faults;
