@@ -12,11 +12,13 @@ mod common;
 mod suite {
     mod bench_cli;
     mod corrupt_images;
+    mod exit_codes;
     mod format_records;
     mod fuzz_regressions;
     mod jobs_cli;
     mod load;
     mod module_graph;
+    mod mount_errors;
     mod mount_squashfs;
     mod mount_zip;
     mod pack_cancel;

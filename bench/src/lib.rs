@@ -45,7 +45,7 @@ mod tree;
 mod verify;
 mod workload;
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, UsageError};
 pub use mounts::MountCommand;
 
 /// `packfs bench`: 0 when every run succeeded, 1 when operations failed
