@@ -11,6 +11,7 @@ mod common;
 
 mod suite {
     mod bench_cli;
+    mod cli_messages;
     mod corrupt_images;
     mod exit_codes;
     mod format_records;

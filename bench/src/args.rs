@@ -108,9 +108,13 @@ pub struct BenchArgs {
     /// Write the results as JSON (schema: docs/BENCH_JSON.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write a bar chart of the results as SVG.
+    /// Write a bar chart of the results as SVG (the name must end in .svg).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Every column in the table: also the median latency, the stat calls
+    /// and the device's reads (the JSON always has them).
+    #[arg(long)]
+    pub wide: bool,
     /// Skip checking that the raw tree and the image hold the same files.
     #[arg(long)]
     pub no_verify: bool,
@@ -262,6 +266,15 @@ pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
     }
     if a.sample_size == 0 {
         usage!("--sample-size must be positive");
+    }
+    if let Some(p) = &a.plot {
+        let svg = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg {
+            usage!(
+                "--plot {}: the chart is written as SVG; name the file .svg (and convert it, e.g. rsvg-convert -o chart.png chart.svg)",
+                p.display()
+            );
+        }
     }
     Ok(())
 }

@@ -190,6 +190,12 @@ fn every_usage_error_exits_2_naming_its_cause() {
         (&["bench", "--raw", "src"], "--image is required"),
         (
             &[
+                "bench", "--raw", "src", "--image", "img.sqfs", "--plot", "out.png",
+            ],
+            "as SVG",
+        ),
+        (
+            &[
                 "bench",
                 "--raw",
                 "src",

@@ -45,7 +45,7 @@ fn a_second_mount_on_the_same_mountpoint_is_refused_as_such() {
     std::fs::create_dir(&mp).unwrap();
     let mount = |extra: &[&str]| {
         let mut a: Vec<&std::ffi::OsStr> = vec!["mount".as_ref(), img.as_os_str(), mp.as_os_str()];
-        a.extend(extra.iter().map(|s| std::ffi::OsStr::new(s)));
+        a.extend(extra.iter().map(std::ffi::OsStr::new));
         packfs(&a)
     };
     assert!(mount(&[]).status.success());
