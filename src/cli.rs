@@ -226,8 +226,8 @@ pub struct PackArgs {
     /// Worker threads (default: all cores). The image is identical whatever the value.
     #[arg(short = 'j', long, default_value_t = 0)]
     pub threads: usize,
-    /// Leave out what matches this glob; repeatable. Without a `/` it matches
-    /// names at any depth (`*.tmp`, `__pycache__`); with one, the path from
+    /// Leave out what matches this glob; repeatable. Without a `/` (but a
+    /// trailing one) it matches names at any depth (`*.tmp`, `__pycache__`); with one, the path from
     /// SRC (`/build`, `./data/cache`, `logs/*.gz`: `*` stays within a name,
     /// `**` crosses directories). A trailing `/` matches directories only;
     /// a directory left out takes its contents with it. A pattern that
