@@ -32,7 +32,10 @@ impl Mounted {
     fn undo(&self) {
         for mp in self.mounts.iter().rev() {
             if let Err(e) = umount(mp) {
-                eprintln!("packfs: {e:#}");
+                eprintln!(
+                    "packfs: warning: {}",
+                    crate::oserror::plain_text(&format!("{e:#}"))
+                );
             }
         }
         remove_created(&self.created);
@@ -167,7 +170,11 @@ fn remove_created(created: &[PathBuf]) {
     for dir in created.iter().rev() {
         if let Err(e) = std::fs::remove_dir(dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("packfs: leaving {}: {e}", dir.display());
+                eprintln!(
+                    "packfs: warning: {}: not removed: {}",
+                    dir.display(),
+                    crate::oserror::plain(&e)
+                );
             }
         }
     }
