@@ -12,7 +12,8 @@ pub const NEGATIVE_TTL_DEFAULT: u64 = 365 * 24 * 3600;
 #[command(
     name = "packfs",
     version,
-    about = "Pack many small files into one SquashFS or ZIP image and mount it without root"
+    about = "Pack many small files into one SquashFS or ZIP image and mount it without root",
+    after_help = crate::exit::TABLE
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -118,9 +119,15 @@ pub enum OutFormat {
 pub enum ShardsCommand {
     /// Write the manifest from the sidecars (*.shard.json) next to the shards.
     /// Takes the manifest path or the -o template the shards were packed with.
-    Finalize { manifest_or_template: String },
+    Finalize {
+        /// The manifest's path, or the -o template with {shard} the shards were packed with.
+        manifest_or_template: String,
+    },
     /// Check that every shard a manifest names is there with its size and blake3.
-    Verify { manifest: PathBuf },
+    Verify {
+        /// The manifest (*.manifest.json).
+        manifest: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -128,22 +135,36 @@ pub enum Command {
     /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
     Pack(PackArgs),
     /// Show the image's format, compression, sizes and counts.
-    Info { image: PathBuf },
+    Info {
+        /// The image: a file, s3://BUCKET/KEY or http(s)://HOST/PATH.
+        image: PathBuf,
+    },
     /// List a directory of the image (like `ls -l` with -l).
     Ls {
+        /// The image: a file, s3://BUCKET/KEY or http(s)://HOST/PATH.
         image: PathBuf,
+        /// The directory (or file) in the image to list.
         #[arg(default_value = "/")]
         path: String,
+        /// One line per entry: mode, owner, size, date, name (and a symlink's target).
         #[arg(short, long)]
         long: bool,
+        /// List the subdirectories too, all the way down.
         #[arg(short = 'R', long)]
         recursive: bool,
     },
     /// Write a file of the image to stdout.
-    Cat { image: PathBuf, path: String },
+    Cat {
+        /// The image: a file, s3://BUCKET/KEY or http(s)://HOST/PATH.
+        image: PathBuf,
+        /// The file's path in the image.
+        path: String,
+    },
     /// Extract the image (or a subtree) into a directory.
     Extract {
+        /// The image: a file, s3://BUCKET/KEY or http(s)://HOST/PATH.
         image: PathBuf,
+        /// The directory to extract into (made if missing; must be empty).
         #[arg(short, long)]
         output: PathBuf,
         /// Subtree to extract.
@@ -159,7 +180,10 @@ pub enum Command {
         cmd: ShardsCommand,
     },
     /// Unmount a packfs mount.
-    Umount { mountpoint: PathBuf },
+    Umount {
+        /// Where the image is mounted.
+        mountpoint: PathBuf,
+    },
     /// Mount images, run a command, unmount; exits with the command's status.
     /// A missing mountpoint (and its missing parents) is created, and removed
     /// again afterwards, so a job can mount on a fresh node-local path.
@@ -179,6 +203,7 @@ pub enum Command {
 /// `packfs pack SRC -o OUTPUT`.
 #[derive(clap::Args, Debug)]
 pub struct PackArgs {
+    /// The directory to pack (its contents become the image's root).
     pub src: PathBuf,
     /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
     /// $TMPDIR, then sent as a multipart upload (the object appears only
@@ -196,13 +221,18 @@ pub struct PackArgs {
     #[arg(short, long)]
     pub level: Option<i32>,
     /// Data block size, a power of two from 4K to 1M.
-    #[arg(short, long, default_value = "128K", value_parser = packfs_bench::size::parse_size)]
+    #[arg(short, long, default_value = "128K", value_parser = crate::values::block_size)]
     pub block_size: u64,
     /// Worker threads (default: all cores). The image is identical whatever the value.
     #[arg(short = 'j', long, default_value_t = 0)]
     pub threads: usize,
-    /// Leave out paths matching this glob (relative to SRC); repeatable.
-    #[arg(short, long)]
+    /// Leave out what matches this glob; repeatable. Without a `/` (but a
+    /// trailing one) it matches names at any depth (`*.tmp`, `__pycache__`); with one, the path from
+    /// SRC (`/build`, `./data/cache`, `logs/*.gz`: `*` stays within a name,
+    /// `**` crosses directories). A trailing `/` matches directories only;
+    /// a directory left out takes its contents with it. A pattern that
+    /// matches nothing is warned about.
+    #[arg(short, long, value_name = "GLOB", value_parser = crate::values::exclude)]
     pub exclude: Vec<String>,
     /// Overwrite OUTPUT if it exists.
     #[arg(short, long)]
@@ -225,7 +255,7 @@ pub struct PackArgs {
     /// Python environments: rewrite, in the image only, what ties the venv
     /// to its build path (console-script shebangs, activate scripts,
     /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = crate::values::absolute_path)]
     pub mount_at: Option<PathBuf>,
     /// Python environments: byte-compile the .py files lacking a valid .pyc
     /// into the image (with the venv's own interpreter), so imports from the
@@ -301,20 +331,29 @@ pub struct MountArgs {
     /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
+    /// Mount over a directory that is not empty (its contents are hidden
+    /// until the image is unmounted).
+    #[arg(long)]
+    pub nonempty: bool,
 }
 
 /// `packfs run IMAGE:MOUNTPOINT... -- COMMAND`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// IMAGE:MOUNTPOINT pairs.
-    #[arg(required = true)]
-    pub mounts: Vec<String>,
+    #[arg(required = true, value_name = "IMAGE:MOUNTPOINT", value_parser = crate::values::mount_spec)]
+    pub mounts: Vec<crate::values::MountSpec>,
+    /// Byte budget of each mount's decoded block cache (as for `mount --cache-size`).
     #[arg(long, value_parser = packfs_bench::size::parse_size)]
     pub cache_size: Option<u64>,
     /// How the image files are read (as for `mount --io`).
     #[arg(long, value_enum, default_value_t = IoMode::Pread)]
     pub io: IoMode,
-    #[arg(last = true, required = true)]
+    /// Mount over directories that are not empty (as for `mount --nonempty`).
+    #[arg(long)]
+    pub nonempty: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 

@@ -154,7 +154,10 @@ fn spawn_unmount_watcher(target: &Target) -> anyhow::Result<OwnedFd> {
         .arg(&mp)
         .arg(target.fsname)
         .exec();
-    eprintln!("packfs: cannot start the unmount watcher: {e}");
+    eprintln!(
+        "packfs: cannot start the unmount watcher: {}",
+        crate::oserror::plain(&e)
+    );
     std::process::exit(1);
 }
 

@@ -13,8 +13,23 @@ pub fn which(bin: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// `packfs umount`: unmounts `mp`; an error says which tool failed.
+/// `packfs umount`: unmounts `mp`; an error says which tool failed. A
+/// path with no FUSE mount on it is refused first, in words (fusermount
+/// would say only "Invalid argument").
 pub fn umount(mp: &Path) -> anyhow::Result<i32> {
+    match crate::mountinfo::at(mp) {
+        Some(m) if m.is_fuse() => {}
+        Some(m) => bail!(
+            "{}: not a FUSE mount ({} from {}); packfs unmounts only its own kind",
+            mp.display(),
+            m.fstype,
+            m.source
+        ),
+        None => match std::fs::symlink_metadata(mp) {
+            Err(e) => bail!("{}: {}", mp.display(), crate::oserror::plain(&e)),
+            Ok(_) => bail!("{}: not mounted", mp.display()),
+        },
+    }
     for bin in ["fusermount3", "fusermount"] {
         if which(bin).is_some() {
             let st = std::process::Command::new(bin)

@@ -1,28 +1,32 @@
 //! `packfs`: pack a tree into one SquashFS or ZIP image, inspect it, mount it.
 //!
-//! Exit codes: 0 success; 1 an error (printed on stderr as `packfs: ...` with
-//! its causes); 2 a usage error (from clap); for `packfs run`, the command's
-//! own status (128+N when it died of signal N). `packfs pack` stopped by
-//! SIGINT, SIGTERM or SIGHUP removes its temporary file, then dies of that
-//! signal (status 128+N in a shell), so scripts see the interruption.
+//! Exit codes: see [`exit::TABLE`] (shown by `packfs --help`, and the
+//! same table as README's). An error is printed on stderr as `packfs: ...`
+//! with its causes; a usage error (clap's, or [`usage::UsageError`] from
+//! our own checks) exits 2. `packfs pack` stopped by SIGINT, SIGTERM or
+//! SIGHUP removes its temporary file, then dies of that signal (status
+//! 128+N in a shell), so scripts see the interruption.
 
 mod cli;
 mod cmd;
 mod daemon;
 mod date;
+mod exit;
 mod fusermount;
+mod help;
 mod location;
+mod logging;
 mod machine;
 mod memory;
+mod mountinfo;
+mod oserror;
 mod progress;
-
-use clap::Parser;
+mod usage;
+mod values;
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
-    let cli = cli::Cli::parse();
+    logging::init();
+    let cli = help::parse();
     if matches!(
         cli.cmd,
         cli::Command::Info { .. } | cli::Command::Ls { .. } | cli::Command::Cat { .. }
@@ -39,10 +43,10 @@ fn main() {
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            let mut shown = e.to_string();
+            let mut shown = oserror::plain_text(&e.to_string());
             eprintln!("packfs: {shown}");
             for cause in e.chain().skip(1) {
-                let cause = cause.to_string();
+                let cause = oserror::plain_text(&cause.to_string());
                 // The packer's errors print their source in their own
                 // message and return it as source() too: say it once.
                 if !shown.contains(&cause) {
@@ -50,7 +54,7 @@ fn main() {
                 }
                 shown = cause;
             }
-            std::process::exit(1);
+            std::process::exit(if usage::is_usage(&e) { 2 } else { 1 });
         }
     }
 }

@@ -11,15 +11,19 @@ mod common;
 
 mod suite {
     mod bench_cli;
+    mod cli_messages;
     mod corrupt_images;
+    mod exit_codes;
     mod format_records;
     mod fuzz_regressions;
     mod jobs_cli;
     mod load;
     mod module_graph;
+    mod mount_errors;
     mod mount_squashfs;
     mod mount_zip;
     mod open_errors;
+    mod pack_cancel;
     mod pack_squashfs;
     mod pack_zip;
     mod packer_faults;

@@ -4,7 +4,6 @@
 //! invocation sweeps a grid; everything that changes what is measured is
 //! echoed into the JSON `config` so a result file explains itself.
 
-use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,14 +69,15 @@ pub struct BenchArgs {
         default_value = "walk,sequential,shuffle,sample"
     )]
     pub workload: Vec<Workload>,
-    /// Reader thread counts to sweep, comma-separated (for `import`: concurrent interpreters).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    /// Reader thread counts to sweep, comma-separated, each 1 to 1024 (for
+    /// `import`: concurrent interpreters).
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = thread_count)]
     pub threads: Vec<usize>,
     /// Repetitions of each (side, workload, threads) cell, each starting cold.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub repeat: usize,
     /// Epochs per repetition: the first is cold, the rest warm.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = at_least_one)]
     pub epochs: usize,
     /// Seed for the shuffle order, the sample offsets and the verified files.
     #[arg(long, default_value_t = 42)]
@@ -89,7 +89,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bin/python")]
     pub python: PathBuf,
     /// Reads per `sample` epoch.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     pub samples: usize,
     /// Bytes per `sample` read.
     #[arg(long, default_value = "64K", value_parser = crate::size::parse_size)]
@@ -108,9 +108,13 @@ pub struct BenchArgs {
     /// Write the results as JSON (schema: docs/BENCH_JSON.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write a bar chart of the results as SVG.
+    /// Write a bar chart of the results as SVG (the name must end in .svg).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Every column in the table: also the median latency, the stat calls
+    /// and the device's reads (the JSON always has them).
+    #[arg(long)]
+    pub wide: bool,
     /// Skip checking that the raw tree and the image hold the same files.
     #[arg(long)]
     pub no_verify: bool,
@@ -129,6 +133,43 @@ pub struct BenchArgs {
     /// modes under --emulate-latency, where the raw side is the slow part.
     #[arg(long)]
     pub no_raw: bool,
+}
+
+/// A usage error found after clap (a combination of flags, a malformed
+/// `--emulate-latency`): the CLI exits 2 for it, as for clap's own.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+macro_rules! usage {
+    ($($t:tt)*) => {
+        return Err(UsageError(format!($($t)*)).into())
+    };
+}
+
+/// `--threads`: one count of the list, 1 to 1024.
+fn thread_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        Ok(_) => Err("a thread count must be 1 to 1024".into()),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
+}
+
+/// A count that must be at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
 }
 
 /// An external mount named on the command line.
@@ -167,8 +208,11 @@ impl Latency {
         let mut it = s.split(',').map(str::trim);
         let num = |v: Option<&str>, what: &str| -> anyhow::Result<Option<u64>> {
             v.map(|v| {
-                v.parse::<u64>().with_context(|| {
-                    format!("--emulate-latency {s:?}: {what} {v:?} is not a number of microseconds")
+                v.parse::<u64>().map_err(|_| {
+                    UsageError(format!(
+                        "--emulate-latency {s:?}: {what} {v:?} is not a number of microseconds"
+                    ))
+                    .into()
                 })
             })
             .transpose()
@@ -176,10 +220,10 @@ impl Latency {
         let meta = num(it.next(), "META_US")?.unwrap_or(0);
         let read = num(it.next(), "READ_US")?.unwrap_or(meta);
         if it.next().is_some() {
-            bail!("--emulate-latency {s:?}: expected META_US[,READ_US]");
+            usage!("--emulate-latency {s:?}: expected META_US[,READ_US]");
         }
         if meta > 10_000_000 || read > 10_000_000 {
-            bail!("--emulate-latency {s:?}: more than 10 s per operation");
+            usage!("--emulate-latency {s:?}: more than 10 s per operation");
         }
         Ok(Latency {
             meta_us: meta,
@@ -194,39 +238,43 @@ impl Latency {
     }
 }
 
-/// Checks what clap cannot.
+/// Checks what clap cannot: combinations of flags. Every error is a
+/// [`UsageError`].
 pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
-    if a.threads.is_empty() || a.threads.contains(&0) {
-        bail!("--threads: thread counts must be at least 1");
-    }
-    if a.threads.iter().any(|&t| t > 1024) {
-        bail!("--threads: at most 1024 threads");
-    }
-    if a.repeat == 0 || a.epochs == 0 {
-        bail!("--repeat and --epochs must be at least 1");
+    if a.threads.is_empty() {
+        usage!("--threads: name at least one thread count");
     }
     if a.workload.is_empty() {
-        bail!("--workload: name at least one workload");
+        usage!("--workload: name at least one workload");
     }
     if a.workload.contains(&Workload::Import) && a.import.iter().all(|m| m.trim().is_empty()) {
-        bail!("--workload import needs --import MODULE[,MODULE...]");
+        usage!("--workload import needs --import MODULE[,MODULE...]");
     }
     for m in &a.import {
         let ok = !m.is_empty()
             && m.split('.')
                 .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
         if !ok {
-            bail!("--import: {m:?} is not a Python module name");
+            usage!("--import: {m:?} is not a Python module name");
         }
     }
     if a.image.is_none() && (a.mountpoints.is_empty() || a.self_mount) {
-        bail!("--image is required (unless --mountpoint names the mounts to measure)");
+        usage!("--image is required (unless --mountpoint names the mounts to measure)");
     }
     if a.emulate_latency.is_some() && !a.mountpoints.is_empty() {
-        bail!("--emulate-latency cannot be combined with --mountpoint: an existing mount does not read through the emulation layer");
+        usage!("--emulate-latency cannot be combined with --mountpoint: an existing mount does not read through the emulation layer");
     }
-    if a.samples == 0 || a.sample_size == 0 {
-        bail!("--samples and --sample-size must be positive");
+    if a.sample_size == 0 {
+        usage!("--sample-size must be positive");
+    }
+    if let Some(p) = &a.plot {
+        let svg = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg {
+            usage!(
+                "--plot {}: the chart is written as SVG; name the file .svg (and convert it, e.g. rsvg-convert -o chart.png chart.svg)",
+                p.display()
+            );
+        }
     }
     Ok(())
 }

@@ -45,7 +45,7 @@ mod tree;
 mod verify;
 mod workload;
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, UsageError};
 pub use mounts::MountCommand;
 
 /// `packfs bench`: 0 when every run succeeded, 1 when operations failed
@@ -65,6 +65,6 @@ pub fn run(a: &BenchArgs, mount: &MountCommand) -> anyhow::Result<i32> {
     let rep = assemble::report(a, &p, &sides, runs);
     // Unmount before writing anything, so a failure below leaves no mount.
     drop(sides);
-    output::write(&rep, a.json.as_deref(), a.plot.as_deref())?;
+    output::write(&rep, a.json.as_deref(), a.plot.as_deref(), a.wide)?;
     Ok(output::exit_code(&rep))
 }

@@ -219,7 +219,7 @@ impl OwnMount {
 impl Drop for OwnMount {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
-            eprintln!("packfs bench: {e:#}");
+            eprintln!("packfs: warning: {e:#}");
         }
     }
 }

@@ -9,8 +9,13 @@ use std::path::Path;
 /// Phase 6: prints the table, then writes the JSON (--json) and the chart
 /// (--plot). Called once the sides are unmounted, so a failure to write
 /// leaves no mount behind.
-pub fn write(rep: &Report, json: Option<&Path>, plot: Option<&Path>) -> anyhow::Result<()> {
-    print!("{}", report::table(rep));
+pub fn write(
+    rep: &Report,
+    json: Option<&Path>,
+    plot: Option<&Path>,
+    wide: bool,
+) -> anyhow::Result<()> {
+    print!("{}", report::table(rep, wide));
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(rep).context("serialising the report")?;
         std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
@@ -96,7 +101,7 @@ mod tests {
         let (json, svg) = (dir.path().join("r.json"), dir.path().join("r.svg"));
         let a = args::parse(&["--raw", "/raw"]);
         let rep = assemble::example(&a, vec![run(0, 0, None), run(1, 0, None)]);
-        write(&rep, Some(&json), Some(&svg)).unwrap();
+        write(&rep, Some(&json), Some(&svg), false).unwrap();
         let text = std::fs::read_to_string(&json).unwrap();
         assert!(text.ends_with("}\n"));
         let back: Report = serde_json::from_str(&text).unwrap();
@@ -106,7 +111,7 @@ mod tests {
         assert_eq!(exit_code(&rep), 0);
 
         let missing = dir.path().join("no/such/dir/r.json");
-        let e = write(&rep, Some(&missing), None).unwrap_err();
+        let e = write(&rep, Some(&missing), None, false).unwrap_err();
         assert!(e.to_string().starts_with("writing "), "{e}");
     }
 }

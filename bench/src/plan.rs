@@ -96,7 +96,11 @@ pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
         .transpose()?;
     let (raw, image, image_remote) = resolve_paths(a)?;
     if image_remote && latency.is_some() {
-        bail!("--emulate-latency cannot be combined with a remote --image: its latency is the network's");
+        return Err(args::UsageError(
+            "--emulate-latency cannot be combined with a remote --image: its latency is the network's"
+                .into(),
+        )
+        .into());
     }
     let tree = Tree::scan(&raw).context("scanning the raw tree")?;
     check_tree(&a.workload, &tree, &raw, &a.python)?;

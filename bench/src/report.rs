@@ -179,13 +179,87 @@ fn opt(v: Option<u64>, scale: f64, prec: usize) -> String {
     }
 }
 
-/// The table on stdout, one line per run, then the notes a reader needs.
-pub fn table(rep: &Report) -> String {
-    let head = [
-        "side", "workload", "thr", "epoch", "seconds", "files/s", "MB/s", "p50 ms", "p99 ms",
-        "vs raw", "opened", "stats", "rd MB", "rd calls", "dev rds",
+/// Columns of the table; the ones not [`Column::narrow`] are shown with
+/// `--wide` only, so that the default table fits 100 columns (the JSON
+/// always has every value).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Column {
+    Side,
+    Workload,
+    Threads,
+    Epoch,
+    Seconds,
+    FilesPerSec,
+    MbPerSec,
+    P50,
+    P99,
+    VsRaw,
+    Opened,
+    Stats,
+    RdMb,
+    RdCalls,
+    DevRds,
+}
+
+impl Column {
+    const ALL: [Column; 15] = [
+        Column::Side,
+        Column::Workload,
+        Column::Threads,
+        Column::Epoch,
+        Column::Seconds,
+        Column::FilesPerSec,
+        Column::MbPerSec,
+        Column::P50,
+        Column::P99,
+        Column::VsRaw,
+        Column::Opened,
+        Column::Stats,
+        Column::RdMb,
+        Column::RdCalls,
+        Column::DevRds,
     ];
-    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+
+    fn head(self) -> &'static str {
+        match self {
+            Column::Side => "side",
+            Column::Workload => "workload",
+            Column::Threads => "thr",
+            Column::Epoch => "epoch",
+            Column::Seconds => "seconds",
+            Column::FilesPerSec => "files/s",
+            Column::MbPerSec => "MB/s",
+            Column::P50 => "p50 ms",
+            Column::P99 => "p99 ms",
+            Column::VsRaw => "vs raw",
+            Column::Opened => "opened",
+            Column::Stats => "stats",
+            Column::RdMb => "rd MB",
+            Column::RdCalls => "rd calls",
+            Column::DevRds => "dev rds",
+        }
+    }
+
+    /// In the default table: the median (the p99 is kept), the stat count
+    /// (equal on every side) and the device-wide reads (noisy) are not.
+    fn narrow(self) -> bool {
+        !matches!(self, Column::P50 | Column::Stats | Column::DevRds)
+    }
+
+    fn left_aligned(self) -> bool {
+        matches!(self, Column::Side | Column::Workload | Column::Epoch)
+    }
+}
+
+/// The table on stdout, one line per run, then the notes a reader needs.
+/// `wide`: every column (`--wide`); else the narrow set, and no thread
+/// column when a single count was run.
+pub fn table(rep: &Report, wide: bool) -> String {
+    let cols: Vec<Column> = Column::ALL
+        .into_iter()
+        .filter(|&c| wide || (c.narrow() && (c != Column::Threads || rep.config.threads.len() > 1)))
+        .collect();
+    let mut rows: Vec<Vec<String>> = vec![cols.iter().map(|c| c.head().to_string()).collect()];
     for r in &rep.runs {
         let epoch = format!(
             "{}{}{}",
@@ -211,25 +285,26 @@ pub fn table(rep: &Report) -> String {
             (None, Some(p)) => (Some(p.read_bytes), Some(p.reads)),
             (None, None) => (s.read_bytes, s.read_syscalls),
         };
-        rows.push(vec![
-            r.side.clone(),
-            r.workload.clone(),
-            r.threads.to_string(),
-            epoch,
-            format!("{:.3}", r.seconds),
-            format!("{:.0}", r.files_per_sec),
-            format!("{:.1}", r.mb_per_sec),
-            p50,
-            p99,
-            r.ratio_vs_raw.map_or("-".into(), |x| format!("{x:.2}x")),
-            r.ops.files_opened.to_string(),
-            r.ops.stat_calls.to_string(),
-            opt(rd_bytes, 1e6, 1),
-            opt(rd_calls, 1.0, 0),
-            opt(s.device_reads, 1.0, 0),
-        ]);
+        let cell = |c: Column| match c {
+            Column::Side => r.side.clone(),
+            Column::Workload => r.workload.clone(),
+            Column::Threads => r.threads.to_string(),
+            Column::Epoch => epoch.clone(),
+            Column::Seconds => format!("{:.3}", r.seconds),
+            Column::FilesPerSec => format!("{:.0}", r.files_per_sec),
+            Column::MbPerSec => format!("{:.1}", r.mb_per_sec),
+            Column::P50 => p50.clone(),
+            Column::P99 => p99.clone(),
+            Column::VsRaw => r.ratio_vs_raw.map_or("-".into(), |x| format!("{x:.2}x")),
+            Column::Opened => r.ops.files_opened.to_string(),
+            Column::Stats => r.ops.stat_calls.to_string(),
+            Column::RdMb => opt(rd_bytes, 1e6, 1),
+            Column::RdCalls => opt(rd_calls, 1.0, 0),
+            Column::DevRds => opt(s.device_reads, 1.0, 0),
+        };
+        rows.push(cols.iter().map(|&c| cell(c)).collect());
     }
-    let widths: Vec<usize> = (0..head.len())
+    let widths: Vec<usize> = (0..cols.len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -238,7 +313,7 @@ pub fn table(rep: &Report) -> String {
             .iter()
             .enumerate()
             .map(|(c, v)| {
-                if c <= 1 || c == 3 {
+                if cols[c].left_aligned() {
                     format!("{v:<w$}", w = widths[c])
                 } else {
                     format!("{v:>w$}", w = widths[c])
@@ -257,9 +332,19 @@ pub fn table(rep: &Report) -> String {
         rep.config.cold_method, rep.config.cold_description
     ));
     for s in &rep.sides {
+        // The method was said just above: each side adds only what is its own.
+        let own = s
+            .cold
+            .strip_prefix(rep.config.cold_description.as_str())
+            .map(|rest| rest.trim_start_matches("; "))
+            .unwrap_or(&s.cold);
+        let cold = match own.is_empty() {
+            true => String::new(),
+            false => format!("; cold: {own}"),
+        };
         out.push_str(&format!(
-            "  {}: {}; cold = {}; storage counters: {}\n",
-            s.label, s.path, s.cold, s.storage_source
+            "  {}: {}{cold}; storage counters: {}\n",
+            s.label, s.path, s.storage_source
         ));
     }
     if let Some(l) = &rep.config.emulate_latency {
@@ -278,4 +363,91 @@ pub fn table(rep: &Report) -> String {
         out.push_str("WARNING: --no-verify: the sides were not checked to hold the same files\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::args::{self, Workload};
+    use super::super::assemble;
+    use super::super::grid::Cell;
+    use super::super::workload::Outcome;
+    use super::*;
+
+    /// A report with the widest values a large real run gives: the longest
+    /// workload name, an hour-long epoch over ten million files and 100 GB,
+    /// second-long items.
+    fn wide_report(argv: &[&str]) -> Report {
+        let a = args::parse(argv);
+        let mut runs = Vec::new();
+        for side in 0..2 {
+            for epoch in 1..=2 {
+                let cell = Cell {
+                    plan: 0,
+                    threads: 16,
+                    repeat: 1,
+                    side,
+                    epoch,
+                };
+                let out = Outcome {
+                    seconds: 3600.123,
+                    items: 9_999_999,
+                    bytes: 99_999_000_000,
+                    latencies_ns: vec![123_456_789, 1_234_567_890],
+                    files_opened: 9_999_999,
+                    stat_calls: 9_999_999,
+                    ..Outcome::default()
+                };
+                let storage = Storage {
+                    read_bytes: Some(99_999_000_000),
+                    read_syscalls: Some(9_999_999),
+                    device_reads: Some(9_999_999),
+                    ..Storage::default()
+                };
+                let label = ["raw", "kernel"][side];
+                runs.push(assemble::make_run(
+                    label,
+                    Workload::Sequential,
+                    cell,
+                    out,
+                    storage,
+                ));
+            }
+        }
+        assemble::example(&a, runs)
+    }
+
+    #[test]
+    fn the_default_table_fits_100_columns_and_wide_has_every_column() {
+        let rep = wide_report(&["--raw", "/raw"]);
+        let narrow = table(&rep, false);
+        for line in narrow.lines().take(rep.runs.len() + 2) {
+            assert!(
+                line.chars().count() <= 100,
+                "{} columns:\n{narrow}",
+                line.len()
+            );
+        }
+        assert!(
+            !narrow.contains("p50 ms") && narrow.contains("p99 ms"),
+            "{narrow}"
+        );
+        let wide = table(&rep, true);
+        for c in Column::ALL {
+            assert!(wide.lines().next().unwrap().contains(c.head()), "{wide}");
+        }
+        // Several thread counts: the column is back.
+        let rep = wide_report(&["--raw", "/raw", "--threads", "1,16"]);
+        assert!(table(&rep, false).lines().next().unwrap().contains(" thr "));
+    }
+
+    #[test]
+    fn how_runs_were_made_cold_is_said_once() {
+        let rep = wide_report(&["--raw", "/raw"]);
+        let t = table(&rep, false);
+        let method = &rep.config.cold_description;
+        assert_eq!(t.matches(method.as_str()).count(), 1, "{t}");
+        assert_eq!(t.matches("cold runs:").count(), 1, "{t}");
+        // What a side adds of its own is still there.
+        assert!(t.contains("not refreshed"), "{t}");
+    }
 }

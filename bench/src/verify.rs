@@ -22,7 +22,7 @@ pub const SAMPLED: usize = 64;
 /// Hands nothing on: the run either goes on to measuring or ends here.
 pub fn check_sides(ctx: &Ctx, sides: &[Side], no_verify: bool, seed: u64) -> anyhow::Result<()> {
     if no_verify {
-        eprintln!("packfs bench: --no-verify: not checking that the sides hold the same files");
+        eprintln!("packfs: warning: --no-verify: not checking that the sides hold the same files");
         return Ok(());
     }
     for s in sides

@@ -62,8 +62,13 @@ pub enum PackError {
     /// match its images (the message names the file).
     #[error("{0}")]
     Shards(String),
+    /// A value or a combination of options the packer cannot take; only ever
+    /// from what the caller asked for, so the CLI reports it as a usage error.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// The worker or I/O threads could not be started (a resource limit).
+    #[error("starting {0}")]
+    Threads(String),
 }
 
 impl PackError {

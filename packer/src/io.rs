@@ -67,7 +67,7 @@ pub fn pool() -> Result<&'static rayon::ThreadPool, PackError> {
         .num_threads(IO_THREADS)
         .thread_name(|i| format!("packfs-io-{i}"))
         .build()
-        .map_err(|e| PackError::InvalidOption(format!("I/O thread pool: {e}")))?;
+        .map_err(|e| PackError::Threads(format!("the I/O threads: {e}")))?;
     // If another pack won the race, `p` is dropped and theirs is used.
     Ok(POOL.get_or_init(|| p))
 }

@@ -6,7 +6,9 @@
 //! directories and tables into a temporary file that [`output`] renames into
 //! place only on success.
 
+mod detach;
 mod error;
+pub mod exclude;
 mod io;
 mod metadata;
 mod output;
@@ -144,7 +146,7 @@ pub(crate) fn write_squashfs(
         .num_threads(opts.threads)
         .thread_name(|i| format!("packfs-{i}"))
         .build()
-        .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
+        .map_err(|e| PackError::Threads(format!("the worker threads: {e}")))?;
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }

@@ -269,7 +269,7 @@ pub fn pack_shards(
     validate(opts)?;
     if spec.shards == 0 || spec.shards > MAX_SHARDS {
         return Err(PackError::InvalidOption(format!(
-            "--shards {}: must be 1..={MAX_SHARDS}",
+            "--shards {}: must be 1 to {MAX_SHARDS}",
             spec.shards
         )));
     }

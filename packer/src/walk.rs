@@ -5,10 +5,10 @@
 //! a directory are contiguous in [`Tree::nodes`], sorted by name bytes, so a
 //! directory only stores a range.
 
+use crate::exclude::Excludes;
 use crate::io::{self, WALK_WINDOW};
 use crate::xattrs::{self, Xattr, XattrSets};
 use crate::{PackError, PackOptions};
-use globset::{Glob, GlobSet, GlobSetBuilder};
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::{INVALID_XATTR, MAX_NAME_LEN};
 use rayon::prelude::*;
@@ -313,17 +313,6 @@ struct Walker<'a> {
     links: HashMap<(u64, u64), u32>,
 }
 
-fn build_excludes(patterns: &[String]) -> Result<GlobSet, PackError> {
-    let mut b = GlobSetBuilder::new();
-    for p in patterns {
-        let g = Glob::new(p)
-            .map_err(|e| PackError::InvalidOption(format!("exclude pattern {p:?}: {e}")))?;
-        b.add(g);
-    }
-    b.build()
-        .map_err(|e| PackError::InvalidOption(format!("exclude patterns: {e}")))
-}
-
 /// One directory entry as read by an I/O thread, before it joins the tree.
 struct Scanned {
     name: OsString,
@@ -372,7 +361,7 @@ fn scan_dir(
     root: &Path,
     overlay: Option<&Path>,
     at: &DirAt,
-    excludes: &GlobSet,
+    excludes: &Excludes,
 ) -> Result<Vec<Scanned>, PackError> {
     let rel = at.rel.as_path();
     let dir = root.join(rel);
@@ -411,7 +400,8 @@ fn scan_dir(
     for (e, from_overlay) in listed {
         let name = e.file_name();
         let child_rel = rel.join(&name);
-        if excludes.is_match(&child_rel) || excludes.is_match(&name) {
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if excludes.excludes(&child_rel, &name, is_dir) {
             log::debug!("excluded {}", child_rel.display());
             continue;
         }
@@ -474,7 +464,7 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         id_index: HashMap::new(),
         links: HashMap::new(),
     };
-    let excludes = build_excludes(&opts.excludes)?;
+    let excludes = Excludes::new(&opts.excludes)?;
     // The root's own metadata (following a symlink given as SRC) is the root inode.
     let meta = fs::metadata(root).map_err(PackError::io(root))?;
     let xattrs = xattrs::read(root).map_err(PackError::io(root))?;
@@ -564,6 +554,12 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         }
     });
     r?;
+    for p in excludes.unmatched() {
+        log::warn!(
+            "{}: --exclude {p:?} matched nothing (see `packfs pack --help` for how patterns match)",
+            root.display()
+        );
+    }
     // Directory link counts: 2 + subdirectories.
     for n in 0..w.tree.nodes.len() {
         let node = &w.tree.nodes[n];

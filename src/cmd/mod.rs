@@ -15,7 +15,10 @@ use crate::cli::{Cli, Command};
 /// Runs a command; returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let remote = cli.remote;
-    remote.options().validate().map_err(anyhow::Error::msg)?;
+    remote.options().validate().map_err(crate::usage::usage)?;
+    if let Some(image) = one_image(&cli.cmd) {
+        crate::logging::set_image(&image.display().to_string());
+    }
     match cli.cmd {
         Command::Pack(args) => pack::run(args, &remote),
         Command::Info { image } => inspect::info(&image, &remote),
@@ -41,6 +44,18 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             fsname,
         } => crate::daemon::unmount_watcher(fd, &mountpoint, &fsname),
         Command::Run(args) => run::run(&args, &remote),
+    }
+}
+
+/// The one image a command reads, if it reads exactly one.
+fn one_image(cmd: &Command) -> Option<&std::path::Path> {
+    match cmd {
+        Command::Info { image }
+        | Command::Ls { image, .. }
+        | Command::Cat { image, .. }
+        | Command::Extract { image, .. } => Some(image),
+        Command::Mount(m) if m.paths.len() == 2 => Some(&m.paths[0]),
+        _ => None,
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::cli::{MountArgs, RemoteArgs};
 use crate::daemon::{self, Ready};
 use crate::location::location;
+use crate::usage::usage;
 use anyhow::{bail, Context};
 use mountfs::location::ImageLocation;
 use mountfs::open::{AnyImage, OpenedImage};
@@ -73,12 +74,15 @@ impl MountPlan {
             io,
             negative_ttl,
             stats,
+            nonempty,
         } = args;
         let mountpoint = paths.pop().expect("clap requires two paths");
         let images = paths;
-        check_mountpoint(&mountpoint, &options)?;
         let mut options = split_options(options);
-        mountfs::serve::check_options(&options).map_err(|e| anyhow::anyhow!("-o {e}"))?;
+        mountfs::serve::check_options(&options).map_err(|e| usage(format!("-o {e}")))?;
+        // `-o nonempty`, libfuse 2's spelling, is taken too.
+        let nonempty = nonempty || options.iter().any(|o| o == "nonempty");
+        check_mountpoint(&mountpoint, nonempty)?;
         // The watcher recognises the mount by its source name, so a name given
         // with -o fsname= becomes that name rather than a second option.
         let fsname = options
@@ -154,10 +158,10 @@ fn source(images: Vec<PathBuf>, on_conflict: OnConflict) -> anyhow::Result<Sourc
     }
     for i in &images {
         if location(i)?.is_remote() {
-            bail!(
+            return Err(usage(format!(
                 "{}: several images merge as local files only; mount a remote image alone",
                 i.display()
-            );
+            )));
         }
     }
     Ok(Source::Union(images, on_conflict))
@@ -182,17 +186,29 @@ fn source_name(first: &Path, source: &Source) -> String {
     }
 }
 
-fn check_mountpoint(mp: &Path, options: &[String]) -> anyhow::Result<()> {
+/// Refuses a mountpoint that cannot or should not take the mount: one
+/// where a FUSE filesystem is mounted already (a second mount would stack
+/// on it and take two unmounts to undo; a dead one cannot even be listed),
+/// one that is not a directory, or, unless `nonempty`, one with contents
+/// (the mount would hide them).
+fn check_mountpoint(mp: &Path, nonempty: bool) -> anyhow::Result<()> {
+    if let Some(m) = crate::mountinfo::at(mp).filter(|m| m.is_fuse()) {
+        bail!(
+            "mountpoint {}: already mounted ({} from {}); unmount it first with `packfs umount {}`",
+            mp.display(),
+            m.fstype,
+            m.source,
+            mp.display()
+        );
+    }
     let meta = std::fs::metadata(mp).with_context(|| format!("mountpoint {}", mp.display()))?;
     if !meta.is_dir() {
         bail!("mountpoint {}: not a directory", mp.display());
     }
-    let nonempty_ok = options
-        .iter()
-        .any(|o| o.split(',').any(|x| x == "nonempty"));
-    if !nonempty_ok && std::fs::read_dir(mp)?.next().is_some() {
+    let listed = std::fs::read_dir(mp).with_context(|| format!("mountpoint {}", mp.display()))?;
+    if !nonempty && listed.into_iter().next().is_some() {
         bail!(
-            "mountpoint {}: directory is not empty (pass -o nonempty to mount over it)",
+            "mountpoint {}: directory is not empty (pass --nonempty to mount over it; its contents are hidden until unmounted)",
             mp.display()
         );
     }

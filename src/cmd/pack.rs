@@ -5,7 +5,8 @@
 use super::interrupt::{self, die_of_signal};
 use crate::cli::{Codec, OutFormat, PackArgs, RemoteArgs};
 use crate::location::location;
-use anyhow::{bail, Context};
+use crate::usage::usage;
+use anyhow::Context;
 use packer::{Compressor, PackOptions};
 use packfs_bench::size::human;
 use std::sync::atomic::AtomicBool;
@@ -31,10 +32,10 @@ pub fn format_for(
     Ok(match ext.as_str() {
         "sqfs" | "squashfs" | "sfs" | "img" => OutFormat::Squashfs,
         "zip" => OutFormat::Zip,
-        _ => bail!(
+        _ => return Err(usage(format!(
             "{}: cannot tell the image format from the extension; use .sqfs, .squashfs or .zip, or pass --format",
             output.display()
-        ),
+        ))),
     })
 }
 
@@ -55,23 +56,23 @@ impl PackPlan {
         // The extension after {shard} decides the format, as for one image.
         let format = format_for(&args.output, args.format)?;
         if args.shards.is_none() && template.contains("{shard}") {
-            bail!("{template}: {{shard}} in the output name needs --shards N");
+            return Err(usage(format!(
+                "{template}: {{shard}} in the output name needs --shards N"
+            )));
         }
         let dest = match location(&args.output)? {
             mountfs::location::ImageLocation::Local(_) => Dest::File,
             mountfs::location::ImageLocation::S3 { bucket, key } => {
                 Dest::S3(mountfs::remote::Target::S3 { bucket, key })
             }
-            mountfs::location::ImageLocation::Http(u) => bail!(
+            mountfs::location::ImageLocation::Http(u) => {
+                return Err(usage(format!(
                 "{u}: packfs uploads to s3://BUCKET/KEY only (a plain web server takes no uploads)"
-            ),
+            )))
+            }
         };
         if args.shards.is_some() && matches!(dest, Dest::S3(_)) {
-            bail!("{template}: shards are packed to local files; upload them, or pack each to s3:// one by one");
-        }
-        let block_size = args.block_size;
-        if !block_size.is_power_of_two() || !(4096..=1 << 20).contains(&block_size) {
-            bail!("--block-size {block_size}: must be a power of two from 4K to 1M");
+            return Err(usage(format!("{template}: shards are packed to local files; upload them, or pack each to s3:// one by one")));
         }
         let (codec, compressor, level) = codec_and_level(format, args.compression, args.level)?;
         Ok(PackPlan {
@@ -104,10 +105,10 @@ fn codec_and_level(
         Codec::Xz => Compressor::Xz,
     };
     if format == OutFormat::Zip && !matches!(compressor, Compressor::Gzip | Compressor::Zstd) {
-        bail!(
+        return Err(usage(format!(
             "ZIP images take -c deflate or -c zstd, not {}",
             compressor.name()
-        );
+        )));
     }
     let level = level.or(match (format, compressor) {
         (_, Compressor::Zstd) => Some(3),
@@ -120,7 +121,10 @@ fn codec_and_level(
             _ => packfs_format::codec::Encoder::level_range(compressor),
         };
         if !(lo..=hi).contains(&l) {
-            bail!("--level {l}: {} accepts {lo}..={hi}", compressor.name());
+            return Err(usage(format!(
+                "--level {l}: {} takes a level from {lo} to {hi}",
+                compressor.name()
+            )));
         }
     }
     Ok((codec, compressor, level))
@@ -182,10 +186,10 @@ fn stage_venv(
 ) -> anyhow::Result<Option<packer::venv::Stage>> {
     let is_venv = args.venv || packer::venv::is_venv(&args.src);
     if !is_venv && (args.mount_at.is_some() || args.compile) {
-        bail!(
+        return Err(usage(format!(
             "{}: --mount-at and --compile apply to Python environments, and it has no pyvenv.cfg (pass --venv to treat it as one)",
             args.src.display()
-        );
+        )));
     }
     if !is_venv {
         return Ok(None);

@@ -3,6 +3,7 @@
 
 use crate::cli::{RemoteArgs, RunArgs};
 use crate::fusermount::umount;
+use crate::values::MountSpec;
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -31,7 +32,10 @@ impl Mounted {
     fn undo(&self) {
         for mp in self.mounts.iter().rev() {
             if let Err(e) = umount(mp) {
-                eprintln!("packfs: {e:#}");
+                eprintln!(
+                    "packfs: warning: {}",
+                    crate::oserror::plain_text(&format!("{e:#}"))
+                );
             }
         }
         remove_created(&self.created);
@@ -55,7 +59,9 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         Ok(c) => c,
         Err(e) => {
             done.undo();
-            bail!("{}: {e}", command[0]);
+            let (code, why) = spawn_failure(&e);
+            eprintln!("packfs: {}: {why}", command[0]);
+            return Ok(code);
         }
     };
     CHILD.store(child.id() as i32, Ordering::SeqCst);
@@ -80,19 +86,35 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
+/// The status a shell gives for a command it could not start, and why in
+/// words: 127 when there is no such command, 126 when it is there but
+/// cannot be executed (no permission, a directory, not a program).
+fn spawn_failure(e: &std::io::Error) -> (i32, String) {
+    use crate::exit::{CANNOT_EXECUTE, NOT_FOUND};
+    match e.kind() {
+        std::io::ErrorKind::NotFound => (NOT_FOUND, "command not found".into()),
+        std::io::ErrorKind::PermissionDenied => (
+            CANNOT_EXECUTE,
+            "cannot execute: permission denied (not executable, or a directory)".into(),
+        ),
+        _ => (
+            CANNOT_EXECUTE,
+            format!("cannot execute: {}", crate::oserror::plain(e)),
+        ),
+    }
+}
+
 /// Mounts one IMAGE:MOUNTPOINT with `packfs mount`, recording in `done`
 /// what it made.
 fn mount_one(
     exe: &Path,
-    spec: &str,
+    spec: &MountSpec,
     args: &RunArgs,
     remote: &RemoteArgs,
     done: &mut Mounted,
 ) -> anyhow::Result<()> {
-    let Some((img, mp)) = spec.rsplit_once(':') else {
-        bail!("{spec:?}: expected IMAGE:MOUNTPOINT");
-    };
-    create_mountpoint(Path::new(mp), &mut done.created)?;
+    let (img, mp) = (&spec.image, &spec.mountpoint);
+    create_mountpoint(mp, &mut done.created)?;
     let io = clap::ValueEnum::to_possible_value(&args.io).expect("no I/O mode is hidden");
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("mount")
@@ -104,11 +126,14 @@ fn mount_one(
     if let Some(c) = args.cache_size {
         cmd.arg("--cache-size").arg(c.to_string());
     }
+    if args.nonempty {
+        cmd.arg("--nonempty");
+    }
     let st = cmd.status().context("starting packfs mount")?;
     if !st.success() {
-        bail!("mounting {img} at {mp} failed");
+        bail!("mounting {img} at {} failed", mp.display());
     }
-    done.mounts.push(PathBuf::from(mp));
+    done.mounts.push(mp.clone());
     Ok(())
 }
 
@@ -145,7 +170,11 @@ fn remove_created(created: &[PathBuf]) {
     for dir in created.iter().rev() {
         if let Err(e) = std::fs::remove_dir(dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("packfs: leaving {}: {e}", dir.display());
+                eprintln!(
+                    "packfs: warning: {}: not removed: {}",
+                    dir.display(),
+                    crate::oserror::plain(&e)
+                );
             }
         }
     }

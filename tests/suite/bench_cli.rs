@@ -415,8 +415,9 @@ fn emulated_latency_counts_operations_through_the_passthrough() {
 fn bad_arguments_are_errors_not_panics() {
     let tmp = scratch();
     let (src, img) = packed(tmp.path());
+    // Usage errors: status 2, as for any command.
     for (args, msg) in [
-        (&["--threads", "0"][..], "at least 1"),
+        (&["--threads", "0"][..], "1 to 1024"),
         (&["--workload", "import"][..], "--import"),
         (&["--emulate-latency", "abc"][..], "not a number"),
         (
@@ -426,7 +427,7 @@ fn bad_arguments_are_errors_not_panics() {
     ] {
         let out = bench(&src, &img, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(msg), "{args:?}: {stderr}");
     }
     let out = bench(&src, &tmp.path().join("missing.sqfs"), &[]);

@@ -167,7 +167,7 @@ fn an_error_states_its_cause_once() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert_eq!(err.matches("no such file or directory").count(), 1, "{err}");
     assert!(err.contains("/nonexistent-packfs-src"), "{err}");
 }
 

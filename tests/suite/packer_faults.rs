@@ -244,7 +244,7 @@ fn out_of_space() {
             &what,
             &[
                 format!("{}: ", out.display()),
-                "No space left on device".into(),
+                "no space left on device".into(),
             ],
         );
         assert_no_output(&out, &what);
@@ -523,7 +523,7 @@ fn permission_denied() {
             assert_error(
                 &o,
                 &what,
-                &[format!("{}: ", named.display()), "Permission denied".into()],
+                &[format!("{}: ", named.display()), "permission denied".into()],
             );
             assert_no_output(&out, &what);
         }

@@ -13,8 +13,9 @@
 //! their compressed copies.
 
 use super::writer::ImageWriter;
+use crate::detach::{self, Outcome};
 use crate::io::{changed_size, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
-use crate::walk::{cancelled, Kind, Tree};
+use crate::walk::{Kind, Tree};
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
 use packfs_format::codec::{CodecError, Encoder};
@@ -27,6 +28,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 
 /// Raw bytes read per batch at most (plus one piece).
@@ -96,8 +98,16 @@ enum Block {
     Tail(Vec<u8>),
 }
 
+/// What the compression tasks share; owned (behind an `Arc`), as the tasks
+/// may outlive a writer that stopped early (see `crate::detach`).
 struct Ctx {
     enc: Encoder,
+    /// The pack's cancel flag, looked at before every block, so that a
+    /// signal stops the workers within one block, whatever is queued.
+    cancel: Option<Arc<AtomicBool>>,
+    /// Raised when the writer returns early for any reason: the tasks still
+    /// queued have no one to give their blocks to.
+    abandoned: AtomicBool,
     /// Whether the codec is expensive enough to probe blocks first.
     probe: bool,
     block_size: u32,
@@ -134,13 +144,14 @@ fn key(h: &blake3::Hash) -> Key {
 }
 
 /// A sealed fragment block being compressed on the pool.
-type SealedFragment = mpsc::Receiver<Result<(Vec<u8>, bool), CodecError>>;
+type SealedFragment = mpsc::Receiver<Outcome<Result<(Vec<u8>, bool), CodecError>>>;
 
-struct Writer<'a, 'f, 's, 'scope> {
+struct Writer<'a, 'f, 'p> {
     img: &'a mut ImageWriter<'f>,
-    ctx: &'scope Ctx,
+    ctx: Arc<Ctx>,
+    opts: &'p PackOptions,
     /// Where sealed fragment blocks are compressed, while this thread goes on.
-    scope: &'s rayon::Scope<'scope>,
+    pool: &'p rayon::ThreadPool,
     out: DataOutput,
     cur: Option<Current>,
     /// Dedup of a file's run of blocks: key over (block bytes, per-block
@@ -320,6 +331,9 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
     let changed = || changed_size(&p.path, &file, p.size);
     let mut out = Vec::with_capacity(p.nblocks as usize);
     for b in p.first_block..p.first_block + p.nblocks {
+        if ctx.stopped() {
+            return Err(PackError::Interrupted);
+        }
         let off = b * bs;
         let len = bs.min(p.size - off);
         let tail = ctx.fragments && len < bs;
@@ -470,6 +484,8 @@ pub fn write_data(
     let probe = expensive(&enc);
     let ctx = Ctx {
         enc,
+        cancel: opts.cancel.clone(),
+        abandoned: AtomicBool::new(false),
         probe,
         block_size: bs,
         fragments: !opts.no_fragments,
@@ -488,78 +504,93 @@ pub fn write_data(
         issued: 0,
         bs,
     };
-    let ctx = &ctx;
+    let ctx = Arc::new(ctx);
+    // Whatever way this returns, tasks still queued are told to stop.
+    let _abandon = Abandon(&ctx);
     // The pool never idles through this thread's sequential part: batch k+1
     // is read and compressed while batch k is consumed, and fragment blocks
     // are compressed as soon as they are sealed.
-    pool.in_place_scope(|s| -> Result<DataOutput, PackError> {
-        let mut w = Writer {
-            img,
-            ctx,
-            scope: s,
-            out: DataOutput {
-                locs: vec![FileLoc::default(); tree.inodes.len()],
-                block_sizes: Vec::new(),
-                fragment_entries: Vec::new(),
-                fragment_count: 0,
-                bytes_in: total_bytes,
-                dedup_files: 0,
-                dedup_bytes: 0,
-            },
-            cur: None,
-            block_dedup: HashMap::new(),
-            tail_dedup: HashMap::new(),
-            frag_buf: Vec::new(),
-            frag_sealed: VecDeque::new(),
-        };
-        let start = |batch: Vec<Piece>| {
-            let (tx, rx) = mpsc::sync_channel::<(Vec<Piece>, Vec<PieceResult>)>(1);
-            s.spawn(move |_| {
-                let r = batch.par_iter().map(|p| read_piece(ctx, p)).collect();
-                let _ = tx.send((batch, r));
-            });
-            rx
-        };
-        let mut running = VecDeque::new();
-        let mut done = 0u64;
-        loop {
-            while running.len() < 2 {
-                let Some(batch) = batches.next() else { break };
-                running.push_back(start(batch));
-            }
-            let Some(rx) = running.pop_front() else {
-                break;
-            };
-            if cancelled(opts) {
-                return Err(PackError::Interrupted);
-            }
-            let Ok((batch, results)) = rx.recv() else {
-                unreachable!("a batch task either sends or panics, and a panic propagates")
-            };
-            done += 1;
-            batches.prefetch.advance(done);
-            for (p, r) in batch.iter().zip(results) {
-                w.consume(p, r?, tree)?;
-                if let Some(pr) = &opts.progress {
-                    pr.advance(
-                        p.size.min((p.first_block + p.nblocks) * bs as u64)
-                            - p.first_block * bs as u64,
-                    );
-                }
-            }
-            w.write_sealed_fragments()?;
-            w.img.start_writeback();
+    let mut w = Writer {
+        img,
+        ctx: ctx.clone(),
+        opts,
+        pool,
+        out: DataOutput {
+            locs: vec![FileLoc::default(); tree.inodes.len()],
+            block_sizes: Vec::new(),
+            fragment_entries: Vec::new(),
+            fragment_count: 0,
+            bytes_in: total_bytes,
+            dedup_files: 0,
+            dedup_bytes: 0,
+        },
+        cur: None,
+        block_dedup: HashMap::new(),
+        tail_dedup: HashMap::new(),
+        frag_buf: Vec::new(),
+        frag_sealed: VecDeque::new(),
+    };
+    let start = |batch: Vec<Piece>| {
+        let ctx = ctx.clone();
+        detach::spawn(pool, move || {
+            let r: Vec<PieceResult> = batch.par_iter().map(|p| read_piece(&ctx, p)).collect();
+            (batch, r)
+        })
+    };
+    let mut running = VecDeque::new();
+    let mut done = 0u64;
+    loop {
+        while running.len() < 2 {
+            let Some(batch) = batches.next() else { break };
+            running.push_back(start(batch));
         }
-        if !w.frag_buf.is_empty() {
-            let buf = std::mem::take(&mut w.frag_buf);
-            w.seal(buf);
+        let Some(rx) = running.pop_front() else {
+            break;
+        };
+        let (batch, results) = detach::wait(&rx, opts)?;
+        done += 1;
+        batches.prefetch.advance(done);
+        for (p, r) in batch.iter().zip(results) {
+            w.consume(p, r?, tree)?;
+            if let Some(pr) = &opts.progress {
+                pr.advance(
+                    p.size.min((p.first_block + p.nblocks) * bs as u64) - p.first_block * bs as u64,
+                );
+            }
         }
         w.write_sealed_fragments()?;
-        Ok(w.out)
-    })
+        w.img.start_writeback();
+    }
+    if !w.frag_buf.is_empty() {
+        let buf = std::mem::take(&mut w.frag_buf);
+        w.seal(buf);
+    }
+    w.write_sealed_fragments()?;
+    Ok(w.out)
 }
 
-impl<'scope> Writer<'_, '_, '_, 'scope> {
+impl Ctx {
+    /// Whether the tasks should stop: the pack was cancelled, or the writer
+    /// has returned.
+    fn stopped(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
+            || self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// Raises [`Ctx::abandoned`] when [`write_data`] returns.
+struct Abandon<'c>(&'c Ctx);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        self.0.abandoned.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Writer<'_, '_, '_> {
     fn consume(
         &mut self,
         p: &Piece,
@@ -681,11 +712,8 @@ impl<'scope> Writer<'_, '_, '_, 'scope> {
 
     /// Queues a full fragment block for compression on the pool.
     fn seal(&mut self, block: Vec<u8>) {
-        let (tx, rx) = mpsc::sync_channel(1);
-        let ctx = self.ctx;
-        self.scope.spawn(move |_| {
-            let _ = tx.send(compress_block(ctx, block));
-        });
+        let ctx = self.ctx.clone();
+        let rx = detach::spawn(self.pool, move || compress_block(&ctx, block));
         self.frag_sealed.push_back(rx);
     }
 
@@ -700,13 +728,11 @@ impl<'scope> Writer<'_, '_, '_, 'scope> {
             return Ok(());
         }
         while let Some(rx) = self.frag_sealed.pop_front() {
-            let Ok(r) = rx.recv() else {
-                unreachable!("a compression task either sends or panics, and a panic propagates")
-            };
-            let (bytes, compressed) = r.map_err(|source| PackError::Codec {
-                path: self.img.path().to_path_buf(),
-                source,
-            })?;
+            let (bytes, compressed) =
+                detach::wait(&rx, self.opts)?.map_err(|source| PackError::Codec {
+                    path: self.img.path().to_path_buf(),
+                    source,
+                })?;
             let start = self.img.pos();
             self.img.write(&bytes)?;
             FragmentEntry {
@@ -877,6 +903,8 @@ mod tests {
     #[test]
     fn incompressible_check_only_fires_on_noise() {
         let ctx = Ctx {
+            cancel: None,
+            abandoned: AtomicBool::new(false),
             enc: Encoder::new(Compressor::Xz, None, 131072).unwrap(),
             probe: true,
             block_size: 131072,
@@ -898,6 +926,8 @@ mod tests {
     #[test]
     fn gzip_blocks_are_zlib_streams_at_any_entropy() {
         let ctx = Ctx {
+            cancel: None,
+            abandoned: AtomicBool::new(false),
             enc: Encoder::new(Compressor::Gzip, Some(9), 131072).unwrap(),
             probe: true,
             block_size: 131072,

@@ -43,7 +43,7 @@ impl Codec {
             (Compressor::Gzip, l) => {
                 let level = l.unwrap_or(DEFAULT_DEFLATE_LEVEL);
                 if !(1..=9).contains(&level) {
-                    return Err(bad("0..=9"));
+                    return Err(bad("0 to 9"));
                 }
                 Ok(Codec {
                     method: METHOD_DEFLATE,
@@ -54,7 +54,7 @@ impl Codec {
                 let level = l.unwrap_or(DEFAULT_ZSTD_LEVEL);
                 let r = zstd::compression_level_range();
                 if !r.contains(&level) {
-                    return Err(bad(&format!("{}..={}", r.start(), r.end())));
+                    return Err(bad(&format!("{} to {}", r.start(), r.end())));
                 }
                 Ok(Codec {
                     method: METHOD_ZSTD,

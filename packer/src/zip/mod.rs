@@ -40,13 +40,13 @@
 mod compress;
 mod records;
 
+use crate::detach;
 use crate::io::{changed_size, open_source};
 use crate::output;
 use crate::walk::{self, cancelled, Kind, Tree};
 use crate::{PackError, PackOptions, PackSummary};
 use compress::{compress_segment, compress_whole, looks_incompressible, Codec};
 use packfs_format::zip::METHOD_STORED;
-use rayon::prelude::*;
 use records::{Meta, Sizes, S_IFDIR, S_IFLNK, S_IFREG};
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -55,8 +55,12 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
+
+/// A compressed segment of a streamed file, with the CRC of its input.
+type SegmentResult = io::Result<(crc32fast::Hasher, Vec<u8>)>;
 
 /// Files larger than this are streamed instead of compressed whole.
 pub const STREAM_ABOVE: u64 = 8 << 20;
@@ -97,12 +101,12 @@ pub(crate) fn write_tree(
         .num_threads(opts.threads)
         .thread_name(|i| format!("packfs-zip-{i}"))
         .build()
-        .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
+        .map_err(|e| PackError::Threads(format!("the worker threads: {e}")))?;
     let io_pool = rayon::ThreadPoolBuilder::new()
         .num_threads(IO_THREADS)
         .thread_name(|i| format!("packfs-read-{i}"))
         .build()
-        .map_err(|e| PackError::InvalidOption(format!("thread pool: {e}")))?;
+        .map_err(|e| PackError::Threads(format!("the worker threads: {e}")))?;
     if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
@@ -464,8 +468,19 @@ impl ZipWriter<'_, '_> {
             }
             // Write the oldest entry, waiting for its result if needed.
             while window.front().is_some_and(|w| w.1.is_none()) {
-                let Ok((seq, r)) = rx.recv() else {
-                    unreachable!("the sender lives in this function")
+                // Polled, so that a signal is seen while a large file
+                // compresses (queued files then end at once).
+                let (seq, r) = loop {
+                    if cancelled(self.opts) {
+                        return Err(PackError::Interrupted);
+                    }
+                    match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+                        Ok(m) => break m,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            unreachable!("the sender lives in this function")
+                        }
+                    }
                 };
                 window[(seq - base) as usize].1 = Some(r);
             }
@@ -511,14 +526,28 @@ impl ZipWriter<'_, '_> {
             Kind::File => {
                 let (path, size, codec) = (self.source(it), i.size, self.codec);
                 let (tx, cpu) = (tx.clone(), self.pool.clone());
-                self.io_pool.spawn(move || match read_whole(&path, size) {
-                    Err(e) => {
-                        // The receiver is gone only after an earlier error.
-                        let _ = tx.send((seq, Err(e)));
+                // Queued work is dropped once the pack is cancelled: each
+                // task looks before reading and before compressing.
+                let cancel = self.opts.cancel.clone();
+                let stop = move || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+                self.io_pool.spawn(move || {
+                    let read = match stop() {
+                        true => Err(PackError::Interrupted),
+                        false => read_whole(&path, size),
+                    };
+                    match read {
+                        Err(e) => {
+                            // The receiver is gone only after an earlier error.
+                            let _ = tx.send((seq, Err(e)));
+                        }
+                        Ok(raw) => cpu.spawn(move || {
+                            let r = match stop() {
+                                true => Err(PackError::Interrupted),
+                                false => compress_file(codec, raw, &path),
+                            };
+                            let _ = tx.send((seq, r));
+                        }),
                     }
-                    Ok(raw) => cpu.spawn(move || {
-                        let _ = tx.send((seq, compress_file(codec, raw, &path)));
-                    }),
                 });
                 None
             }
@@ -653,29 +682,39 @@ impl ZipWriter<'_, '_> {
             let group_bytes: u64 = group.iter().map(|s| s.len() as u64).sum();
             let last_group = consumed + group_bytes == size;
             let n = group.len();
+            // Each segment is its own task (see `crate::detach`): a signal
+            // stops the wait at once, not after the group is compressed.
+            let pending: Vec<_> = group
+                .into_iter()
+                .enumerate()
+                .map(|(k, seg)| {
+                    let last = last_group && k + 1 == n;
+                    let cancel = self.opts.cancel.clone();
+                    detach::spawn(&self.pool, move || {
+                        if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+                        }
+                        let mut h = crc32fast::Hasher::new();
+                        h.update(&seg);
+                        Ok((h, compress_segment(codec, &seg, last)?))
+                    })
+                })
+                .collect();
             // Read the next group while this one compresses.
             let (next, parts) = std::thread::scope(|s| {
                 let reader = (!last_group)
                     .then(|| s.spawn(|| read_group(file, path, &mut done, size, GROUP_SEGMENTS)));
-                let parts: Vec<io::Result<(crc32fast::Hasher, Vec<u8>)>> =
-                    self.pool.install(|| {
-                        group
-                            .par_iter()
-                            .enumerate()
-                            .map(|(k, seg)| {
-                                let mut h = crc32fast::Hasher::new();
-                                h.update(seg);
-                                let last = last_group && k + 1 == n;
-                                Ok((h, compress_segment(codec, seg, last)?))
-                            })
-                            .collect()
-                    });
+                let parts: Result<Vec<SegmentResult>, PackError> = pending
+                    .iter()
+                    .map(|rx| detach::wait(rx, self.opts))
+                    .collect();
                 let next = match reader {
                     Some(r) => r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
                     None => Ok(Vec::new()),
                 };
                 (next, parts)
             });
+            let parts = parts?;
             for p in parts {
                 let (h, bytes) = p.map_err(PackError::io(path))?;
                 crc.combine(&h);

@@ -1,0 +1,19 @@
+//! The exit codes packfs promises: shown by `packfs --help` (after the
+//! options) and kept identical to README's table, which a test compares
+//! with this one and with what the commands do.
+
+/// The table as `--help` prints it: one code and its meaning per line.
+pub const TABLE: &str = "\
+Exit codes:
+  0      success
+  1      an error (the message on stderr names the file and the cause)
+  2      a usage error: a bad value, a bad combination of options, a malformed argument
+  126    run: the command was found but could not be executed
+  127    run: the command was not found
+  128+N  pack stopped by signal N (after cleaning up); run: the command died of signal N
+  other  run: the command's own exit status";
+
+/// `run`: a shell's status for a command that exists but cannot be executed.
+pub const CANNOT_EXECUTE: i32 = 126;
+/// `run`: a shell's status for a command that is not found.
+pub const NOT_FOUND: i32 = 127;

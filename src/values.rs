@@ -1,0 +1,83 @@
+//! Value parsers for the command line: each turns one argument into its
+//! checked value or says what is wrong with it, so that clap reports it as
+//! the usage error it is (exit 2, with the option's name) before anything
+//! is read or written.
+
+use std::path::PathBuf;
+
+/// `pack --block-size`: a size (`128K`, `1M`), a power of two from 4K to 1M.
+pub fn block_size(s: &str) -> Result<u64, String> {
+    let n = packfs_bench::size::parse_size(s)?;
+    if !n.is_power_of_two() || !(4096..=1 << 20).contains(&n) {
+        return Err(format!(
+            "{n} bytes: the block size must be a power of two from 4K to 1M"
+        ));
+    }
+    Ok(n)
+}
+
+/// `pack --exclude`: a pattern the packer can use (see `packer::exclude`).
+pub fn exclude(s: &str) -> Result<String, String> {
+    packer::exclude::check(s)?;
+    Ok(s.to_string())
+}
+
+/// `pack --mount-at`: where the image will be mounted, which only an
+/// absolute path can name (a venv's scripts hold it as is).
+pub fn absolute_path(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    if !p.is_absolute() {
+        return Err(format!(
+            "{s:?} is relative; give the absolute path the image will be mounted at"
+        ));
+    }
+    Ok(p)
+}
+
+/// `run IMAGE:MOUNTPOINT`: split at the last colon (an image URL has its own).
+#[derive(Clone, Debug)]
+pub struct MountSpec {
+    pub image: String,
+    pub mountpoint: PathBuf,
+}
+
+pub fn mount_spec(s: &str) -> Result<MountSpec, String> {
+    match s.rsplit_once(':') {
+        Some((image, mp)) if !image.is_empty() && !mp.is_empty() && !mp.starts_with("//") => {
+            Ok(MountSpec {
+                image: image.to_string(),
+                mountpoint: PathBuf::from(mp),
+            })
+        }
+        _ => Err(format!(
+            "{s:?}: expected IMAGE:MOUNTPOINT (e.g. data.sqfs:/tmp/data); the command goes after --"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_outside_4k_to_1m_or_not_powers_of_two_are_refused() {
+        assert_eq!(block_size("128K"), Ok(128 << 10));
+        assert_eq!(block_size("1M"), Ok(1 << 20));
+        for bad in ["3000", "2M", "2K", "96K"] {
+            let e = block_size(bad).unwrap_err();
+            assert!(e.contains("power of two from 4K to 1M"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn mount_specs_split_at_the_last_colon() {
+        let m = mount_spec("s3://b/k.sqfs:/tmp/d").unwrap();
+        assert_eq!(
+            (m.image.as_str(), m.mountpoint.to_str()),
+            ("s3://b/k.sqfs", Some("/tmp/d"))
+        );
+        for bad in ["a.sqfs", "a.sqfs:", ":/tmp/d", "http://host/x.sqfs"] {
+            assert!(mount_spec(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Exit codes as documented: README's table and the one at the end of
+//! `packfs --help` are the same, and every row is what the commands do.
+//! Usage errors exit 2 whichever check finds them (clap's parsing, a value
+//! parser, or packfs's own checks of a combination), each with a message
+//! naming the cause; `run` gives a shell's 126 and 127.
+
+use crate::common::{pack, packfs_bin, require_root, scratch};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The (code, meaning) rows of README's exit-code table.
+fn readme_rows() -> Vec<(String, String)> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("<!-- exit-codes -->")
+        .expect("README marks its exit-code table");
+    let end = readme.find("<!-- /exit-codes -->").unwrap();
+    readme[start..end]
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2) // header and rule
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            (cells[0].to_string(), cells[1].to_string())
+        })
+        .collect()
+}
+
+/// The rows of the table `packfs --help` ends with.
+fn help_rows() -> Vec<(String, String)> {
+    let out = Command::new(packfs_bin()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let table = &help[help
+        .find("Exit codes:")
+        .expect("--help shows the exit codes")..];
+    table
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (code, meaning) = l.trim().split_once(' ').unwrap();
+            (code.to_string(), meaning.trim().to_string())
+        })
+        .collect()
+}
+
+fn packfs(args: &[&str], dir: &Path) -> Output {
+    Command::new(packfs_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Asserts exit `code` and a stderr containing `cause`.
+fn expect(args: &[&str], dir: &Path, code: i32, cause: &str) {
+    let out = packfs(args, dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "packfs {}: want {code}, got {}; stderr:\n{stderr}",
+        args.join(" "),
+        out.status
+    );
+    assert!(
+        stderr.contains(cause),
+        "packfs {}: stderr lacks {cause:?}:\n{stderr}",
+        args.join(" ")
+    );
+    for raw in ["..=", "(os error"] {
+        assert!(
+            !stderr.contains(raw),
+            "packfs {}: {raw:?} in:\n{stderr}",
+            args.join(" ")
+        );
+    }
+}
+
+/// A work directory with a small tree `src` and its image `img.sqfs`.
+fn work() -> tempfile::TempDir {
+    let w = scratch();
+    let src = w.path().join("src");
+    std::fs::create_dir_all(src.join("d0")).unwrap();
+    std::fs::write(src.join("d0/a.txt"), b"a").unwrap();
+    pack(&src, &w.path().join("img.sqfs"), &[]);
+    w
+}
+
+#[test]
+fn readme_and_help_show_the_same_table() {
+    let readme = readme_rows();
+    assert!(readme.len() >= 5, "{readme:?}");
+    assert_eq!(readme, help_rows());
+}
+
+#[test]
+fn every_usage_error_exits_2_naming_its_cause() {
+    let w = work();
+    let d = w.path();
+    let cases: &[(&[&str], &str)] = &[
+        // Found by clap's value parsers.
+        (
+            &["pack", "src", "-o", "x.sqfs", "-b", "3000"],
+            "power of two from 4K to 1M",
+        ),
+        (
+            &["pack", "src", "-o", "x.sqfs", "--exclude", "["],
+            "not a valid glob",
+        ),
+        (
+            &["pack", "src", "-o", "x.sqfs", "--exclude", "/"],
+            "source root",
+        ),
+        (
+            &["pack", "src", "-o", "x.sqfs", "--mount-at", "opt/venv"],
+            "is relative",
+        ),
+        (
+            &["run", "img.sqfs", "--", "true"],
+            "expected IMAGE:MOUNTPOINT",
+        ),
+        (
+            &[
+                "bench",
+                "--raw",
+                "src",
+                "--image",
+                "img.sqfs",
+                "--threads",
+                "0",
+            ],
+            "1 to 1024",
+        ),
+        (
+            &[
+                "bench", "--raw", "src", "--image", "img.sqfs", "--repeat", "0",
+            ],
+            "at least 1",
+        ),
+        (&["pack", "src"], "--output"),
+        // Found by packfs's own checks.
+        (&["pack", "src", "-o", "x.sqfs", "-l", "50"], "from 1 to 22"),
+        (
+            &["pack", "src", "-o", "x.sqfs", "-c", "xz", "-l", "10"],
+            "from 0 to 9",
+        ),
+        (
+            &["pack", "src", "-o", "x.zip", "-c", "zstd", "-l", "50"],
+            "to 22",
+        ),
+        (
+            &["pack", "src", "-o", "x.zip", "-c", "xz"],
+            "ZIP images take",
+        ),
+        (
+            &["pack", "src", "-o", "x.bin"],
+            "cannot tell the image format",
+        ),
+        (&["pack", "src", "-o", "x-{shard}.sqfs"], "needs --shards"),
+        (
+            &["pack", "src", "-o", "x-{shard}.sqfs", "--shards", "0"],
+            "must be 1 to",
+        ),
+        (
+            &[
+                "pack",
+                "src",
+                "-o",
+                "x-{shard}.sqfs",
+                "--shards",
+                "2",
+                "--shard",
+                "5",
+            ],
+            "below",
+        ),
+        (
+            &["pack", "src", "-o", "x.sqfs", "--mount-at", "/opt/v"],
+            "Python environments",
+        ),
+        (
+            &["mount", "img.sqfs", "src", "-o", "bogus"],
+            "unknown mount option",
+        ),
+        (&["info", "img.sqfs", "--range-size", "3000"], "range"),
+        (&["bench", "--raw", "src"], "--image is required"),
+        (
+            &[
+                "bench", "--raw", "src", "--image", "img.sqfs", "--plot", "out.png",
+            ],
+            "as SVG",
+        ),
+        (
+            &[
+                "bench",
+                "--raw",
+                "src",
+                "--image",
+                "img.sqfs",
+                "--workload",
+                "import",
+            ],
+            "--import",
+        ),
+    ];
+    for (args, cause) in cases {
+        expect(args, d, 2, cause);
+    }
+    // Nothing was written by any of them.
+    let mut left: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["img.sqfs", "src"]);
+}
+
+#[test]
+fn each_row_of_the_table_is_what_the_commands_do() {
+    let w = work();
+    let d = w.path();
+    let mounts = require_root("mounts for `packfs run`");
+    for (code, meaning) in readme_rows() {
+        match code.as_str() {
+            "0" => expect(&["pack", "src", "-o", "ok.sqfs", "-q"], d, 0, ""),
+            "1" => expect(&["pack", "src", "-o", "img.sqfs"], d, 1, "already exists"),
+            "2" => expect(
+                &["pack", "src", "-o", "x.sqfs", "-b", "3000"],
+                d,
+                2,
+                "block size",
+            ),
+            // The signal half of 128+N is `pack_cancel`'s; the rest runs a
+            // command under `packfs run`, which needs a mount.
+            _ if !mounts => {}
+            "126" => {
+                let script = d.join("not-executable.sh");
+                std::fs::write(&script, "#!/bin/sh\n").unwrap();
+                let script = script.to_str().unwrap();
+                expect(
+                    &["run", "img.sqfs:m126", "--", script],
+                    d,
+                    126,
+                    "cannot execute",
+                );
+            }
+            "127" => expect(
+                &["run", "img.sqfs:m127", "--", "/nonexistent/cmd"],
+                d,
+                127,
+                "/nonexistent/cmd: command not found",
+            ),
+            "128+N" => expect(
+                &["run", "img.sqfs:m143", "--", "sh", "-c", "kill -TERM $$"],
+                d,
+                128 + libc::SIGTERM,
+                "",
+            ),
+            "other" => expect(
+                &["run", "img.sqfs:m7", "--", "sh", "-c", "exit 7"],
+                d,
+                7,
+                "",
+            ),
+            _ => panic!("README's exit code {code} ({meaning}) has no check here"),
+        }
+    }
+    // `run` removed the mountpoints it made.
+    for m in ["m126", "m127", "m143", "m7"] {
+        assert!(!d.join(m).exists(), "{m} left behind");
+    }
+}

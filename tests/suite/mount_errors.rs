@@ -1,0 +1,136 @@
+//! Mounting where a mount already is, unmounting where none is, and a
+//! mountpoint with contents: each refused with a message that says which,
+//! and names an option the command takes (`--nonempty`, for `mount` and
+//! `run` alike), never a FUSE tool's raw errno.
+
+use crate::common::{pack, packfs_bin, require_root, scratch};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn packfs(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(packfs_bin()).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// How many mounts /proc/self/mountinfo shows at `mp`.
+fn mounts_at(mp: &Path) -> usize {
+    let want = format!(" {} ", mp.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&want))
+        .count()
+}
+
+fn image(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("in-image.txt"), b"from the image").unwrap();
+    let img = dir.join("img.sqfs");
+    pack(&src, &img, &[]);
+    img
+}
+
+#[test]
+fn a_second_mount_on_the_same_mountpoint_is_refused_as_such() {
+    if !require_root("mounts") {
+        return;
+    }
+    let t = scratch();
+    let img = image(t.path());
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let mount = |extra: &[&str]| {
+        let mut a: Vec<&std::ffi::OsStr> = vec!["mount".as_ref(), img.as_os_str(), mp.as_os_str()];
+        a.extend(extra.iter().map(std::ffi::OsStr::new));
+        packfs(&a)
+    };
+    assert!(mount(&[]).status.success());
+    for extra in [&[][..], &["--nonempty"][..], &["-o", "nonempty"][..]] {
+        let o = mount(extra);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {e}");
+        assert!(
+            e.contains("already mounted") && e.contains("packfs umount"),
+            "{extra:?}: {e}"
+        );
+        assert!(!e.contains("not empty"), "{extra:?}: {e}");
+    }
+    assert_eq!(mounts_at(&mp), 1, "a second mount was stacked");
+    let o = packfs(&["umount".as_ref(), mp.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(mounts_at(&mp), 0);
+}
+
+#[test]
+fn umount_of_what_is_not_mounted_says_so() {
+    let t = scratch();
+    let o = packfs(&["umount".as_ref(), t.path().as_os_str()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains(&format!("{}: not mounted", t.path().display())),
+        "{e}"
+    );
+    assert!(!e.contains("Invalid argument"), "{e}");
+    let missing = t.path().join("missing");
+    let o = packfs(&["umount".as_ref(), missing.as_os_str()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("missing: no such file or directory"), "{e}");
+}
+
+#[test]
+fn a_mountpoint_with_contents_needs_nonempty_in_mount_and_in_run() {
+    if !require_root("mounts") {
+        return;
+    }
+    let t = scratch();
+    let img = image(t.path());
+    let mp = t.path().join("full");
+    std::fs::create_dir(&mp).unwrap();
+    std::fs::write(mp.join("mine.txt"), b"mine").unwrap();
+    let spec = format!("{}:{}", img.display(), mp.display());
+    // Refused, naming the option this very command takes.
+    let o = packfs(&["mount".as_ref(), img.as_os_str(), mp.as_os_str()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("not empty") && e.contains("--nonempty"), "{e}");
+    assert!(!e.contains("-o nonempty"), "{e}");
+    let o = packfs(&[
+        "run".as_ref(),
+        spec.as_ref(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("not empty") && e.contains("--nonempty"), "{e}");
+    // With it: the image is seen there, and the directory's own file again
+    // afterwards.
+    let o = packfs(&[
+        "run".as_ref(),
+        "--nonempty".as_ref(),
+        spec.as_ref(),
+        "--".as_ref(),
+        "cat".as_ref(),
+        mp.join("in-image.txt").as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.stdout, b"from the image");
+    let o = packfs(&[
+        "mount".as_ref(),
+        "--nonempty".as_ref(),
+        img.as_os_str(),
+        mp.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(mp.join("in-image.txt").exists() && !mp.join("mine.txt").exists());
+    assert!(packfs(&["umount".as_ref(), mp.as_os_str()])
+        .status
+        .success());
+    assert_eq!(std::fs::read(mp.join("mine.txt")).unwrap(), b"mine");
+}
