@@ -15,6 +15,7 @@ mod location;
 mod machine;
 mod memory;
 mod progress;
+mod version;
 
 use clap::Parser;
 
@@ -25,7 +26,11 @@ fn main() {
     let cli = cli::Cli::parse();
     if matches!(
         cli.cmd,
-        cli::Command::Info { .. } | cli::Command::Ls { .. } | cli::Command::Cat { .. }
+        cli::Command::Info { .. }
+            | cli::Command::Ls { .. }
+            | cli::Command::Cat { .. }
+            | cli::Command::Completions { .. }
+            | cli::Command::Man { .. }
     ) {
         // Listing commands end quietly when their reader goes away
         // (`packfs ls IMG | head`), as `ls` and `cat` do, instead of

@@ -12,8 +12,10 @@ mod common;
 mod suite {
     mod bench_cli;
     mod corrupt_images;
+    mod empty_root;
     mod format_records;
     mod fuzz_regressions;
+    mod install_cli;
     mod jobs_cli;
     mod load;
     mod module_graph;
