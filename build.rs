@@ -64,10 +64,15 @@ fn main() {
     println!("cargo:rustc-env=PACKFS_COMMIT={commit}");
     let target = std::env::var("TARGET").unwrap_or_default();
     println!("cargo:rustc-env=PACKFS_TARGET={target}");
-    // Static when the C runtime is linked in (musl's default, or glibc with
-    // `-C target-feature=+crt-static`).
-    let features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
-    let link = if features.split(',').any(|f| f == "crt-static") {
+    // Static when the C runtime is linked in: glibc with `-C
+    // target-feature=+crt-static` (then in the target's cfg), or musl, whose
+    // default it is (and which cargo does not always list in the cfg), unless
+    // the flags turn it off.
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    let features = env("CARGO_CFG_TARGET_FEATURE");
+    let musl_static = env("CARGO_CFG_TARGET_ENV") == "musl"
+        && !env("CARGO_ENCODED_RUSTFLAGS").contains("-crt-static");
+    let link = if musl_static || features.split(',').any(|f| f == "crt-static") {
         "static"
     } else {
         "dynamic"

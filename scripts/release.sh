@@ -77,6 +77,7 @@ if ldd_out=$(ldd "$bin" 2>&1); then
     esac
 fi
 echo "release: ldd: ${ldd_out}"
+"$bin" --version | grep -q '^target: .* (static)$' || die "--version does not say static: $("$bin" --version)"
 
 # --- the tree -------------------------------------------------------------------------------
 stage=$(mktemp -d "${TMPDIR:-/tmp}/packfs-release.XXXXXX")

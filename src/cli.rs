@@ -241,6 +241,17 @@ pub struct PackArgs {
     /// Treat SRC as a Python environment even without a pyvenv.cfg at its root.
     #[arg(long)]
     pub venv: bool,
+    /// When OUTPUT's directory is on Lustre: stripe the image over N OSTs
+    /// (-1: all of them), `auto` (by the data's size: none under 1 GiB, 4 to
+    /// 16 up to 64 GiB, then all; docs/HPC.md), or `none` (the directory's
+    /// default). Elsewhere ignored; never fails a pack.
+    #[arg(
+        long,
+        value_name = "N|auto|none",
+        default_value = "auto",
+        allow_negative_numbers = true
+    )]
+    pub stripe_count: packer::lustre::StripeCount,
     /// No progress bar and no summary line.
     #[arg(short, long)]
     pub quiet: bool,

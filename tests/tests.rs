@@ -18,6 +18,7 @@ mod suite {
     mod install_cli;
     mod jobs_cli;
     mod load;
+    mod lustre_stripe;
     mod module_graph;
     mod mount_squashfs;
     mod mount_zip;

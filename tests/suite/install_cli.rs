@@ -94,3 +94,36 @@ fn the_bash_completion_defines_completion_for_packfs() {
     assert!(fish.contains("complete -c packfs"), "{fish}");
     assert!(fish.contains("block-size"), "{fish}");
 }
+
+#[test]
+fn the_easyconfig_lists_exactly_the_crates_of_cargo_lock() {
+    // The committed contrib/easybuild/packfs-VERSION.eb is what
+    // scripts/easyconfig.py writes from Cargo.lock now: a dependency change
+    // without regenerating it fails here.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(repo.join("scripts/easyconfig.py"))
+        .arg("--check")
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let eb = std::fs::read_to_string(repo.join(format!(
+        "contrib/easybuild/packfs-{}.eb",
+        env!("CARGO_PKG_VERSION")
+    )))
+    .unwrap();
+    let lock = std::fs::read_to_string(repo.join("Cargo.lock")).unwrap();
+    let registry = lock.matches("source = \"registry+").count();
+    let crates = eb.split("\ncrates = [\n").nth(1).unwrap();
+    let crates = crates.split("\n]").next().unwrap();
+    assert_eq!(
+        crates.lines().count(),
+        registry,
+        "one crates entry per registry package"
+    );
+    assert!(eb.contains("easyblock = 'Cargo'"));
+}
