@@ -15,7 +15,22 @@ pub fn run(shell: Shell) -> anyhow::Result<i32> {
 
 /// Writes the completion script for `shell` into `out`.
 pub fn write(shell: Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut Cli::command(), "packfs", out);
+    clap_complete::generate(shell, &mut visible(Cli::command()), "packfs", out);
+}
+
+/// `cmd` without its hidden subcommands (the daemon's internal
+/// `unmount-watcher`), which clap_complete would otherwise offer; clap has
+/// no way to remove a subcommand, so the top level is rebuilt from its
+/// arguments and visible subcommands.
+fn visible(cmd: clap::Command) -> clap::Command {
+    let mut v = clap::Command::new("packfs")
+        .version(crate::version::SHORT)
+        .args(cmd.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    if let Some(about) = cmd.get_about() {
+        v = v.about(about.clone());
+    }
+    v
 }
 
 #[cfg(test)]
@@ -28,9 +43,18 @@ mod tests {
             let mut out = Vec::new();
             write(shell, &mut out);
             let s = String::from_utf8(out).unwrap();
-            for sub in ["pack", "mount", "completions", "man"] {
+            for sub in [
+                "pack",
+                "mount",
+                "completions",
+                "man",
+                "range-size",
+                "version",
+            ] {
                 assert!(s.contains(sub), "{shell}: no {sub}");
             }
+            // Hidden internals are not offered.
+            assert!(!s.contains("unmount-watcher"), "{shell}");
         }
     }
 }
