@@ -2,10 +2,12 @@
 # Installs the system packages packfs and its tests need (Debian/Ubuntu).
 # fuse3: fusermount3 for unprivileged mounts; squashfs-tools, zip, unzip,
 # libarchive-tools (bsdtar): the reference writers/readers the tests compare
-# against; attr: setfattr/getfattr.
+# against; attr: setfattr/getfattr. man-db, groff-base: `man -l` renders the
+# generated pages in tests; file, musl-tools: scripts/release.sh (static musl build).
 set -euo pipefail
 pkgs=(fuse3 squashfs-tools zip unzip libarchive-tools p7zip-full attr python3 kmod procps
-      slurm-wlm munge bubblewrap squashfuse strace python3-venv python3-pip)
+      slurm-wlm munge bubblewrap squashfuse strace python3-venv python3-pip
+      man-db groff-base file musl-tools)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

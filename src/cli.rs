@@ -11,7 +11,8 @@ pub const NEGATIVE_TTL_DEFAULT: u64 = 365 * 24 * 3600;
 #[derive(Parser, Debug)]
 #[command(
     name = "packfs",
-    version,
+    version = crate::version::SHORT,
+    long_version = crate::version::long(),
     about = "Pack many small files into one SquashFS or ZIP image and mount it without root",
     after_help = crate::exit::TABLE
 )]
@@ -191,6 +192,16 @@ pub enum Command {
     /// Compare reading a raw tree with reading its image through mounts
     /// (table on stdout, --json, --plot).
     Bench(Box<packfs_bench::BenchArgs>),
+    /// Print the completion script for SHELL (bash: `source <(packfs
+    /// completions bash)`; zsh: save as `_packfs` in $fpath; fish: save in
+    /// ~/.config/fish/completions/packfs.fish).
+    Completions { shell: clap_complete::Shell },
+    /// Print packfs(1) in roff, or with --out DIR write it and one page per
+    /// subcommand (packfs-pack.1, ...) into DIR.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Internal: unmounts MOUNTPOINT when the daemon holding FD's pipe dies.
     #[command(hide = true)]
     UnmountWatcher {
@@ -265,6 +276,17 @@ pub struct PackArgs {
     /// Treat SRC as a Python environment even without a pyvenv.cfg at its root.
     #[arg(long)]
     pub venv: bool,
+    /// When OUTPUT's directory is on Lustre: stripe the image over N OSTs
+    /// (-1: all of them), `auto` (by the data's size: none under 1 GiB, 4 to
+    /// 16 up to 64 GiB, then all; docs/HPC.md), or `none` (the directory's
+    /// default). Elsewhere ignored; never fails a pack.
+    #[arg(
+        long,
+        value_name = "N|auto|none",
+        default_value = "auto",
+        allow_negative_numbers = true
+    )]
+    pub stripe_count: packer::lustre::StripeCount,
     /// No progress bar and no summary line.
     #[arg(short, long)]
     pub quiet: bool,

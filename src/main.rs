@@ -23,13 +23,18 @@ mod oserror;
 mod progress;
 mod usage;
 mod values;
+mod version;
 
 fn main() {
     logging::init();
     let cli = help::parse();
     if matches!(
         cli.cmd,
-        cli::Command::Info { .. } | cli::Command::Ls { .. } | cli::Command::Cat { .. }
+        cli::Command::Info { .. }
+            | cli::Command::Ls { .. }
+            | cli::Command::Cat { .. }
+            | cli::Command::Completions { .. }
+            | cli::Command::Man { .. }
     ) {
         // Listing commands end quietly when their reader goes away
         // (`packfs ls IMG | head`), as `ls` and `cat` do, instead of

@@ -13,11 +13,14 @@ mod suite {
     mod bench_cli;
     mod cli_messages;
     mod corrupt_images;
+    mod empty_root;
     mod exit_codes;
     mod format_records;
     mod fuzz_regressions;
+    mod install_cli;
     mod jobs_cli;
     mod load;
+    mod lustre_stripe;
     mod module_graph;
     mod mount_errors;
     mod mount_squashfs;

@@ -23,3 +23,12 @@ pub mod union;
 pub mod zip;
 
 pub use error::{FsError, Result};
+
+/// The optional features this build of the crate has, in Cargo's names, so
+/// a binary can say what it was built with (`packfs --version`).
+pub const FEATURES: &[&str] = &[
+    #[cfg(feature = "fuse")]
+    "fuse",
+    #[cfg(feature = "remote")]
+    "remote",
+];

@@ -10,6 +10,7 @@ mod detach;
 mod error;
 pub mod exclude;
 mod io;
+pub mod lustre;
 mod metadata;
 mod output;
 pub mod shards;
@@ -67,6 +68,8 @@ pub struct PackOptions {
     /// When set (e.g. by a SIGINT handler), packing stops with
     /// [`PackError::Interrupted`] and leaves no output behind.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// The image's striping when its directory is on Lustre (see [`lustre`]).
+    pub stripe: lustre::StripeCount,
 }
 
 impl Default for PackOptions {
@@ -85,6 +88,7 @@ impl Default for PackOptions {
             overlay: None,
             progress: None,
             cancel: None,
+            stripe: lustre::StripeCount::Auto,
         }
     }
 }
@@ -150,6 +154,9 @@ pub(crate) fn write_squashfs(
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
+    // The data's size (plus symlink targets): the image's size within the
+    // steps of the striping rule.
+    target.stripe(&tmp, opts.stripe, tree.inodes.iter().map(|i| i.size).sum());
     let w = squashfs::write_image(tree, tmp.as_file(), target.path(), opts, &pool)?;
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);

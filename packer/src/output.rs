@@ -14,6 +14,8 @@ pub struct Target {
     final_path: PathBuf,
     dir: PathBuf,
     name: String,
+    /// OUT's directory is on Lustre: see [`crate::lustre`].
+    lustre: bool,
 }
 
 /// Checks SRC and OUT before any work is done: SRC must be a directory, OUT's
@@ -66,6 +68,7 @@ pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError>
     }
     Ok(Target {
         final_path: out.into(),
+        lustre: crate::lustre::is_lustre(&dir),
         dir,
         name: name.to_string_lossy().into_owned(),
     })
@@ -82,15 +85,56 @@ impl Target {
     ///
     /// Called before the walk, so an output directory the user cannot
     /// write fails at once, not after scanning a large tree.
+    ///
+    /// On Lustre the file is created without data objects, so that
+    /// [`Target::stripe`] can still choose its layout.
     pub fn create_temp(&self) -> Result<NamedTempFile, PackError> {
-        tempfile::Builder::new()
-            .prefix(&format!(".{}.tmp-", self.name))
-            .rand_bytes(6)
-            .tempfile_in(&self.dir)
-            .map_err(PackError::output(
-                &self.final_path,
-                "cannot create its temporary file",
-            ))
+        let prefix = format!(".{}.tmp-", self.name);
+        let mut b = tempfile::Builder::new();
+        b.prefix(&prefix).rand_bytes(6);
+        let made = if self.lustre {
+            b.make_in(&self.dir, |p| {
+                use std::os::unix::fs::OpenOptionsExt;
+                fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(crate::lustre::O_LOV_DELAY_CREATE)
+                    .open(p)
+            })
+        } else {
+            b.tempfile_in(&self.dir)
+        };
+        made.map_err(PackError::output(
+            &self.final_path,
+            "cannot create its temporary file",
+        ))
+    }
+
+    /// On Lustre, gives `tmp` (created by [`Target::create_temp`], nothing
+    /// written yet) the layout `policy` chooses for about `estimate` bytes.
+    /// Elsewhere nothing. Never an error: a layout that cannot be set is a
+    /// warning, and the image keeps the directory's default.
+    pub fn stripe(&self, tmp: &NamedTempFile, policy: crate::lustre::StripeCount, estimate: u64) {
+        if !self.lustre {
+            return;
+        }
+        let Some(layout) = crate::lustre::plan(policy, estimate) else {
+            return;
+        };
+        match crate::lustre::set_layout(tmp.as_file(), tmp.path(), layout) {
+            Ok(by) => log::info!(
+                "{}: striped over {} OSTs, {} byte stripes ({by:?})",
+                self.final_path.display(),
+                layout.count,
+                layout.size
+            ),
+            Err(e) => log::warn!(
+                "{}: Lustre striping not set, the image keeps the directory's default layout: {e}",
+                self.final_path.display()
+            ),
+        }
     }
 
     /// Syncs the temporary file and renames it to the final name.

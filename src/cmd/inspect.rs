@@ -44,6 +44,10 @@ pub fn info(image: &Path, remote: &RemoteArgs) -> anyhow::Result<i32> {
         AnyImage::Zip(z) => info_zip(image, z, len),
         AnyImage::Union(u) => info_union(image, u),
     }
+    // Only for an image on Lustre (see packer::lustre).
+    if let Some(layout) = packer::lustre::describe(image) {
+        println!("striping:     {layout}");
+    }
     Ok(0)
 }
 

@@ -1,8 +1,10 @@
 //! One module per subcommand (or group of them); [`dispatch`] hands each
 //! its own arguments and the remote flags, which are all it reads.
 
+mod completions;
 mod inspect;
 mod interrupt;
+mod man;
 mod mount;
 mod pack;
 mod run;
@@ -44,6 +46,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             fsname,
         } => crate::daemon::unmount_watcher(fd, &mountpoint, &fsname),
         Command::Run(args) => run::run(&args, &remote),
+        Command::Completions { shell } => completions::run(shell),
+        Command::Man { out } => man::run(out.as_deref()),
     }
 }
 

@@ -170,6 +170,7 @@ pub fn run(args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         overlay: stage.as_ref().map(|s| s.path().to_path_buf()),
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
         cancel: Some(cancel.clone()),
+        stripe: args.stripe_count,
     };
     match args.shards {
         Some(n) => pack_shards(&args, n, &plan, &opts, stage),

@@ -381,7 +381,7 @@ impl Remote {
             max_retries: 1000,
             retry_timeout: opts.timeout,
         };
-        let client = ClientOptions::new()
+        let client = super::roots::with_bundled_roots(ClientOptions::new())
             .with_allow_http(true)
             .with_timeout(attempt)
             .with_connect_timeout(attempt.min(Duration::from_secs(5)))

@@ -96,6 +96,8 @@ pub mod options;
 #[cfg(feature = "remote")]
 pub mod ranges;
 #[cfg(feature = "remote")]
+mod roots;
+#[cfg(feature = "remote")]
 pub mod source;
 pub mod stats;
 #[cfg(feature = "remote")]

@@ -110,6 +110,8 @@ pub(crate) fn write_tree(
     if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
+    // Before the first byte: see crate::lustre.
+    target.stripe(&tmp, opts.stripe, tree.inodes.iter().map(|i| i.size).sum());
     let w = {
         let z = ZipWriter {
             tree,
