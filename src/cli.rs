@@ -195,10 +195,14 @@ pub enum Command {
     /// Print the completion script for SHELL (bash: `source <(packfs
     /// completions bash)`; zsh: save as `_packfs` in $fpath; fish: save in
     /// ~/.config/fish/completions/packfs.fish).
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to write the script for.
+        shell: clap_complete::Shell,
+    },
     /// Print packfs(1) in roff, or with --out DIR write it and one page per
     /// subcommand (packfs-pack.1, ...) into DIR.
     Man {
+        /// Write every page into this directory instead of packfs(1) to stdout.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },

@@ -241,7 +241,7 @@ fn forbidden_and_missing_objects_fail_at_mount_naming_the_url_and_status() {
         .args(["info", "s3://bucket-without-key"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("s3://BUCKET/KEY"));
 }
 
