@@ -91,7 +91,7 @@ fn fuzz_regression_inputs_give_errors_not_panics_or_hangs() {
 /// The seed images of `scripts/fuzz_seeds.sh`, when built, open and walk
 /// with no error at all: a seed the walk could not read would only teach the
 /// fuzzer error paths. Not run by default (the seeds are not in git):
-/// `scripts/fuzz_seeds.sh && cargo test --test fuzz_regressions -- --ignored`.
+/// `scripts/fuzz_seeds.sh && cargo test --test tests suite::fuzz_regressions -- --ignored`.
 #[test]
 #[ignore]
 fn seed_images_walk_without_errors() {

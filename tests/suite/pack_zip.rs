@@ -466,7 +466,7 @@ fn cli_packs_zip() {
 /// Zip64 for sizes and offsets: a sparse 4.5 GiB file, stored (so the
 /// entry after it lies beyond 4 GiB, as does the central directory) and
 /// deflated (sizes only). Ignored by default: it reads 9 GiB and writes
-/// 4.5 GiB; run with `cargo test --release --test pack_zip -- --ignored`.
+/// 4.5 GiB; run with `cargo test --release --test tests suite::pack_zip -- --ignored`.
 #[test]
 #[ignore]
 fn entries_and_offsets_over_4_gib_use_zip64() {
