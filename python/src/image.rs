@@ -180,6 +180,17 @@ impl NativeImage {
         })
     }
 
+    /// The entries of the directory `path`, errors raised as Python's.
+    fn entries(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<mountfs::fs::DirEntry>> {
+        let p = path_arg(path)?;
+        self.call(py, |i| i.list(&p))
+            .map_err(|e| self.err(py, e, &p, None))
+    }
+
     fn err(&self, py: Python<'_>, e: Error, path: &[u8], offset: Option<u64>) -> PyErr {
         to_py(
             py,
@@ -406,12 +417,8 @@ impl NativeImage {
         py: Python<'py>,
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let p = path_arg(path)?;
-        let entries = self
-            .call(py, |i| i.list(&p))
-            .map_err(|e| self.err(py, e, &p, None))?;
         let list = PyList::empty(py);
-        for e in entries {
+        for e in self.entries(py, path)? {
             list.append(py_name(py, &e.name)?)?;
         }
         Ok(list)
@@ -423,12 +430,8 @@ impl NativeImage {
         py: Python<'py>,
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let p = path_arg(path)?;
-        let entries = self
-            .call(py, |i| i.list(&p))
-            .map_err(|e| self.err(py, e, &p, None))?;
         let list = PyList::empty(py);
-        for e in entries {
+        for e in self.entries(py, path)? {
             list.append((py_name(py, &e.name)?, type_bits(e.kind), e.ino))?;
         }
         Ok(list)
