@@ -291,6 +291,14 @@ pub struct PackArgs {
         allow_negative_numbers = true
     )]
     pub stripe_count: packer::lustre::StripeCount,
+    /// Where file data sits in a SquashFS image (the tree is the same):
+    /// `path` (depth-first by name, as mksquashfs), `similarity` (tails
+    /// with alike content share fragment blocks: smaller images),
+    /// `profile:FILE` (the files FILE lists, as `mount --record-access`
+    /// writes it, first and contiguous, in its order; the rest by path) or
+    /// `profile+similarity:FILE` (the rest by similarity).
+    #[arg(long, value_name = "ORDER", default_value = "path")]
+    pub order: String,
     /// No progress bar and no summary line.
     #[arg(short, long)]
     pub quiet: bool,

@@ -26,6 +26,7 @@ mod suite {
     mod mount_squashfs;
     mod mount_zip;
     mod open_errors;
+    mod order;
     mod pack_cancel;
     mod pack_squashfs;
     mod pack_zip;

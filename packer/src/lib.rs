@@ -12,6 +12,7 @@ pub mod exclude;
 mod io;
 pub mod lustre;
 mod metadata;
+pub mod order;
 mod output;
 pub mod shards;
 mod squashfs;
@@ -70,6 +71,9 @@ pub struct PackOptions {
     pub cancel: Option<Arc<AtomicBool>>,
     /// The image's striping when its directory is on Lustre (see [`lustre`]).
     pub stripe: lustre::StripeCount,
+    /// Where file data goes in a SquashFS image (see [`order`]); ZIP
+    /// archives keep path order.
+    pub order: order::DataOrder,
 }
 
 impl Default for PackOptions {
@@ -89,6 +93,7 @@ impl Default for PackOptions {
             progress: None,
             cancel: None,
             stripe: lustre::StripeCount::Auto,
+            order: order::DataOrder::Path,
         }
     }
 }

@@ -48,6 +48,7 @@ struct PackPlan {
     level: Option<i32>,
     mtime: Option<u32>,
     dest: Dest,
+    order: packer::order::DataOrder,
 }
 
 impl PackPlan {
@@ -75,6 +76,16 @@ impl PackPlan {
             return Err(usage(format!("{template}: shards are packed to local files; upload them, or pack each to s3:// one by one")));
         }
         let (codec, compressor, level) = codec_and_level(format, args.compression, args.level)?;
+        let order = packer::order::DataOrder::parse(&args.order).map_err(|e| match e {
+            packer::PackError::InvalidOption(m) => usage(format!("--order: {m}")),
+            e => anyhow::Error::new(e).context("--order"),
+        })?;
+        if format == OutFormat::Zip && order != packer::order::DataOrder::Path {
+            return Err(usage(format!(
+                "--order {}: ZIP archives keep path order (orders apply to SquashFS images)",
+                args.order
+            )));
+        }
         Ok(PackPlan {
             format,
             codec,
@@ -82,6 +93,7 @@ impl PackPlan {
             level,
             mtime: mtime(args.mtime)?,
             dest,
+            order,
         })
     }
 }
@@ -171,6 +183,7 @@ pub fn run(args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
         cancel: Some(cancel.clone()),
         stripe: args.stripe_count,
+        order: plan.order.clone(),
     };
     match args.shards {
         Some(n) => pack_shards(&args, n, &plan, &opts, stage),

@@ -164,6 +164,11 @@ struct Writer<'a, 'f, 'p> {
     frag_buf: Vec<u8>,
     /// Sealed, not yet written fragment blocks, in index order.
     frag_sealed: VecDeque<SealedFragment>,
+    /// Files of an access profile still to be written; when the last one is
+    /// done its open fragment block is sealed and written at once, so the
+    /// profile's data (blocks and tails) is one region at the image's start
+    /// that no other file's data interleaves (see `crate::order`).
+    files_left_in_profile: usize,
 }
 
 fn expensive(enc: &Encoder) -> bool {
@@ -492,7 +497,8 @@ pub fn write_data(
         raw_tails: !opts.fragment_incompressible,
         zero_hash: blake3::hash(&vec![0u8; bs as usize]),
     };
-    let order = tree.files_in_data_order();
+    let ordered = crate::order::order_files(tree, &opts.order, bs, !opts.no_fragments, pool);
+    let order = ordered.files;
     let total_bytes: u64 = order.iter().map(|&i| tree.inodes[i as usize].size).sum();
     if let Some(p) = &opts.progress {
         p.start(total_bytes, tree.nodes.len() as u64);
@@ -529,6 +535,7 @@ pub fn write_data(
         tail_dedup: HashMap::new(),
         frag_buf: Vec::new(),
         frag_sealed: VecDeque::new(),
+        files_left_in_profile: ordered.profiled,
     };
     let start = |batch: Vec<Piece>| {
         let ctx = ctx.clone();
@@ -635,8 +642,24 @@ impl Writer<'_, '_, '_> {
         }
         if p.last {
             self.finish_file(p.size)?;
+            if self.files_left_in_profile > 0 {
+                self.files_left_in_profile -= 1;
+                if self.files_left_in_profile == 0 {
+                    self.close_region()?;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Seals the open fragment block and writes every sealed one now, so
+    /// that what was written so far ends here.
+    fn close_region(&mut self) -> Result<(), PackError> {
+        if !self.frag_buf.is_empty() {
+            let buf = std::mem::take(&mut self.frag_buf);
+            self.seal(buf);
+        }
+        self.write_sealed_fragments()
     }
 
     fn finish_file(&mut self, size: u64) -> Result<(), PackError> {

@@ -1,0 +1,295 @@
+//! Data order (`pack --order`): every order gives the same tree to the
+//! kernel, unsquashfs and packfs; packing stays reproducible; the
+//! similarity order makes alike tails share fragment blocks; a profile's
+//! files come first, contiguous, in its order.
+
+use crate::common::*;
+use mountfs::cache::BlockCache;
+use mountfs::source::FileSource;
+use mountfs::squashfs::inode::{FileInode, InodeKind};
+use mountfs::squashfs::SquashFs;
+use packfs_format::squashfs::superblock::Superblock;
+use packfs_format::squashfs::{DATA_SIZE_MASK, INVALID_FRAG, SUPERBLOCK_SIZE};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+/// Files of a profile, in the order a workload "read" them (not path order).
+const PROFILED: [&str; 5] = ["d/e/f/deep", "small.txt", "z/late-1", "d/mid", "d/text4097"];
+
+fn tree(root: &Path) {
+    fixture_tree(root, false);
+    std::fs::create_dir_all(root.join("z")).unwrap();
+    std::fs::create_dir_all(root.join("d/e/f")).unwrap();
+    for (i, p) in ["z/late-1", "z/late-2", "d/mid", "d/e/f/deep"]
+        .iter()
+        .enumerate()
+    {
+        std::fs::write(
+            root.join(p),
+            bytes(100 + i as u64, 3 * 4096 + 1000 * i, true),
+        )
+        .unwrap();
+    }
+}
+
+fn profile_file(dir: &Path) -> PathBuf {
+    let p = dir.join("profile.txt");
+    let mut text = String::from("# first reads\n");
+    for f in PROFILED {
+        text.push('/');
+        text.push_str(f);
+        text.push('\n');
+    }
+    text.push_str("not/in/the/tree\n");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn orders(profile: &Path) -> Vec<String> {
+    vec![
+        "path".into(),
+        "similarity".into(),
+        format!("profile:{}", profile.display()),
+        format!("profile+similarity:{}", profile.display()),
+    ]
+}
+
+#[test]
+fn every_order_shows_the_same_tree_to_the_kernel_unsquashfs_and_packfs() {
+    if !require_tool("unsquashfs") {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let profile = profile_file(t.path());
+    let want = manifest(&src, &ManifestOptions::default());
+    for (k, order) in orders(&profile).iter().enumerate() {
+        for extra in [&["-b", "4K"][..], &["-c", "xz", "-b", "1M"][..]] {
+            let img = t.path().join(format!("{k}.sqfs"));
+            let mut args = vec!["-f", "--order", order];
+            args.extend_from_slice(extra);
+            pack(&src, &img, &args);
+            let what = format!("--order {order} {extra:?}");
+            let out = t.path().join(format!("unsq-{k}"));
+            run(Command::new("unsquashfs").arg("-d").arg(&out).arg(&img));
+            assert_same(
+                &format!("unsquashfs, {what}"),
+                &manifest(&out, &ManifestOptions::default()),
+                &want,
+            );
+            std::fs::remove_dir_all(&out).unwrap();
+            let ours = PackfsMount::new(&img, &[]);
+            assert_same(
+                &format!("packfs, {what}"),
+                &manifest(ours.path(), &ManifestOptions::default()),
+                &want,
+            );
+            if let Some(kern) = KernelMount::new(&img) {
+                assert_same(
+                    &format!("kernel, {what}"),
+                    &manifest(kern.path(), &ManifestOptions::default()),
+                    &want,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_order_packs_the_same_bytes_again_on_any_thread_count() {
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let profile = profile_file(t.path());
+    let mut images = Vec::new();
+    for (k, order) in orders(&profile).iter().enumerate() {
+        let mut first: Option<Vec<u8>> = None;
+        for j in ["1", "2", "3"] {
+            let img = t.path().join(format!("{k}-{j}.sqfs"));
+            pack(
+                &src,
+                &img,
+                &["--order", order, "-b", "4K", "--mtime", "0", "-j", j],
+            );
+            let b = std::fs::read(&img).unwrap();
+            match &first {
+                None => first = Some(b),
+                Some(f) => assert!(*f == b, "--order {order}: -j {j} gave other bytes"),
+            }
+        }
+        images.push(first.unwrap());
+    }
+    // The orders do move data: no two give the same image.
+    for a in 0..images.len() {
+        for b in a + 1..images.len() {
+            assert!(
+                images[a] != images[b],
+                "orders {a} and {b} gave the same image"
+            );
+        }
+    }
+}
+
+/// Lines of text from a vocabulary of its own (`family` picks it), so that
+/// files of one family share many shingles and files of two share none.
+fn family_text(family: usize, seed: u64, n: usize) -> Vec<u8> {
+    let words: Vec<String> = (0..40).map(|w| format!("f{family}word{w}x")).collect();
+    let mut s = seed;
+    let mut out = Vec::new();
+    while out.len() < n {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(s >> 33) as usize % words.len()].as_bytes());
+        out.push(if (s >> 20).is_multiple_of(9) {
+            b'\n'
+        } else {
+            b' '
+        });
+    }
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn the_similarity_order_packs_alike_tails_together_and_smaller() {
+    let t = scratch();
+    let src = t.path().join("src");
+    // Path order interleaves two families. 900-byte files, 4 KiB fragment
+    // blocks: each block holds four files, and order alone decides which
+    // compress together. Each file shares most of its text with the files
+    // of its family (one base text, each with a line of its own).
+    std::fs::create_dir_all(&src).unwrap();
+    for f in 0..2 {
+        let base = family_text(f, 1, 700);
+        for i in 0..60 {
+            let mut d = base.clone();
+            d.extend(family_text(f, 100 + i, 200));
+            std::fs::write(src.join(format!("{i:03}-{f}.txt")), d).unwrap();
+        }
+    }
+    let size = |order: &str| {
+        let img = t.path().join(format!("{order}.sqfs"));
+        pack(&src, &img, &["--order", order, "-b", "4K", "--mtime", "0"]);
+        // Bytes used, not the file's size: that is padded to 4 KiB.
+        let head = std::fs::read(&img).unwrap();
+        Superblock::decode(&head[..SUPERBLOCK_SIZE].try_into().unwrap()).bytes_used
+    };
+    let (by_path, by_similarity) = (size("path"), size("similarity"));
+    assert!(
+        by_similarity < by_path,
+        "similarity {by_similarity} B, path {by_path} B"
+    );
+}
+
+/// The file inode at `path` in the image.
+fn file_inode(fs: &SquashFs, path: &str) -> FileInode {
+    let mut inode = fs.inode(fs.root_ref(), false).unwrap();
+    for part in path.split('/') {
+        let InodeKind::Dir(d) = &inode.kind else {
+            panic!("{path}: {part}'s parent is not a directory")
+        };
+        let e = fs
+            .lookup_raw(d, part.as_bytes())
+            .unwrap()
+            .unwrap_or_else(|| panic!("{path}: no {part}"));
+        inode = fs.inode(e.inode_ref, true).unwrap();
+    }
+    match inode.kind {
+        InodeKind::File(f) => f,
+        k => panic!("{path}: not a file: {k:?}"),
+    }
+}
+
+fn stored_len(f: &FileInode) -> u64 {
+    f.block_sizes
+        .iter()
+        .map(|w| (w & DATA_SIZE_MASK) as u64)
+        .sum()
+}
+
+#[test]
+fn a_profile_puts_its_files_first_contiguous_and_in_its_order() {
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let profile = profile_file(t.path());
+    let img = t.path().join("p.sqfs");
+    // No fragments: every file's data is its blocks, so contiguity shows
+    // in the block starts alone.
+    pack(
+        &src,
+        &img,
+        &[
+            "--order",
+            &format!("profile:{}", profile.display()),
+            "-b",
+            "4K",
+            "--no-fragments",
+        ],
+    );
+    let fs = SquashFs::open(
+        Box::new(FileSource::open(&img).unwrap()),
+        Arc::new(BlockCache::new(1 << 20)),
+    )
+    .unwrap();
+    let mut end = SUPERBLOCK_SIZE as u64;
+    for p in PROFILED {
+        let f = file_inode(&fs, p);
+        assert!(!f.block_sizes.is_empty(), "{p} has no blocks");
+        assert_eq!(
+            f.blocks_start, end,
+            "{p} does not follow the file before it"
+        );
+        end += stored_len(&f);
+    }
+    // Every other file's data lies after the profile's.
+    let others = ["z/late-2", "d/text4096", "d/rand300000", "d/e/f/deep"]
+        .iter()
+        .filter(|p| !PROFILED.contains(p))
+        .map(|p| file_inode(&fs, p))
+        .collect::<Vec<_>>();
+    assert!(!others.is_empty());
+    for f in others {
+        assert!(
+            f.blocks_start >= end,
+            "a file outside the profile sits inside its region"
+        );
+    }
+    // With fragments, the profile's tails are in blocks of their own, ahead
+    // of every other file's.
+    let img2 = t.path().join("pf.sqfs");
+    pack(
+        &src,
+        &img2,
+        &[
+            "--order",
+            &format!("profile:{}", profile.display()),
+            "-b",
+            "4K",
+        ],
+    );
+    let fs = SquashFs::open(
+        Box::new(FileSource::open(&img2).unwrap()),
+        Arc::new(BlockCache::new(1 << 20)),
+    )
+    .unwrap();
+    let frag = |p: &str| file_inode(&fs, p).fragment;
+    // z/late-1 is exactly three blocks: no tail.
+    let last_profiled = PROFILED
+        .iter()
+        .map(|p| frag(p))
+        .filter(|&f| f != INVALID_FRAG)
+        .max()
+        .unwrap();
+    for p in ["z/late-2", "d/text4095"] {
+        assert!(
+            frag(p) > last_profiled,
+            "{p} shares the profile's fragment blocks: {} <= {last_profiled} ({:?})",
+            frag(p),
+            PROFILED.map(frag)
+        );
+    }
+}
