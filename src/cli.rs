@@ -365,6 +365,16 @@ pub struct MountArgs {
     /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
+    /// Write the paths of files in the order they are first read to FILE
+    /// (one per line; rewritten at most every second and at unmount), for
+    /// `pack --order profile:FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub record_access: Option<PathBuf>,
+    /// Decode the files FILE lists (a `--record-access` profile) into the
+    /// cache at mount, in its order, while the mount already serves: for an
+    /// image packed with `--order profile:FILE`, one pass over its start.
+    #[arg(long, value_name = "FILE")]
+    pub preload_profile: Option<PathBuf>,
     /// Mount over a directory that is not empty (its contents are hidden
     /// until the image is unmounted).
     #[arg(long)]
@@ -386,6 +396,10 @@ pub struct RunArgs {
     /// Mount over directories that are not empty (as for `mount --nonempty`).
     #[arg(long)]
     pub nonempty: bool,
+    /// With one IMAGE:MOUNTPOINT: record the order of first reads to FILE
+    /// (as for `mount --record-access`).
+    #[arg(long, value_name = "FILE")]
+    pub record_access: Option<PathBuf>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

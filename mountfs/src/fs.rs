@@ -124,6 +124,8 @@ pub struct PackFs<I: Image> {
     /// Per-file and image-order readahead, with its worker pool.
     readahead: Readahead<I>,
     pub counters: FsCounters,
+    /// `--record-access`: first reads, in order (see [`crate::record`]).
+    recorder: Option<Arc<crate::record::AccessRecorder>>,
 }
 
 impl<I: Image> PackFs<I> {
@@ -138,7 +140,13 @@ impl<I: Image> PackFs<I> {
             readahead: Readahead::new(image.clone(), readahead, prefetch_threads),
             image,
             counters: FsCounters::default(),
+            recorder: None,
         }
+    }
+
+    /// Records the order of first reads with `r` from now on.
+    pub fn record_access(&mut self, r: Arc<crate::record::AccessRecorder>) {
+        self.recorder = Some(r);
     }
 
     /// Counts a failure. It is not logged here: the caller reports it (the
@@ -160,6 +168,9 @@ impl<I: Image> PackFs<I> {
     pub fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr> {
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
         let r = self.image.lookup(parent, name);
+        if let (Some(rec), Ok(a)) = (&self.recorder, &r) {
+            rec.named(parent, name, a.node);
+        }
         if matches!(r, Err(FsError::NotFound)) {
             self.counters
                 .negative_lookups
@@ -204,7 +215,15 @@ impl<I: Image> PackFs<I> {
                 return Ok(());
             }
         }
-        let r = self.image.readdir(dir, cookie.max(2), sink);
+        let r = match &self.recorder {
+            // Entries a listing returns with their attributes (readdirplus)
+            // are never looked up: the recorder learns their names here.
+            Some(rec) => self.image.readdir(dir, cookie.max(2), &mut |e| {
+                rec.named(dir, &e.name, e.node);
+                sink(e)
+            }),
+            None => self.image.readdir(dir, cookie.max(2), sink),
+        };
         self.note(r)
     }
 
@@ -236,6 +255,9 @@ impl<I: Image> PackFs<I> {
             .read_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         self.readahead.after_read(&h, offset, size, data.len());
+        if let Some(rec) = &self.recorder {
+            rec.read(node);
+        }
         Ok(data)
     }
 

@@ -14,6 +14,7 @@ pub mod image;
 pub mod location;
 pub mod open;
 pub mod readahead;
+pub mod record;
 pub mod remote;
 #[cfg(feature = "fuse")]
 pub mod serve;

@@ -56,6 +56,10 @@ struct MountPlan {
     preload: bool,
     /// `--stats FILE`, absolute.
     stats: Option<PathBuf>,
+    /// `--record-access FILE`, absolute.
+    record_access: Option<PathBuf>,
+    /// The contents of `--preload-profile FILE`, read before daemonising.
+    preload_profile: Option<Vec<u8>>,
 }
 
 impl MountPlan {
@@ -74,8 +78,15 @@ impl MountPlan {
             io,
             negative_ttl,
             stats,
+            record_access,
+            preload_profile,
             nonempty,
         } = args;
+        let preload_profile = preload_profile
+            .map(|p| {
+                std::fs::read(&p).with_context(|| format!("--preload-profile {}", p.display()))
+            })
+            .transpose()?;
         let mountpoint = paths.pop().expect("clap requires two paths");
         let images = paths;
         let mut options = split_options(options);
@@ -118,6 +129,8 @@ impl MountPlan {
             preload,
             // Relative to where `packfs mount` was started, not the daemon's cwd.
             stats: stats.map(|p| std::path::absolute(&p).unwrap_or(p)),
+            record_access: record_access.map(|p| std::path::absolute(&p).unwrap_or(p)),
+            preload_profile,
         })
     }
 }
@@ -251,16 +264,41 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
         );
     }
     let opts = &plan.serve;
-    let fs = std::sync::Arc::new(mountfs::fs::PackFs::new(
-        img,
-        opts.readahead,
-        opts.threads.clamp(1, 4),
-    ));
+    let mut fs = mountfs::fs::PackFs::new(img, opts.readahead, opts.threads.clamp(1, 4));
+    let recorder = plan
+        .record_access
+        .as_ref()
+        .map(|p| std::sync::Arc::new(mountfs::record::AccessRecorder::new(p)));
+    if let Some(r) = &recorder {
+        r.flush()
+            .with_context(|| format!("--record-access {}", r.path().display()))?;
+        fs.record_access(r.clone());
+    }
+    let fs = std::sync::Arc::new(fs);
+    if let Some(text) = plan.preload_profile.clone() {
+        let image = fs.image.clone();
+        std::thread::Builder::new()
+            .name("packfs-preload".into())
+            .spawn(move || {
+                let t = std::time::Instant::now();
+                let (files, bytes) = mountfs::record::preload_profile(&*image, &text);
+                log::info!(
+                    "preloaded the profile's {files} files ({}) in {:.2} s",
+                    packfs_bench::size::human(bytes),
+                    t.elapsed().as_secs_f64()
+                );
+            })
+            .context("starting the profile preload")?;
+    }
     if let Some(path) = &plan.stats {
         super::stats::spawn_writer(path, fs.clone(), remote.clone())?;
     }
     mountfs::serve::serve_fs(fs.clone(), &plan.mountpoint, opts, ready)
         .with_context(|| format!("mounting at {}", plan.mountpoint.display()))?;
+    if let Some(r) = &recorder {
+        r.flush()
+            .with_context(|| format!("--record-access {}", r.path().display()))?;
+    }
     if let Some(path) = &plan.stats {
         let remote = remote.map(|r| r.snapshot());
         super::stats::write(path, &fs.counters.snapshot(), remote.as_ref())?;

@@ -44,6 +44,11 @@ impl Mounted {
 
 pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("locating the packfs executable")?;
+    if args.record_access.is_some() && args.mounts.len() != 1 {
+        return Err(crate::usage::usage(
+            "--record-access records one mount: give one IMAGE:MOUNTPOINT",
+        ));
+    }
     let mut done = Mounted::default();
     for spec in &args.mounts {
         if let Err(e) = mount_one(&exe, spec, args, remote, &mut done) {
@@ -128,6 +133,10 @@ fn mount_one(
     }
     if args.nonempty {
         cmd.arg("--nonempty");
+    }
+    if let Some(f) = &args.record_access {
+        cmd.arg("--record-access")
+            .arg(std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     }
     let st = cmd.status().context("starting packfs mount")?;
     if !st.success() {

@@ -210,6 +210,34 @@ fn stored_len(f: &FileInode) -> u64 {
         .sum()
 }
 
+/// Asserts that `first`'s data opens `img` (packed with `--no-fragments`
+/// and 4 KiB blocks), contiguous and in that order, and that `others` lie
+/// after it.
+fn assert_first_and_contiguous(img: &Path, first: &[&str], others: &[&str]) {
+    let fs = SquashFs::open(
+        Box::new(FileSource::open(img).unwrap()),
+        Arc::new(BlockCache::new(1 << 20)),
+    )
+    .unwrap();
+    let mut end = SUPERBLOCK_SIZE as u64;
+    for p in first {
+        let f = file_inode(&fs, p);
+        assert!(!f.block_sizes.is_empty(), "{p} has no blocks");
+        assert_eq!(
+            f.blocks_start, end,
+            "{p} does not follow the file before it"
+        );
+        end += stored_len(&f);
+    }
+    assert!(!others.is_empty());
+    for p in others {
+        assert!(
+            file_inode(&fs, p).blocks_start >= end,
+            "{p}, outside the profile, sits inside its region"
+        );
+    }
+}
+
 #[test]
 fn a_profile_puts_its_files_first_contiguous_and_in_its_order() {
     let t = scratch();
@@ -219,58 +247,17 @@ fn a_profile_puts_its_files_first_contiguous_and_in_its_order() {
     let img = t.path().join("p.sqfs");
     // No fragments: every file's data is its blocks, so contiguity shows
     // in the block starts alone.
+    let order = format!("profile:{}", profile.display());
     pack(
         &src,
         &img,
-        &[
-            "--order",
-            &format!("profile:{}", profile.display()),
-            "-b",
-            "4K",
-            "--no-fragments",
-        ],
+        &["--order", &order, "-b", "4K", "--no-fragments"],
     );
-    let fs = SquashFs::open(
-        Box::new(FileSource::open(&img).unwrap()),
-        Arc::new(BlockCache::new(1 << 20)),
-    )
-    .unwrap();
-    let mut end = SUPERBLOCK_SIZE as u64;
-    for p in PROFILED {
-        let f = file_inode(&fs, p);
-        assert!(!f.block_sizes.is_empty(), "{p} has no blocks");
-        assert_eq!(
-            f.blocks_start, end,
-            "{p} does not follow the file before it"
-        );
-        end += stored_len(&f);
-    }
-    // Every other file's data lies after the profile's.
-    let others = ["z/late-2", "d/text4096", "d/rand300000", "d/e/f/deep"]
-        .iter()
-        .filter(|p| !PROFILED.contains(p))
-        .map(|p| file_inode(&fs, p))
-        .collect::<Vec<_>>();
-    assert!(!others.is_empty());
-    for f in others {
-        assert!(
-            f.blocks_start >= end,
-            "a file outside the profile sits inside its region"
-        );
-    }
+    assert_first_and_contiguous(&img, &PROFILED, &["z/late-2", "d/text4096", "d/rand300000"]);
     // With fragments, the profile's tails are in blocks of their own, ahead
     // of every other file's.
     let img2 = t.path().join("pf.sqfs");
-    pack(
-        &src,
-        &img2,
-        &[
-            "--order",
-            &format!("profile:{}", profile.display()),
-            "-b",
-            "4K",
-        ],
-    );
+    pack(&src, &img2, &["--order", &order, "-b", "4K"]);
     let fs = SquashFs::open(
         Box::new(FileSource::open(&img2).unwrap()),
         Arc::new(BlockCache::new(1 << 20)),
@@ -292,4 +279,63 @@ fn a_profile_puts_its_files_first_contiguous_and_in_its_order() {
             PROFILED.map(frag)
         );
     }
+}
+
+#[test]
+fn a_recorded_run_packs_its_files_first_in_the_order_it_read_them() {
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("path.sqfs");
+    pack(&src, &img, &["-b", "4K"]);
+    let recorded = t.path().join("recorded.txt");
+    // Not path order; "small.txt" twice (recorded once); d/e is only listed.
+    let reads = [
+        "d/rand4097",
+        "z/late-1",
+        "small.txt",
+        "d/e/f/deep",
+        "small.txt",
+        "d/mid",
+    ];
+    {
+        let m = PackfsMount::new(&img, &["--record-access", recorded.to_str().unwrap()]);
+        std::fs::read_dir(m.path().join("d/e"))
+            .unwrap()
+            .for_each(drop);
+        for r in reads {
+            std::fs::read(m.path().join(r)).unwrap();
+        }
+    }
+    let want = "/d/rand4097\n/z/late-1\n/small.txt\n/d/e/f/deep\n/d/mid\n";
+    // The daemon writes its last lines as it exits, just after the unmount.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut got = String::new();
+    while std::time::Instant::now() < deadline {
+        got = std::fs::read_to_string(&recorded).unwrap_or_default();
+        if got == want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(got, want);
+    let ordered = t.path().join("profiled.sqfs");
+    let order = format!("profile:{}", recorded.display());
+    pack(
+        &src,
+        &ordered,
+        &["--order", &order, "-b", "4K", "--no-fragments"],
+    );
+    assert_first_and_contiguous(
+        &ordered,
+        &["d/rand4097", "z/late-1", "small.txt", "d/e/f/deep", "d/mid"],
+        &["z/late-2", "d/text4096", "d/rand300000"],
+    );
+    // The tree is the source's, and a mount preloading the profile reads it.
+    let m = PackfsMount::new(&ordered, &["--preload-profile", recorded.to_str().unwrap()]);
+    assert_same(
+        "profile-ordered image, --preload-profile",
+        &manifest(m.path(), &ManifestOptions::default()),
+        &manifest(&src, &ManifestOptions::default()),
+    );
 }
