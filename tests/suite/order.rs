@@ -339,3 +339,29 @@ fn a_recorded_run_packs_its_files_first_in_the_order_it_read_them() {
         &manifest(&src, &ManifestOptions::default()),
     );
 }
+
+#[test]
+fn an_unknown_order_or_an_order_for_a_zip_is_a_usage_error() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a"), b"a").unwrap();
+    for (out, order, says) in [
+        ("x.sqfs", "size", "expected path, similarity"),
+        ("x.sqfs", "profile:", "the profile file is missing"),
+        ("x.zip", "similarity", "ZIP archives keep path order"),
+    ] {
+        let o = Command::new(packfs_bin())
+            .arg("pack")
+            .arg(&src)
+            .arg("-o")
+            .arg(t.path().join(out))
+            .args(["--order", order])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--order {order} -o {out}: {err}");
+        assert!(err.contains(says), "--order {order} -o {out}: {err}");
+        assert!(!t.path().join(out).exists());
+    }
+}
