@@ -182,6 +182,7 @@ pub fn serve_fs<I: Image>(
         }
         Err(e) => return Err(e),
     };
+    log::info!("FUSE transport: {}", served.served().name());
     if let Some(f) = on_ready {
         f();
     }

@@ -5,7 +5,7 @@
 //! The `io-uring` crate's `UringCmd80` cannot set `sqe->addr`/`sqe->len`,
 //! which FUSE's REGISTER command uses for its pair of iovecs, so the
 //! entries are written here byte for byte; with that done, the rest of a
-//! ring (two `mmap`s and `io_uring_enter`) is small enough not to need a
+//! ring (three `mmap`s and `io_uring_enter`) is small enough not to need a
 //! dependency. Only one thread uses a ring: no locking, and the kernel is
 //! the only other party (head/tail are read and written with the atomic
 //! orderings the io_uring ABI prescribes).
