@@ -13,12 +13,16 @@ pub mod fuse;
 pub mod image;
 pub mod location;
 pub mod open;
+#[cfg(feature = "fuse")]
+pub mod ops;
 pub mod readahead;
 pub mod remote;
 #[cfg(feature = "fuse")]
 pub mod serve;
 pub mod source;
 pub mod squashfs;
+#[cfg(feature = "fuse")]
+pub mod transport;
 pub mod union;
 pub mod zip;
 
