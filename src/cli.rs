@@ -359,6 +359,11 @@ pub struct MountArgs {
     /// never changes; 0 answers every lookup of a missing name anew).
     #[arg(long, value_name = "SECONDS", default_value_t = NEGATIVE_TTL_DEFAULT)]
     pub negative_ttl: u64,
+    /// How FUSE requests reach packfs: io_uring queues where the kernel
+    /// offers them (Linux 6.14+, `enable_uring` on), `/dev/fuse` otherwise
+    /// [default: auto, or the environment's PACKFS_TRANSPORT].
+    #[arg(long, value_enum)]
+    pub transport: Option<mountfs::transport::Transport>,
     /// When the mount ends, write what it served (FUSE requests by kind,
     /// negative lookups, bytes read; for a remote image, its requests, bytes
     /// fetched and time to first byte) to FILE as JSON; also at once on

@@ -4,7 +4,7 @@
 /// `secs` since the epoch as local `YYYY-MM-DD HH:MM` (with seconds when
 /// `with_seconds`); the number itself if the C library cannot convert it.
 pub fn format(secs: i64, with_seconds: bool) -> String {
-    let t = secs as libc::time_t;
+    let t = secs as _;
     // SAFETY: localtime_r writes into the zeroed struct we own; strftime
     // writes at most buf.len() bytes into buf and NUL-terminates.
     unsafe {

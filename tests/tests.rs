@@ -39,5 +39,6 @@ mod suite {
     mod remote_s3;
     mod shards;
     mod slurm_jobs;
+    mod transport;
     mod venv;
 }

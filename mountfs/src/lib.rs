@@ -13,6 +13,8 @@ pub mod fuse;
 pub mod image;
 pub mod location;
 pub mod open;
+#[cfg(feature = "fuse")]
+pub mod ops;
 pub mod readahead;
 pub mod record;
 pub mod remote;
@@ -20,6 +22,8 @@ pub mod remote;
 pub mod serve;
 pub mod source;
 pub mod squashfs;
+#[cfg(feature = "fuse")]
+pub mod transport;
 pub mod union;
 pub mod zip;
 

@@ -3,8 +3,12 @@
 
 use crate::fs::{Image, PackFs};
 use crate::fuse::FuseAdapter;
+use crate::ops::Ops;
+use crate::transport::{self, uring, Served, Shared, Transport};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -17,6 +21,8 @@ pub struct ServeOptions {
     pub readahead: u64,
     /// How long the kernel caches "no such name" (`None`: not at all).
     pub negative_ttl: Option<std::time::Duration>,
+    /// How requests reach the filesystem.
+    pub transport: Transport,
 }
 
 /// What one `-o` option of `packfs mount` does.
@@ -139,31 +145,47 @@ pub fn serve<I: Image>(
     on_ready: Option<Box<dyn FnOnce() + Send>>,
 ) -> std::io::Result<Arc<PackFs<I>>> {
     let fs = Arc::new(PackFs::new(image, opts.readahead, opts.threads.clamp(1, 4)));
-    serve_fs(fs.clone(), mountpoint, opts, on_ready)?;
+    serve_fs(fs.clone(), mountpoint, opts, on_ready, &Arc::default())?;
     Ok(fs)
 }
 
 /// [`serve`] for a filesystem the caller built, so that it can keep a
 /// handle on it while it is served (e.g. to report its counters on a
-/// signal). Returns when the mount goes away.
+/// signal). `served` says which transport serves it. Returns when the
+/// mount goes away.
 pub fn serve_fs<I: Image>(
     fs: Arc<PackFs<I>>,
     mountpoint: &Path,
     opts: &ServeOptions,
     on_ready: Option<Box<dyn FnOnce() + Send>>,
+    served: &Arc<Shared>,
 ) -> std::io::Result<()> {
-    // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
-    // forces allow_other, which unprivileged users cannot get without
-    // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
-    // process that unmounts when the daemon dies.
-    let (mo, acl) = mount_options(opts)?;
-    let adapter = FuseAdapter::new(fs, opts.negative_ttl, on_ready);
-    let mut config = fuser::Config::default();
-    config.mount_options = mo;
-    config.acl = acl;
-    config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
-    let session = fuser::Session::new(adapter, mountpoint, &config)?;
+    let want = match opts.transport {
+        Transport::Dev => false,
+        Transport::Auto => transport::probe().is_ok(),
+        Transport::Uring => {
+            transport::probe().map_err(std::io::Error::other)?;
+            true
+        }
+    };
+    let ops = Arc::new(Ops {
+        fs,
+        negative_ttl: opts.negative_ttl,
+    });
+    let (session, queues) = match mount(&ops, mountpoint, opts, want, served) {
+        Ok(s) => s,
+        // Queues that fail to register leave the mount holding every
+        // request, so `auto` mounts again without offering them.
+        Err(e) if want && opts.transport == Transport::Auto => {
+            log::warn!("{e}; serving through /dev/fuse");
+            mount(&ops, mountpoint, opts, false, served)?
+        }
+        Err(e) => return Err(e),
+    };
+    log::info!("FUSE transport: {}", served.served().name());
+    if let Some(f) = on_ready {
+        f();
+    }
     // fuser unmounts the mountpoint *path* when a session ends, even when
     // our mount is gone already (`packfs umount`, the kernel): its check
     // that the mount still exists reports a closed connection as mounted.
@@ -176,9 +198,71 @@ pub fn serve_fs<I: Image>(
     // SAFETY: `guard` is moved out of `bg` exactly once, and `bg` is never
     // used or dropped after that (ManuallyDrop), so nothing is freed twice.
     let guard = unsafe { std::ptr::read(&bg.guard) };
-    guard
+    let r = guard
         .join()
-        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))?
+        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))?;
+    // The kernel ends the queues' entries when the connection goes; their
+    // last answers count in the stats written after this returns.
+    if let Some(q) = queues {
+        q.wait(Duration::from_secs(2));
+    }
+    r
+}
+
+/// Mounts, answers INIT and, when INIT negotiated FUSE over io_uring,
+/// starts the queues (before any request can be served: the kernel holds
+/// them until every queue has registered).
+#[allow(clippy::type_complexity)]
+fn mount<I: Image>(
+    ops: &Arc<Ops<I>>,
+    mountpoint: &Path,
+    opts: &ServeOptions,
+    want_uring: bool,
+    served: &Arc<Shared>,
+) -> std::io::Result<(fuser::Session<FuseAdapter<I>>, Option<uring::Queues>)> {
+    // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
+    // forces allow_other, which unprivileged users cannot get without
+    // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
+    // process that unmounts when the daemon dies.
+    let (mo, acl) = mount_options(opts)?;
+    served.set_want_uring(want_uring);
+    served.set_negotiated(false);
+    served.set_served(Served::Dev);
+    let adapter = FuseAdapter::new(ops.clone(), served.clone());
+    let mut config = fuser::Config::default();
+    config.mount_options = mo;
+    config.acl = acl;
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let session = fuser::Session::new(adapter, mountpoint, &config)?;
+    if !served.negotiated() {
+        if opts.transport == Transport::Uring {
+            return Err(std::io::Error::other(
+                "--transport uring: the kernel did not offer FUSE over io_uring at INIT",
+            ));
+        }
+        if want_uring {
+            log::warn!("the kernel did not offer FUSE over io_uring; serving through /dev/fuse");
+        }
+        return Ok((session, None));
+    }
+    // SAFETY: geteuid cannot fail.
+    let owner = unsafe { libc::geteuid() };
+    let access = match acl {
+        fuser::SessionACL::All => None,
+        fuser::SessionACL::RootAndOwner => Some(uring::Access {
+            owner,
+            root_too: true,
+        }),
+        fuser::SessionACL::Owner => Some(uring::Access {
+            owner,
+            root_too: false,
+        }),
+    };
+    let dev = session.as_fd().try_clone_to_owned()?;
+    // On an error the session is dropped, which unmounts.
+    let queues = uring::start(&dev, ops.clone(), served.clone(), access)?;
+    Ok((session, Some(queues)))
 }
 
 #[cfg(test)]
@@ -194,6 +278,7 @@ mod tests {
             fsname: "packfs:x".into(),
             readahead: 0,
             negative_ttl: None,
+            transport: Transport::Dev,
         }
     }
 

@@ -289,7 +289,7 @@ fn apply_meta(p: &Path, a: &Attr, is_root: bool) -> anyhow::Result<()> {
             check(libc::chmod(c.as_ptr(), a.perm as libc::mode_t), "chmod", p)?;
         }
         let ts = libc::timespec {
-            tv_sec: a.mtime as libc::time_t,
+            tv_sec: a.mtime as _,
             tv_nsec: 0,
         };
         let times = [ts, ts];

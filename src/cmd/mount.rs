@@ -11,6 +11,7 @@ use mountfs::location::ImageLocation;
 use mountfs::open::{AnyImage, OpenedImage};
 use mountfs::serve::ServeOptions;
 use mountfs::source::IoMode;
+use mountfs::transport::Transport;
 use mountfs::union::OnConflict;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,21 @@ impl OpenOptions {
     }
 }
 
+/// The transport when `--transport` is not given: `PACKFS_TRANSPORT`
+/// (`auto`, `uring` or `dev`), so that a test run or a job script can pick
+/// it for every mount it starts, `packfs run` and `packfs bench` included.
+fn transport_from_env() -> anyhow::Result<Transport> {
+    match std::env::var("PACKFS_TRANSPORT") {
+        Err(_) => Ok(Transport::Auto),
+        Ok(v) if v.is_empty() => Ok(Transport::Auto),
+        Ok(v) => <Transport as clap::ValueEnum>::from_str(&v, false).map_err(|_| {
+            usage(format!(
+                "PACKFS_TRANSPORT={v:?}: expected auto, uring or dev"
+            ))
+        }),
+    }
+}
+
 /// Everything a mount needs, checked: built by [`MountPlan::from_args`].
 struct MountPlan {
     mountpoint: PathBuf,
@@ -77,6 +93,7 @@ impl MountPlan {
             options,
             io,
             negative_ttl,
+            transport,
             stats,
             record_access,
             preload_profile,
@@ -87,6 +104,13 @@ impl MountPlan {
                 std::fs::read(&p).with_context(|| format!("--preload-profile {}", p.display()))
             })
             .transpose()?;
+        let transport = match transport {
+            Some(t) => t,
+            None => transport_from_env()?,
+        };
+        if transport == Transport::Uring {
+            mountfs::transport::probe().map_err(|e| anyhow::anyhow!("--transport uring: {e}"))?;
+        }
         let mountpoint = paths.pop().expect("clap requires two paths");
         let images = paths;
         let mut options = split_options(options);
@@ -123,6 +147,7 @@ impl MountPlan {
                 readahead: 4 << 20,
                 negative_ttl: (negative_ttl > 0)
                     .then(|| std::time::Duration::from_secs(negative_ttl)),
+                transport,
             },
             open,
             foreground,
@@ -290,10 +315,11 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
             })
             .context("starting the profile preload")?;
     }
+    let served = std::sync::Arc::new(mountfs::transport::Shared::default());
     if let Some(path) = &plan.stats {
-        super::stats::spawn_writer(path, fs.clone(), remote.clone())?;
+        super::stats::spawn_writer(path, fs.clone(), remote.clone(), served.clone())?;
     }
-    mountfs::serve::serve_fs(fs.clone(), &plan.mountpoint, opts, ready)
+    mountfs::serve::serve_fs(fs.clone(), &plan.mountpoint, opts, ready, &served)
         .with_context(|| format!("mounting at {}", plan.mountpoint.display()))?;
     if let Some(r) = &recorder {
         r.flush()
@@ -301,7 +327,7 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     }
     if let Some(path) = &plan.stats {
         let remote = remote.map(|r| r.snapshot());
-        super::stats::write(path, &fs.counters.snapshot(), remote.as_ref())?;
+        super::stats::write(path, &fs.counters.snapshot(), remote.as_ref(), &served)?;
     }
     Ok(0)
 }

@@ -5,7 +5,9 @@ use anyhow::Context;
 use mountfs::fs::{FsStats, PackFs};
 use mountfs::open::AnyImage;
 use mountfs::remote::{RemoteCounters, RemoteStats};
+use mountfs::transport::Shared;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Blocks SIGUSR1 in this thread and every thread it starts from now on.
@@ -38,6 +40,7 @@ pub fn spawn_writer(
     path: &Path,
     fs: Arc<PackFs<AnyImage>>,
     remote: Option<Arc<RemoteCounters>>,
+    served: Arc<Shared>,
 ) -> anyhow::Result<()> {
     let path = path.to_path_buf();
     std::thread::Builder::new()
@@ -47,7 +50,7 @@ pub fn spawn_writer(
                 return;
             }
             let r = remote.as_ref().map(|r| r.snapshot());
-            if let Err(e) = write(&path, &fs.counters.snapshot(), r.as_ref()) {
+            if let Err(e) = write(&path, &fs.counters.snapshot(), r.as_ref(), &served) {
                 log::error!("{e:#}");
             }
         })
@@ -58,11 +61,25 @@ pub fn spawn_writer(
 /// Writes the mount's counters as JSON, atomically (temp + rename), so a
 /// reader polling for the file never sees half of it.
 /// A remote image adds `"remote"`: its requests, bytes and first-byte times.
-pub fn write(path: &Path, stats: &FsStats, remote: Option<&RemoteStats>) -> anyhow::Result<()> {
+/// `"transport"` names how requests arrived (`uring` or `dev`) and
+/// `"uring_requests"` counts those answered through the io_uring queues.
+pub fn write(
+    path: &Path,
+    stats: &FsStats,
+    remote: Option<&RemoteStats>,
+    served: &Shared,
+) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp~");
     let mut value = serde_json::to_value(stats)?;
-    if let (Some(r), Some(obj)) = (remote, value.as_object_mut()) {
-        obj.insert("remote".into(), serde_json::to_value(r)?);
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("transport".into(), served.served().name().into());
+        obj.insert(
+            "uring_requests".into(),
+            served.uring_requests.load(Ordering::Relaxed).into(),
+        );
+        if let Some(r) = remote {
+            obj.insert("remote".into(), serde_json::to_value(r)?);
+        }
     }
     let json = serde_json::to_string_pretty(&value)?;
     std::fs::write(&tmp, json + "\n")

@@ -28,6 +28,30 @@ pub fn scratch() -> tempfile::TempDir {
         .expect("scratch dir in /var/tmp")
 }
 
+/// A scratch directory for fixtures shared by every test of the process
+/// (held in a `static`, which Rust never drops): removed when the process
+/// exits, so that a run does not leave its fixtures in `/var/tmp`.
+pub fn process_scratch() -> PathBuf {
+    use std::sync::{Mutex, Once};
+    static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    static HOOK: Once = Once::new();
+    extern "C" fn remove_all() {
+        if let Ok(dirs) = DIRS.lock() {
+            for d in dirs.iter() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+    // SAFETY: `remove_all` is an `extern "C"` function with no arguments
+    // that does not unwind (it ignores every error), as atexit requires.
+    HOOK.call_once(|| unsafe {
+        libc::atexit(remove_all);
+    });
+    let dir = scratch().keep();
+    DIRS.lock().unwrap().push(dir.clone());
+    dir
+}
+
 /// Runs `cmd`, asserting success; returns its stdout.
 pub fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

@@ -9,14 +9,15 @@
 //! missing fails the test with what is missing: a skip would hide that CI
 //! stopped checking the venv path.
 
-use crate::common::{packfs_bin, require_root, run, scratch, KernelMount, PackfsMount};
+use crate::common::{
+    packfs_bin, process_scratch, require_root, run, scratch, KernelMount, PackfsMount,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 /// What the test venv holds.
 struct Venv {
-    _dir: tempfile::TempDir,
     /// Where it was built (hidden from every run below).
     build: PathBuf,
 }
@@ -26,8 +27,7 @@ struct Venv {
 fn venv() -> &'static Venv {
     static V: OnceLock<Venv> = OnceLock::new();
     V.get_or_init(|| {
-        let dir = scratch();
-        let build = dir.path().join("build-venv");
+        let build = process_scratch().join("build-venv");
         run(Command::new("python3").args(["-m", "venv"]).arg(&build));
         let pip = build.join("bin/pip");
         // numpy as pip installs it (with .pyc files); tqdm, pure Python with
@@ -49,7 +49,7 @@ fn venv() -> &'static Venv {
             "60",
             "tqdm",
         ]));
-        Venv { _dir: dir, build }
+        Venv { build }
     })
 }
 

@@ -56,7 +56,7 @@ pub fn dos_to_unix(date: u16, time: u16) -> i64 {
         let west = timezone as i64;
         t += west;
         let mut tm: libc::tm = std::mem::zeroed();
-        let tt = t as libc::time_t;
+        let tt = t as _;
         if !libc::localtime_r(&tt, &mut tm).is_null() && tm.tm_isdst > 0 {
             t -= 3600;
         }

@@ -317,7 +317,7 @@ fn set_owner_and_mtime(dest: &Path, meta: &fs::Metadata) -> Result<(), PackError
     unsafe {
         libc::lchown(c.as_ptr(), meta.uid(), meta.gid());
         let t = libc::timespec {
-            tv_sec: meta.mtime() as libc::time_t,
+            tv_sec: meta.mtime() as _,
             tv_nsec: meta.mtime_nsec() as libc::c_long,
         };
         let times = [t, t];

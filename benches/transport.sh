@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The FUSE transport benchmark of issue #22, in one run: cold passes over
+# every file of a tree (sorted = `sequential`, `shuffle`) at 1 and 4 reader
+# threads, read from the raw tree, from kernel EROFS (mkfs.erofs -zlz4hc) and
+# from packfs on each transport (`dev`, `uring`); all of it twice, with the
+# vCPUs left to halt when idle and with /dev/cpu_dma_latency held at 0; then
+# the sequential throughput of one large file on each packfs transport.
+#
+#   benches/transport.sh RAW_DIR OUT_DIR [THREADS] [BIG_FILE_MIB]
+#
+# e.g. benches/transport.sh /tmp/corpus/linux-source-6.1 /var/tmp/transport
+# Needs root (loop mount, drop_caches, enable_uring, /dev/cpu_dma_latency),
+# a release build (or PACKFS_BIN=path), mkfs.erofs (erofs-utils) and Linux 6.14+ for `uring`.
+#
+# Every packfs pass has a fresh mount (`packfs mount --transport T`), so its
+# cold pass starts with an empty block cache. Per pass, OUT_DIR/passes.tsv has:
+#   seconds        the pass, as `packfs bench` times it (--epochs 1, cold)
+#   fuse_requests  requests the daemon answered (`--stats`), 0 for kernel sides
+#   uring_requests of those, answered through the io_uring queues
+#   daemon_cpu_s   the packfs daemon's user+system CPU seconds over the pass
+#   machine_cpu_s  non-idle CPU seconds of the whole machine over the bench
+#                  invocation (its scan of the raw tree to plan the pass
+#                  included, the same for every side; NA for raw, which the
+#                  bench only times next to a mount)
+# and OUT_DIR/big.tsv the large file's read rate per transport, as `dd bs=1M` prints it (cold).
+set -euo pipefail
+raw=$(realpath "$1") out=$2
+threads=${3:-1,4}
+big_mib=${4:-2048}
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${PACKFS_BIN:-$here/target/release/packfs}
+mkdir -p "$out"
+work=$(mktemp -d /var/tmp/bench-transport.XXXX)
+param=/sys/module/fuse/parameters/enable_uring
+old_param=$(cat "$param")
+dma_fd=
+cleanup() {
+    [ -n "$dma_fd" ] && eval "exec $dma_fd>&-"
+    for m in "$work"/m-*; do umount "$m" 2>/dev/null || true; done
+    echo "$old_param" > "$param"
+    rm -rf "$work"
+}
+trap cleanup EXIT
+echo Y > "$param"
+
+img=$work/tree.sqfs
+"$bin" pack "$raw" -o "$img" -q
+erofs_img=$work/tree.erofs
+mkfs.erofs -zlz4hc "$erofs_img" "$raw" >/dev/null
+mkdir -p "$work/m-erofs" "$work/m-packfs"
+mount -t erofs -o loop,ro "$erofs_img" "$work/m-erofs"
+
+# Non-idle jiffies of the whole machine (user nice system irq softirq steal).
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+# user+system jiffies of a process.
+proc_cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+
+# bench_pass WORKLOAD THREADS ARGS...: one cold pass of each side.
+bench_pass() {
+    local wl=$1 th=$2
+    shift 2
+    "$bin" bench --raw "$raw" "$@" --workload "$wl" --threads "$th" --epochs 1 \
+        --no-verify --json "$work/pass.json" >/dev/null
+}
+# seconds LABEL: the pass time of side LABEL in the last bench_pass.
+seconds() {
+    python3 -c 'import json,sys; print(next(r["seconds"] for r in json.load(open(sys.argv[1]))["runs"] if r["side"] == sys.argv[2]))' \
+        "$work/pass.json" "$1"
+}
+
+printf 'idle\tside\tworkload\tthreads\tseconds\tfuse_requests\turing_requests\tdaemon_cpu_s\tmachine_cpu_s\n' \
+    > "$out/passes.tsv"
+run_all() {
+    local idle=$1
+    for wl in sequential shuffle; do
+        for th in ${threads//,/ }; do
+            # The raw tree and kernel EROFS.
+            # The raw tree (the bench always needs a mount to compare: EROFS,
+            # whose time in this invocation is not reported), then EROFS in a
+            # bench of its own so that machine_cpu_s is EROFS's alone.
+            bench_pass "$wl" "$th" --mountpoint "erofs=$work/m-erofs"
+            printf '%s\traw\t%s\t%s\t%s\t0\t0\t0\tNA\n' "$idle" "$wl" "$th" "$(seconds raw)" \
+                >> "$out/passes.tsv"
+            b0=$(busy)
+            bench_pass "$wl" "$th" --no-raw --mountpoint "erofs=$work/m-erofs"
+            b1=$(busy)
+            printf '%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\n' "$idle" "$wl" "$th" "$(seconds erofs)" \
+                "$(echo "($b1 - $b0) / $hz" | bc -l)" >> "$out/passes.tsv"
+            for t in dev uring; do
+                local m=$work/m-packfs stats=$work/stats-$t.json
+                rm -f "$stats"
+                sync; echo 3 > /proc/sys/vm/drop_caches
+                "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+                pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
+                c0=$(proc_cpu "$pid") b0=$(busy)
+                bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$t=$m"
+                c1=$(proc_cpu "$pid") b1=$(busy)
+                secs=$(seconds "packfs-$t")
+                "$bin" umount "$m"
+                for _ in $(seq 100); do [ -s "$stats" ] && break; sleep 0.1; done
+                read -r req ureq tr < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["requests_total"], d["uring_requests"], d["transport"])' "$stats")
+                [ "$tr" = "$t" ] || { echo "transport.sh: asked for $t, served by $tr" >&2; exit 1; }
+                printf '%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\n' "$idle" "$t" "$wl" "$th" "$secs" \
+                    "$req" "$ureq" "$(echo "($c1 - $c0) / $hz" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
+                    >> "$out/passes.tsv"
+            done
+        done
+    done
+}
+
+run_all halt
+exec {dma_fd}>/dev/cpu_dma_latency
+printf '\0\0\0\0' >&"$dma_fd"
+run_all poll
+eval "exec $dma_fd>&-"
+dma_fd=
+
+# One large file, read sequentially, cold, on each transport.
+mkdir -p "$work/big"
+head -c "$((big_mib << 20))" /dev/urandom > "$work/big/big"
+"$bin" pack "$work/big" -o "$work/big.sqfs" -q
+rm -rf "$work/big"
+printf 'transport\tMiB\trate\n' > "$out/big.tsv"
+for t in dev uring; do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    "$bin" mount --transport "$t" "$work/big.sqfs" "$work/m-packfs"
+    mbs=$(dd if="$work/m-packfs/big" of=/dev/null bs=1M 2>&1 | awk '/copied/{print $(NF-1) $NF}')
+    "$bin" umount "$work/m-packfs"
+    printf '%s\t%s\t%s\n' "$t" "$big_mib" "$mbs" >> "$out/big.tsv"
+done
+umount "$work/m-erofs"
+column -t "$out/passes.tsv"
+column -t "$out/big.tsv"

@@ -1,0 +1,417 @@
+//! FUSE over io_uring: one queue thread per possible CPU, pinned to it,
+//! each with its own ring holding [`ENTRIES`] registered entries. An entry
+//! is a header buffer (`struct fuse_uring_req_header`) and a payload buffer
+//! the size of the largest request; the kernel fills one with a request and
+//! completes its command, the thread answers in the same buffers and one
+//! `COMMIT_AND_FETCH` both sends the answer and offers the entry for the
+//! next request. The kernel hands a request to the queue of the CPU its
+//! caller runs on, so it is served there without a cross-CPU wakeup.
+//!
+//! FORGET and INTERRUPT stay on `/dev/fuse`, read by `fuser`'s threads.
+//! Requests are decoded here (only the operations packfs serves; anything
+//! else is answered ENOSYS, as `fuser`'s defaults do) and answered by the
+//! same [`Ops`] as the `/dev/fuse` adapter.
+
+use super::abi::{self, *};
+use super::ring::{Ring, SQE_BYTES};
+use super::{Served, Shared};
+use crate::fs::Image;
+use crate::ops::{Lookup, Ops, Xattr, TTL};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// Registered entries per queue: one being answered while the kernel fills
+/// the others, so a queue thread never waits for the kernel to copy.
+const ENTRIES: usize = 4;
+
+/// Who may use the mount besides its owner (`-o allow_root`): as `fuser`
+/// does on `/dev/fuse`, requests other users may send without a uid of
+/// their own (reads of pages already opened) are let through.
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    pub owner: u32,
+    pub root_too: bool,
+}
+
+/// The running queues of one mount.
+pub struct Queues {
+    done: mpsc::Receiver<()>,
+    threads: usize,
+}
+
+impl Queues {
+    /// Waits up to `limit` for the queue threads to end (they end when the
+    /// kernel tears the ring down at unmount); a thread still in the kernel
+    /// after that is left to the process exit.
+    pub fn wait(self, limit: Duration) {
+        let end = std::time::Instant::now() + limit;
+        for _ in 0..self.threads {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if self.done.recv_timeout(left).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Starts a queue for every possible CPU on `dev` (the mount's `/dev/fuse`
+/// descriptor, after INIT negotiated `FUSE_OVER_IO_URING`) and returns once
+/// each has registered its entries, or the first error.
+pub fn start<I: Image>(
+    dev: &OwnedFd,
+    ops: Arc<Ops<I>>,
+    shared: Arc<Shared>,
+    access: Option<Access>,
+) -> io::Result<Queues> {
+    let cpus = super::possible_cpus().map_err(io::Error::other)?;
+    let page = 4096usize;
+    let payload = (crate::fuse::MAX_REQUEST.max(shared.max_readahead()) as usize)
+        .max(8192)
+        .next_multiple_of(page);
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    for &cpu in &cpus {
+        let dev = dev.try_clone()?;
+        let (ops, shared, ready, done) = (
+            ops.clone(),
+            shared.clone(),
+            ready_tx.clone(),
+            done_tx.clone(),
+        );
+        std::thread::Builder::new()
+            .name(format!("fuse-uring-{cpu}"))
+            .spawn(move || {
+                let q = Queue::new(cpu, dev, payload, ops, shared, access);
+                match q {
+                    Ok(mut q) => {
+                        let _ = ready.send(Ok(()));
+                        drop(ready);
+                        q.serve();
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                    }
+                }
+                let _ = done.send(());
+            })?;
+    }
+    drop(ready_tx);
+    for _ in &cpus {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::other("a FUSE io_uring queue thread died")),
+        }
+    }
+    shared.set_served(Served::Uring);
+    Ok(Queues {
+        done: done_rx,
+        threads: cpus.len(),
+    })
+}
+
+/// One entry's buffers. Boxed slices never move, so their addresses stay
+/// valid for the kernel while the entry is registered.
+struct Entry {
+    header: Box<[u8]>,
+    payload: Box<[u8]>,
+    /// `struct iovec[2]` for REGISTER, pointing at the two buffers.
+    iov: Box<[libc::iovec; 2]>,
+    live: bool,
+}
+
+struct Queue<I: Image> {
+    qid: u16,
+    dev: OwnedFd,
+    ring: Ring,
+    entries: Vec<Entry>,
+    ops: Arc<Ops<I>>,
+    shared: Arc<Shared>,
+    access: Option<Access>,
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays in bounds for
+    // cpu < CPU_SETSIZE, checked first. A CPU that is possible but not
+    // online cannot be pinned to; its queue then runs unpinned.
+    unsafe {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+impl<I: Image> Queue<I> {
+    /// Creates the ring and registers every entry; an error means the
+    /// kernel refused (it answers a bad REGISTER at once).
+    fn new(
+        cpu: usize,
+        dev: OwnedFd,
+        payload: usize,
+        ops: Arc<Ops<I>>,
+        shared: Arc<Shared>,
+        access: Option<Access>,
+    ) -> io::Result<Queue<I>> {
+        pin_to(cpu);
+        let qid = u16::try_from(cpu).map_err(|_| io::Error::other("CPU number too large"))?;
+        let ring = Ring::new(ENTRIES as u32)?;
+        let mut entries: Vec<Entry> = (0..ENTRIES)
+            .map(|_| {
+                let mut header = vec![0u8; HEADER_BYTES].into_boxed_slice();
+                let mut payload = vec![0u8; payload].into_boxed_slice();
+                let iov = Box::new([
+                    libc::iovec {
+                        iov_base: header.as_mut_ptr().cast(),
+                        iov_len: header.len(),
+                    },
+                    libc::iovec {
+                        iov_base: payload.as_mut_ptr().cast(),
+                        iov_len: payload.len(),
+                    },
+                ]);
+                Entry {
+                    header,
+                    payload,
+                    iov,
+                    live: true,
+                }
+            })
+            .collect();
+        let mut q = Queue {
+            qid,
+            dev,
+            ring,
+            entries: Vec::new(),
+            ops,
+            shared,
+            access,
+        };
+        for (i, e) in entries.iter_mut().enumerate() {
+            let sqe = q.command(CMD_REGISTER, i, 0, Some(&e.iov));
+            q.ring.push(&sqe);
+        }
+        q.entries = entries;
+        q.ring.submit_and_wait(0)?;
+        // A refused REGISTER completes during the submission; an accepted
+        // one completes only when a request arrives, which cannot happen
+        // before every queue has registered.
+        let mut err = None;
+        while let Some(c) = q.ring.next_completion() {
+            if c.res < 0 {
+                q.entries[c.user_data as usize].live = false;
+                err = Some(io::Error::from_raw_os_error(-c.res));
+            } else {
+                q.answer(c.user_data as usize);
+            }
+        }
+        match err {
+            Some(e) => {
+                // Entries the kernel accepted stay registered until the
+                // connection ends: their buffers must outlive this thread.
+                std::mem::forget(q);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("FUSE io_uring queue {cpu} refused: {e}"),
+                ))
+            }
+            None => Ok(q),
+        }
+    }
+
+    /// A URING_CMD entry for `/dev/fuse`: `fuse_uring_cmd_req` in the
+    /// command area, the entry index as user data.
+    fn command(
+        &self,
+        op: u32,
+        entry: usize,
+        commit_id: u64,
+        iov: Option<&[libc::iovec; 2]>,
+    ) -> [u8; SQE_BYTES] {
+        let mut s = [0u8; SQE_BYTES];
+        s[0] = super::ring::IORING_OP_URING_CMD;
+        put32(&mut s, 4, self.dev.as_raw_fd() as u32);
+        put32(&mut s, 8, op);
+        if let Some(iov) = iov {
+            put64(&mut s, 16, iov.as_ptr() as u64);
+            put32(&mut s, 24, 2);
+        }
+        put64(&mut s, 32, entry as u64);
+        // struct fuse_uring_cmd_req { flags, commit_id, qid } at `cmd`.
+        put64(&mut s, 56, commit_id);
+        s[64..66].copy_from_slice(&self.qid.to_le_bytes());
+        s
+    }
+
+    /// Serves until the kernel has ended every entry (at unmount it
+    /// completes them with ENOTCONN).
+    fn serve(&mut self) {
+        loop {
+            if !self.entries.iter().any(|e| e.live) {
+                return;
+            }
+            if let Err(e) = self.ring.submit_and_wait(1) {
+                log::error!("FUSE io_uring queue {}: {e}", self.qid);
+                // The kernel may still write into registered buffers.
+                std::mem::forget(std::mem::take(&mut self.entries));
+                return;
+            }
+            while let Some(c) = self.ring.next_completion() {
+                let i = c.user_data as usize;
+                if c.res < 0 {
+                    self.entries[i].live = false;
+                } else {
+                    self.answer(i);
+                }
+            }
+        }
+    }
+
+    /// Answers the request in entry `i` and queues its COMMIT_AND_FETCH.
+    fn answer(&mut self, i: usize) {
+        let e = &mut self.entries[i];
+        let h = abi::in_header(&e.header);
+        let commit_id = u64_at(&e.header, ENT_COMMIT_ID);
+        let in_len = (u32_at(&e.header, ENT_PAYLOAD_SZ) as usize).min(e.payload.len());
+        let op_in: [u8; 128] = e.header[OP_IN..OP_IN + 128].try_into().unwrap();
+        let r = if self.access.is_some_and(|a| refused(a, &h)) {
+            Err(libc::EACCES)
+        } else {
+            dispatch(&self.ops, &h, &op_in, &mut e.payload, in_len)
+        };
+        self.shared.uring_requests.fetch_add(1, Ordering::Relaxed);
+        let (error, body) = match r {
+            Ok(n) => (0, n),
+            Err(errno) => (-errno, 0),
+        };
+        put_out_header(&mut e.header, body, error, h.unique);
+        put32(&mut e.header, ENT_PAYLOAD_SZ, body as u32);
+        let sqe = self.command(CMD_COMMIT_AND_FETCH, i, commit_id, None);
+        self.ring.push(&sqe);
+    }
+}
+
+/// `-o allow_root`: another user's request, other than those the kernel
+/// sends on behalf of no particular user.
+fn refused(a: Access, h: &InHeader) -> bool {
+    h.uid != a.owner
+        && !(a.root_too && h.uid == 0)
+        && !matches!(
+            h.opcode,
+            READ | READDIR | READDIRPLUS | RELEASE | RELEASEDIR
+        )
+}
+
+/// The bytes up to the first NUL (names arrive NUL-terminated).
+fn c_name(b: &[u8]) -> &[u8] {
+    b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
+}
+
+/// Decodes one request, answers it through `ops` into `out` (the payload
+/// buffer, which held the request's own payload of `in_len` bytes) and
+/// returns the answer's length, or an errno.
+fn dispatch<I: Image>(
+    ops: &Ops<I>,
+    h: &InHeader,
+    op_in: &[u8; 128],
+    out: &mut [u8],
+    in_len: usize,
+) -> crate::ops::Answer<usize> {
+    let node = h.nodeid;
+    match h.opcode {
+        LOOKUP => {
+            let name = c_name(&out[..in_len]).to_vec();
+            match ops.lookup(node, &name)? {
+                Lookup::Found(a) => put_entry(out, Some(&a), TTL),
+                Lookup::Negative(ttl) => put_entry(out, None, ttl),
+            }
+            Ok(ENTRY_OUT)
+        }
+        GETATTR => {
+            put_attr_out(out, &ops.getattr(node)?, TTL);
+            Ok(ATTR_OUT)
+        }
+        READLINK => copy(out, &ops.readlink(node)?),
+        OPEN | OPENDIR => ops.open().map(|()| 0),
+        RELEASE | RELEASEDIR => Ok(0),
+        READ => {
+            let (offset, size) = (u64_at(op_in, 8), u32_at(op_in, 16));
+            copy(out, &ops.read(node, offset, size)?)
+        }
+        READDIR | READDIRPLUS => {
+            let (cookie, size) = (u64_at(op_in, 8), u32_at(op_in, 16) as usize);
+            let end = size.min(out.len());
+            let out = &mut out[..end];
+            let mut at = 0;
+            if h.opcode == READDIR {
+                ops.readdir(node, cookie, &mut |e| {
+                    put_dirent(out, &mut at, e.node, e.cookie, dirent_type(e.kind), &e.name)
+                })?;
+            } else {
+                ops.readdirplus(node, cookie, &mut |e, a| {
+                    let start = at;
+                    if at + ENTRY_OUT > out.len() {
+                        return false;
+                    }
+                    at += ENTRY_OUT;
+                    if !put_dirent(out, &mut at, a.node, e.cookie, dirent_type(a.kind), &e.name) {
+                        at = start;
+                        return false;
+                    }
+                    put_entry(&mut out[start..], Some(a), TTL);
+                    true
+                })?;
+            }
+            Ok(at)
+        }
+        STATFS => {
+            let s = ops.statfs();
+            out[..STATFS_OUT].fill(0);
+            put64(out, 0, s.blocks);
+            put64(out, 24, s.files);
+            put32(out, 40, s.block_size);
+            put32(out, 44, s.name_max);
+            put32(out, 48, s.block_size);
+            Ok(STATFS_OUT)
+        }
+        GETXATTR | LISTXATTR => {
+            let size = u32_at(op_in, 0);
+            let x = if h.opcode == GETXATTR {
+                let name = c_name(&out[..in_len]).to_vec();
+                ops.getxattr(node, &name, size)?
+            } else {
+                ops.listxattr(node, size)?
+            };
+            match x {
+                Xattr::Size(n) => {
+                    out[..8].fill(0);
+                    put32(out, 0, n);
+                    Ok(8)
+                }
+                Xattr::Data(v) => copy(out, &v),
+            }
+        }
+        ACCESS => ops.access(u32_at(op_in, 0)).map(|()| 0),
+        IOCTL => ops.ioctl().map(|()| 0),
+        _ => Err(libc::ENOSYS),
+    }
+}
+
+/// Copies an answer into the payload buffer (sized for the largest
+/// request the kernel sends, so an answer to it always fits).
+fn copy(out: &mut [u8], data: &[u8]) -> crate::ops::Answer<usize> {
+    if data.len() > out.len() {
+        log::error!(
+            "answer of {} bytes exceeds the FUSE payload buffer",
+            data.len()
+        );
+        return Err(libc::EIO);
+    }
+    out[..data.len()].copy_from_slice(data);
+    Ok(data.len())
+}
