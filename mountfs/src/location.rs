@@ -299,4 +299,54 @@ mod tests {
             "s3://b/k/v.sqfs"
         );
     }
+
+    #[test]
+    fn shard_names_resolve_beside_the_manifest_or_as_given() {
+        use ImageLocation as L;
+        let s3 = L::parse("s3://b/sets/t.manifest.json").unwrap();
+        assert_eq!(
+            s3.resolve("t-0.sqfs").unwrap(),
+            L::parse("s3://b/sets/t-0.sqfs").unwrap()
+        );
+        assert_eq!(
+            s3.resolve("sub/t-1.sqfs").unwrap(),
+            L::parse("s3://b/sets/sub/t-1.sqfs").unwrap()
+        );
+        // URLs and absolute paths as they are: local and remote mix.
+        assert_eq!(
+            s3.resolve("https://h/x.sqfs").unwrap(),
+            L::Http("https://h/x.sqfs".into())
+        );
+        assert_eq!(
+            s3.resolve("/scratch/x.sqfs").unwrap(),
+            L::Local("/scratch/x.sqfs".into())
+        );
+        assert!(s3.resolve("../x.sqfs").is_err() && s3.resolve("").is_err());
+        let top = L::parse("s3://b/t.manifest.json").unwrap();
+        assert_eq!(
+            top.resolve("t-0.sqfs").unwrap(),
+            L::parse("s3://b/t-0.sqfs").unwrap()
+        );
+        let http = L::parse("http://h:8/a/t.manifest.json?sig=1").unwrap();
+        assert_eq!(
+            http.resolve("t-0.sqfs").unwrap(),
+            L::Http("http://h:8/a/t-0.sqfs".into())
+        );
+        let local = L::parse("d/t.manifest.json").unwrap();
+        assert_eq!(
+            local.resolve("t-0.sqfs").unwrap(),
+            L::Local("d/t-0.sqfs".into())
+        );
+        assert_eq!(
+            local.resolve("../e/t.sqfs").unwrap(),
+            L::Local("d/../e/t.sqfs".into())
+        );
+        assert_eq!(
+            L::parse("t.manifest.json")
+                .unwrap()
+                .resolve("t-0.sqfs")
+                .unwrap(),
+            L::Local("./t-0.sqfs".into())
+        );
+    }
 }
