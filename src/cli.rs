@@ -50,6 +50,15 @@ pub struct RemoteArgs {
     /// Seconds a read may take, retries included, before it fails with EIO.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 60)]
     pub remote_timeout: u64,
+    /// Keep fetched bytes of remote images in DIR on this node (a local SSD,
+    /// /tmp), checksummed, across restarts and shared by the packfs
+    /// processes of the node: a second pass reads the disk, not the network.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub disk_cache: Option<std::path::PathBuf>,
+    /// Byte budget of --disk-cache, least recently used evicted first
+    /// [default: half the free space of its filesystem].
+    #[arg(long, global = true, value_parser = packfs_bench::size::parse_size, requires = "disk_cache")]
+    pub disk_cache_size: Option<u64>,
 }
 
 impl RemoteArgs {
@@ -62,7 +71,25 @@ impl RemoteArgs {
                 .range_cache
                 .unwrap_or_else(|| default_range_cache(crate::memory::limit(), self.range_size)),
             timeout: std::time::Duration::from_secs(self.remote_timeout),
+            disk_cache: self.disk_cache(),
             ..Default::default()
+        }
+    }
+
+    /// The `--disk-cache`, opened; a directory that cannot be used is a
+    /// warning (remote reads work without it), not an error.
+    fn disk_cache(&self) -> Option<std::sync::Arc<mountfs::remote::disk_cache::DiskCache>> {
+        use mountfs::remote::disk_cache::DiskCache;
+        let dir = self.disk_cache.as_ref()?;
+        let budget = self
+            .disk_cache_size
+            .unwrap_or_else(|| DiskCache::default_budget(dir));
+        match DiskCache::open(dir, budget) {
+            Ok(c) => Some(std::sync::Arc::new(c)),
+            Err(e) => {
+                log::warn!("--disk-cache {}: {e}; not caching to disk", dir.display());
+                None
+            }
         }
     }
 
@@ -77,6 +104,12 @@ impl RemoteArgs {
         }
         if let Some(c) = self.range_cache {
             v.extend(["--range-cache".into(), c.to_string()]);
+        }
+        if let Some(d) = &self.disk_cache {
+            v.extend(["--disk-cache".into(), d.to_string_lossy().into_owned()]);
+        }
+        if let Some(n) = self.disk_cache_size {
+            v.extend(["--disk-cache-size".into(), n.to_string()]);
         }
         v.extend([
             "--range-size".into(),

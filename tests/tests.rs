@@ -13,6 +13,7 @@ mod suite {
     mod bench_cli;
     mod cli_messages;
     mod corrupt_images;
+    mod disk_cache;
     mod empty_root;
     mod exit_codes;
     mod format_records;
@@ -37,6 +38,7 @@ mod suite {
     mod regression;
     mod remote_http;
     mod remote_s3;
+    mod remote_shards;
     mod shards;
     mod slurm_jobs;
     mod transport;

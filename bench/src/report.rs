@@ -141,6 +141,9 @@ pub struct RemoteOps {
     pub head_requests: u64,
     /// Bytes of object data received.
     pub bytes_fetched: u64,
+    /// Bytes found in the node-local disk cache (`--disk-cache`) instead.
+    #[serde(default)]
+    pub bytes_from_disk: u64,
     /// Ranges fetched ahead of any reader.
     pub ranges_ahead: u64,
     /// Mean time from sending a GET to its response headers, ms.
@@ -357,6 +360,27 @@ pub fn table(rep: &Report, wide: bool) -> String {
         out.push_str(
             "remote image: rd MB / rd calls of packfs = bytes fetched / GET requests sent\n",
         );
+        let disk: Vec<String> = rep
+            .runs
+            .iter()
+            .filter_map(|r| Some((r, r.storage.remote.as_ref()?)))
+            .filter(|(_, o)| o.bytes_from_disk > 0)
+            .map(|(r, o)| {
+                format!(
+                    "{} {} epoch {}: {:.1} MB",
+                    r.side,
+                    r.workload,
+                    r.epoch,
+                    o.bytes_from_disk as f64 / 1e6
+                )
+            })
+            .collect();
+        if !disk.is_empty() {
+            out.push_str(&format!(
+                "read from the --disk-cache instead of the network: {}\n",
+                disk.join("; ")
+            ));
+        }
     }
     out.push_str("vs raw = seconds / raw seconds of the same workload, threads and epoch (below 1 = faster than raw)\n");
     if !rep.config.verified {

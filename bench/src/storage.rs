@@ -121,6 +121,7 @@ fn remote_delta(
         get_requests: gets,
         head_requests: b.head_requests.saturating_sub(a.head_requests),
         bytes_fetched: b.bytes_fetched.saturating_sub(a.bytes_fetched),
+        bytes_from_disk: b.bytes_from_disk.saturating_sub(a.bytes_from_disk),
         ranges_ahead: b.ranges_ahead.saturating_sub(a.ranges_ahead),
         ttfb_ms_mean: if gets > 0 {
             ((sum(b) - sum(a)) / gets as f64).max(0.0)

@@ -60,6 +60,38 @@ impl ImageLocation {
         !matches!(self, ImageLocation::Local(_))
     }
 
+    /// The location of `name` as a manifest at this location names a shard:
+    /// an `s3://` or `http(s)://` URL or an absolute path as it is, anything
+    /// else relative to this location's directory (its folder, key prefix,
+    /// or URL path without the query). Local and remote shards may mix.
+    pub fn resolve(&self, name: &str) -> std::result::Result<ImageLocation, String> {
+        let named = Self::parse(name)?;
+        if named.is_remote() || name.starts_with('/') {
+            return Ok(named);
+        }
+        if name.is_empty() || (self.is_remote() && name.split('/').any(|c| c == "..")) {
+            return Err(format!(
+                "{name:?}: a shard of a remote manifest is a URL or a name below the manifest's \
+                 prefix (no \"..\")"
+            ));
+        }
+        let dir_of = |s: &str| s.rfind('/').map_or(String::new(), |i| s[..=i].to_string());
+        Ok(match self {
+            ImageLocation::Local(p) => match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => ImageLocation::Local(d.join(name)),
+                _ => ImageLocation::Local(PathBuf::from(".").join(name)),
+            },
+            ImageLocation::S3 { bucket, key } => ImageLocation::S3 {
+                bucket: bucket.clone(),
+                key: format!("{}{name}", dir_of(key)),
+            },
+            ImageLocation::Http(u) => {
+                let base = u.split(['?', '#']).next().unwrap_or(u);
+                ImageLocation::Http(format!("{}{name}", dir_of(base)))
+            }
+        })
+    }
+
     /// The last component of the path or key ("train.sqfs").
     pub fn file_name(&self) -> Option<String> {
         match self {
@@ -134,6 +166,95 @@ pub fn open_location(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) ->
     }
 }
 
+/// What a location holds: an image, or a shard manifest (its bytes).
+pub enum Content {
+    Image(Opened),
+    Manifest(Vec<u8>),
+}
+
+/// Manifests larger than this are not read (one of 4096 shards is a few MiB).
+pub const MAX_MANIFEST: u64 = 64 << 20;
+
+/// Opens `loc` as [`open_location`] does, or reads it when it is a shard
+/// manifest: JSON, told from an image by its first byte (`{`; images start
+/// with binary magic), for files and remote objects alike.
+pub fn open_content(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) -> Result<Content> {
+    if let ImageLocation::Local(p) = loc {
+        if crate::open::is_manifest(p) {
+            let name = p.display().to_string();
+            return std::fs::read(p)
+                .map(Content::Manifest)
+                .map_err(|e| FsError::io(&name, e));
+        }
+    }
+    let o = open_location(loc, io, remote)?;
+    if !loc.is_remote() {
+        return Ok(Content::Image(o));
+    }
+    let len = o.source.len();
+    let mut head = vec![0u8; len.min(64) as usize];
+    o.source.read_at(0, &mut head)?;
+    let json = head
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    if !json {
+        return Ok(Content::Image(o));
+    }
+    if len > MAX_MANIFEST {
+        return Err(FsError::Invalid(format!(
+            "{}: {len} bytes of JSON: larger than any shard manifest ({MAX_MANIFEST} bytes at most)",
+            o.name
+        )));
+    }
+    let mut all = vec![0u8; len as usize];
+    o.source.read_at(0, &mut all)?;
+    Ok(Content::Manifest(all))
+}
+
+/// The lengths of the images at `locs`, in order: files by `stat`, remote
+/// objects by HEAD (those of one bucket through one client, concurrently).
+/// Each error says which image and why.
+pub fn lengths(
+    locs: &[ImageLocation],
+    remote: &RemoteOptions,
+) -> Vec<std::result::Result<u64, String>> {
+    #[cfg(feature = "remote")]
+    let mut remote_lens = {
+        use crate::remote::Target;
+        let targets: Vec<Target> = locs
+            .iter()
+            .filter_map(|l| match l {
+                ImageLocation::Local(_) => None,
+                ImageLocation::S3 { bucket, key } => Some(Target::S3 {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                }),
+                ImageLocation::Http(u) => Some(Target::Http { url: u.clone() }),
+            })
+            .collect();
+        crate::remote::objects::lengths(&targets, remote).into_iter()
+    };
+    #[cfg(not(feature = "remote"))]
+    let _ = remote;
+    locs.iter()
+        .map(|l| match l {
+            ImageLocation::Local(p) => std::fs::metadata(p)
+                .map(|m| m.len())
+                .map_err(|e| format!("{}: {e}", p.display())),
+            #[cfg(feature = "remote")]
+            _ => remote_lens
+                .next()
+                .expect("one length per remote location")
+                .map_err(|e| e.to_string()),
+            #[cfg(not(feature = "remote"))]
+            _ => Err(format!(
+                "{l}: this build of packfs reads no remote images (feature \"remote\")"
+            )),
+        })
+        .collect()
+}
+
 /// Parses an argument into a location, as an `FsError` for callers that
 /// have no other error type.
 pub fn parse_arg(arg: &str) -> Result<ImageLocation> {
@@ -176,6 +297,56 @@ mod tests {
         assert_eq!(
             L::parse("s3://b/k/v.sqfs").unwrap().to_string(),
             "s3://b/k/v.sqfs"
+        );
+    }
+
+    #[test]
+    fn shard_names_resolve_beside_the_manifest_or_as_given() {
+        use ImageLocation as L;
+        let s3 = L::parse("s3://b/sets/t.manifest.json").unwrap();
+        assert_eq!(
+            s3.resolve("t-0.sqfs").unwrap(),
+            L::parse("s3://b/sets/t-0.sqfs").unwrap()
+        );
+        assert_eq!(
+            s3.resolve("sub/t-1.sqfs").unwrap(),
+            L::parse("s3://b/sets/sub/t-1.sqfs").unwrap()
+        );
+        // URLs and absolute paths as they are: local and remote mix.
+        assert_eq!(
+            s3.resolve("https://h/x.sqfs").unwrap(),
+            L::Http("https://h/x.sqfs".into())
+        );
+        assert_eq!(
+            s3.resolve("/scratch/x.sqfs").unwrap(),
+            L::Local("/scratch/x.sqfs".into())
+        );
+        assert!(s3.resolve("../x.sqfs").is_err() && s3.resolve("").is_err());
+        let top = L::parse("s3://b/t.manifest.json").unwrap();
+        assert_eq!(
+            top.resolve("t-0.sqfs").unwrap(),
+            L::parse("s3://b/t-0.sqfs").unwrap()
+        );
+        let http = L::parse("http://h:8/a/t.manifest.json?sig=1").unwrap();
+        assert_eq!(
+            http.resolve("t-0.sqfs").unwrap(),
+            L::Http("http://h:8/a/t-0.sqfs".into())
+        );
+        let local = L::parse("d/t.manifest.json").unwrap();
+        assert_eq!(
+            local.resolve("t-0.sqfs").unwrap(),
+            L::Local("d/t-0.sqfs".into())
+        );
+        assert_eq!(
+            local.resolve("../e/t.sqfs").unwrap(),
+            L::Local("d/../e/t.sqfs".into())
+        );
+        assert_eq!(
+            L::parse("t.manifest.json")
+                .unwrap()
+                .resolve("t-0.sqfs")
+                .unwrap(),
+            L::Local("./t-0.sqfs".into())
         );
     }
 }

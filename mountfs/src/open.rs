@@ -4,6 +4,7 @@
 use crate::cache::BlockCache;
 use crate::error::{FsError, Result};
 use crate::image::Image;
+use crate::location::ImageLocation;
 use crate::readahead::StreamReadahead;
 use crate::source::{open_image, ImageSource, IoMode};
 use crate::squashfs::SquashFs;
@@ -73,6 +74,25 @@ pub enum AnyHandle {
     Union(Box<UnionHandle<AnyHandle>>),
 }
 
+/// The union a manifest's `bytes` describe, its shards resolved against
+/// `loc` and their lengths checked (remote ones by HEAD, with `remote`).
+pub fn open_manifest_bytes<I: Image>(
+    loc: &ImageLocation,
+    bytes: &[u8],
+    remote: &crate::remote::RemoteOptions,
+    o: UnionOptions<I>,
+) -> Result<UnionImage<I>> {
+    let sizes = |locs: &[ImageLocation]| crate::location::lengths(locs, remote);
+    union::open_manifest(
+        union::ManifestSource {
+            location: loc,
+            bytes,
+            sizes: &sizes,
+        },
+        o,
+    )
+}
+
 /// Whether the file at `path` looks like a shard manifest (JSON) rather
 /// than an image: images start with binary magic, JSON with `{`.
 pub fn is_manifest(path: &Path) -> bool {
@@ -125,14 +145,22 @@ impl AnyImage {
         io: IoMode,
         on_conflict: OnConflict,
     ) -> Result<Self> {
+        let remote = crate::remote::RemoteOptions::default();
         let o = UnionOptions {
             cache_bytes,
             on_conflict,
-            open: Box::new(move |p: &Path, cache: Arc<BlockCache>| Self::open_plain(p, cache, io)),
+            open: Box::new(move |loc: &ImageLocation, cache: Arc<BlockCache>| {
+                Self::open_shard(loc, cache, io, &remote)
+            }),
         };
         match inputs {
             [one] if is_manifest(one) => {
-                Ok(AnyImage::Union(Box::new(union::open_manifest(one, o)?)))
+                let loc = ImageLocation::Local(one.clone());
+                let bytes = std::fs::read(one).map_err(|e| FsError::io(one.display(), e))?;
+                let remote = crate::remote::RemoteOptions::default();
+                Ok(AnyImage::Union(Box::new(open_manifest_bytes(
+                    &loc, &bytes, &remote, o,
+                )?)))
             }
             [one] => Self::open_plain(one, Arc::new(BlockCache::new(cache_bytes)), io),
             many => {
@@ -147,27 +175,56 @@ impl AnyImage {
         }
     }
 
-    /// Opens the image at `loc` (a file read as `io` says, or a remote
-    /// object read as `remote` says), wrapped for stream readahead.
+    /// One shard of a union: a file or a remote object, over `cache`,
+    /// wrapped for stream readahead.
+    pub fn open_shard(
+        loc: &ImageLocation,
+        cache: Arc<BlockCache>,
+        io: IoMode,
+        remote: &crate::remote::RemoteOptions,
+    ) -> Result<Self> {
+        match loc {
+            ImageLocation::Local(p) => Self::open_plain(p, cache, io),
+            _ => {
+                let o = crate::location::open_location(loc, io, remote)?;
+                let src = StreamReadahead::new(o.source);
+                Self::from_source_with_cache(Box::new(src), &o.name, cache)
+            }
+        }
+    }
+
+    /// Opens the image or shard manifest at `loc` (a file read as `io`
+    /// says, or a remote object read as `remote` says), wrapped for stream
+    /// readahead. The shards of a manifest may be files or remote objects;
+    /// the requests of all remote ones are counted in one set of counters.
     pub fn open_location(
-        loc: &crate::location::ImageLocation,
+        loc: &ImageLocation,
         cache_bytes: usize,
         io: IoMode,
         remote: &crate::remote::RemoteOptions,
     ) -> Result<OpenedImage> {
-        if let crate::location::ImageLocation::Local(p) = loc {
-            if is_manifest(p) {
-                let image =
-                    Self::open_union(std::slice::from_ref(p), cache_bytes, io, OnConflict::Error)?;
-                let len = std::fs::metadata(p).map_or(0, |m| m.len());
+        let mut remote = remote.clone();
+        let counters = remote.counters.get_or_insert_with(Default::default).clone();
+        let o = match crate::location::open_content(loc, io, &remote)? {
+            crate::location::Content::Image(o) => o,
+            crate::location::Content::Manifest(bytes) => {
+                let shard_opts = remote.clone();
+                let opts = UnionOptions {
+                    cache_bytes,
+                    on_conflict: OnConflict::Error,
+                    open: Box::new(move |l: &ImageLocation, cache: Arc<BlockCache>| {
+                        Self::open_shard(l, cache, io, &shard_opts)
+                    }),
+                };
+                let u = open_manifest_bytes(loc, &bytes, &remote, opts)?;
+                let any_remote = loc.is_remote() || u.has_remote();
                 return Ok(OpenedImage {
-                    image,
-                    len,
-                    remote: None,
+                    image: AnyImage::Union(Box::new(u)),
+                    len: bytes.len() as u64,
+                    remote: any_remote.then_some(counters),
                 });
             }
-        }
-        let o = crate::location::open_location(loc, io, remote)?;
+        };
         let len = o.source.len();
         let src = StreamReadahead::new(o.source);
         Ok(OpenedImage {

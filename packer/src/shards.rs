@@ -393,7 +393,8 @@ pub fn hash_file(p: &Path) -> Result<String, PackError> {
     Ok(h.finalize().to_hex().to_string())
 }
 
-fn sidecar_path(image: &Path) -> PathBuf {
+/// Where the sidecar of `image` is: `<image>.shard.json`.
+pub fn sidecar_path(image: &Path) -> PathBuf {
     let mut s = image.as_os_str().to_owned();
     s.push(".shard.json");
     PathBuf::from(s)
@@ -450,21 +451,20 @@ fn sidecars(manifest: &Path) -> Result<Vec<(PathBuf, Sidecar)>, PackError> {
     Ok(out)
 }
 
-/// Writes the manifest if the sidecars of all shards of `split` are present
-/// (sidecars of another split naming the same manifest are ignored);
-/// otherwise returns which are missing.
-fn finalize_if_complete(manifest: &Path, split: &Split) -> Result<Result<(), String>, PackError> {
-    let found: Vec<_> = sidecars(manifest)?
-        .into_iter()
-        .filter(|(_, s)| &s.split == split)
-        .collect();
+/// The manifest of `split` from sidecars (named, for errors): those of
+/// other splits are ignored; `Ok(Err(which))` names the shards missing.
+/// Its bytes depend only on the sidecars, so every task that finds them
+/// all writes the same manifest (locally or as an object).
+pub fn manifest_of(
+    found: Vec<(String, Sidecar)>,
+    split: &Split,
+) -> Result<Result<Manifest, String>, PackError> {
     let mut shards: Vec<Option<Shard>> = vec![None; split.shards as usize];
-    for (p, s) in found {
+    for (p, s) in found.into_iter().filter(|(_, s)| &s.split == split) {
         let k = s.shard.index as usize;
         if k >= shards.len() {
             return Err(PackError::Shards(format!(
-                "{}: shard {k} of a split into {}",
-                p.display(),
+                "{p}: shard {k} of a split into {}",
                 split.shards
             )));
         }
@@ -477,15 +477,35 @@ fn finalize_if_complete(manifest: &Path, split: &Split) -> Result<Result<(), Str
     if !missing.is_empty() {
         return Ok(Err(format!("shard(s) {}", missing.join(", "))));
     }
-    let m = Manifest {
+    Ok(Ok(Manifest {
         packfs_shards: MANIFEST_VERSION,
         split: split.clone(),
         shards: shards.into_iter().map(|s| s.expect("checked")).collect(),
-    };
-    let mut json = serde_json::to_vec_pretty(&m).expect("serialisable");
+    }))
+}
+
+/// A manifest as written: pretty JSON and a newline.
+pub fn manifest_bytes(m: &Manifest) -> Vec<u8> {
+    let mut json = serde_json::to_vec_pretty(m).expect("serialisable");
     json.push(b'\n');
-    write_atomic(manifest, &json)?;
-    Ok(Ok(()))
+    json
+}
+
+/// Writes the manifest if the sidecars of all shards of `split` are present
+/// (sidecars of another split naming the same manifest are ignored);
+/// otherwise returns which are missing.
+fn finalize_if_complete(manifest: &Path, split: &Split) -> Result<Result<(), String>, PackError> {
+    let found = sidecars(manifest)?
+        .into_iter()
+        .map(|(p, s)| (p.display().to_string(), s))
+        .collect();
+    match manifest_of(found, split)? {
+        Ok(m) => {
+            write_atomic(manifest, &manifest_bytes(&m))?;
+            Ok(Ok(()))
+        }
+        Err(missing) => Ok(Err(missing)),
+    }
 }
 
 /// `packfs shards finalize`: writes `manifest` from the sidecars next to it.

@@ -9,13 +9,12 @@
 //! sources and the readers are mountfs's.
 
 use mountfs::location::{self, ImageLocation};
-use mountfs::open::{is_manifest, AnyImage};
+use mountfs::open::{open_manifest_bytes, AnyImage};
 use mountfs::readahead::StreamReadahead;
 use mountfs::remote::{RemoteCounters, RemoteOptions};
 use mountfs::source::{open_image, ImageSource, IoMode};
-use mountfs::union::{self, OnConflict, UnionOptions};
+use mountfs::union::{OnConflict, UnionOptions};
 use mountfs::FsError;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -85,26 +84,35 @@ pub fn open(location: &str, o: &Options) -> Result<Opened, FsError> {
     };
     remote.validate().map_err(FsError::Invalid)?;
     let storage = Arc::new(StorageCounters::default());
-    if let ImageLocation::Local(p) = &loc {
-        if is_manifest(p) {
-            let counters = storage.clone();
+    let counters = Arc::new(RemoteCounters::default());
+    let remote = RemoteOptions {
+        counters: Some(counters.clone()),
+        ..remote
+    };
+    let opened = match location::open_content(&loc, IoMode::Pread, &remote)? {
+        location::Content::Image(o) => o,
+        location::Content::Manifest(bytes) => {
+            let (storage2, shard_remote) = (storage.clone(), remote.clone());
             let opts = UnionOptions {
                 cache_bytes: o.cache_bytes,
                 on_conflict: OnConflict::Error,
-                open: Box::new(move |shard: &Path, cache| {
-                    let src = wrap(open_image(shard, IoMode::Pread)?, &counters);
-                    AnyImage::from_source_with_cache(src, &shard.display().to_string(), cache)
+                open: Box::new(move |shard: &ImageLocation, cache| {
+                    let src = match shard {
+                        ImageLocation::Local(p) => open_image(p, IoMode::Pread)?,
+                        _ => location::open_location(shard, IoMode::Pread, &shard_remote)?.source,
+                    };
+                    AnyImage::from_source_with_cache(wrap(src, &storage2), &shard.to_string(), cache)
                 }),
             };
-            let image = AnyImage::Union(Box::new(union::open_manifest(p, opts)?));
+            let u = open_manifest_bytes(&loc, &bytes, &remote, opts)?;
+            let any_remote = loc.is_remote() || u.has_remote();
             return Ok(Opened {
-                image,
+                image: AnyImage::Union(Box::new(u)),
                 storage,
-                remote: None,
+                remote: any_remote.then_some(counters),
             });
         }
-    }
-    let opened = location::open_location(&loc, IoMode::Pread, &remote)?;
+    };
     let image = AnyImage::from_source(wrap(opened.source, &storage), &opened.name, o.cache_bytes)?;
     Ok(Opened {
         image,

@@ -229,3 +229,25 @@ def test_scandir_and_walk_like_os(images, tree):
     bottom_up = [d for d, _, _ in img.walk("a", topdown=False)]
     assert bottom_up[-1] == "a" and bottom_up.index("a/b/c") < bottom_up.index("a/b")
     assert img.listdir(b"a") and all(isinstance(n, bytes) for n in img.listdir(b"a"))
+
+
+def test_s3_manifest_reads_as_one_tree(tree, packfs_bin, moto):
+    # Shards packed straight to the bucket by the CLI; the manifest object
+    # beside them names them relatively.
+    env = dict(os.environ, AWS_ENDPOINT_URL=moto)
+    subprocess.run(
+        [packfs_bin, "pack", str(tree), "--shards", "3", "-o",
+         "s3://images/sharded/t-{shard}.sqfs", "-q"],
+        check=True, env=env,
+    )
+    img = packfs.Image("s3://images/sharded/t.manifest.json", endpoint=moto)
+    assert img.format == "union"
+    for dirpath, dirnames, filenames in os.walk(tree):
+        rel = os.path.relpath(dirpath, tree)
+        rel = "" if rel == "." else rel
+        assert sorted(img.listdir(rel)) == sorted(dirnames + filenames)
+        for n in filenames:
+            p = os.path.join(rel, n) if rel else n
+            if not os.path.islink(os.path.join(dirpath, n)):
+                assert img.read(p) == Path(dirpath, n).read_bytes(), p
+    assert img.stats()["requests"] > 0

@@ -134,17 +134,16 @@ fn info_zip(image: &Path, z: &mountfs::zip::ZipFs, len: u64) {
 }
 
 fn info_union(image: &Path, u: &mountfs::union::UnionImage<AnyImage>) {
-    let paths: Vec<_> = u.shard_paths().collect();
+    let paths: Vec<_> = u.shards().collect();
     println!("image:        {}", image.display());
     println!(
         "format:       union of {} shards (packfs manifest)",
         paths.len()
     );
     let mut total = 0;
-    for p in &paths {
-        let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    for (p, len) in &paths {
         total += len;
-        println!("shard:        {} ({})", p.display(), human(len));
+        println!("shard:        {p} ({})", human(*len));
     }
     println!("size:         {} in all shards", human(total));
 }

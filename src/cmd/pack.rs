@@ -72,8 +72,11 @@ impl PackPlan {
             )))
             }
         };
-        if args.shards.is_some() && matches!(dest, Dest::S3(_)) {
-            return Err(usage(format!("{template}: shards are packed to local files; upload them, or pack each to s3:// one by one")));
+        if args.shards.is_some() && matches!(dest, Dest::S3(_)) && args.manifest.is_some() {
+            return Err(usage(format!(
+                "{template}: with shards on S3 the manifest goes beside them (named from the \
+                 template); --manifest is for local shards"
+            )));
         }
         let (codec, compressor, level) = codec_and_level(format, args.compression, args.level)?;
         let order = packer::order::DataOrder::parse(&args.order).map_err(|e| match e {
@@ -186,7 +189,7 @@ pub fn run(args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         order: plan.order.clone(),
     };
     match args.shards {
-        Some(n) => pack_shards(&args, n, &plan, &opts, stage),
+        Some(n) => pack_shards(&args, n, &plan, &opts, stage, &cancel, remote),
         None => pack_image(&args, &plan, &opts, stage, &cancel, remote),
     }
 }
@@ -234,10 +237,33 @@ fn pack_shards(
     plan: &PackPlan,
     opts: &PackOptions,
     stage: Option<packer::venv::Stage>,
+    cancel: &AtomicBool,
+    remote: &RemoteArgs,
 ) -> anyhow::Result<i32> {
+    // To S3: the shards are packed to a temporary directory under the
+    // template's file name, then uploaded with their sidecars (see
+    // super::upload::ShardUploads); the uploads start first, so a wrong
+    // bucket fails before the walk.
+    let (template, uploads, tmp_dir) = match &plan.dest {
+        Dest::File => (args.output.to_string_lossy().into_owned(), None, None),
+        Dest::S3(target) => {
+            let d = tempfile::Builder::new()
+                .prefix("packfs-upload-")
+                .tempdir()
+                .context("creating a temporary directory in $TMPDIR for the shards")?;
+            let name = args.output.file_name().unwrap_or("image".as_ref());
+            let local = d.path().join(name).to_string_lossy().into_owned();
+            let which: Vec<u32> = match args.shard {
+                Some(k) => vec![k],
+                None => (0..n).collect(),
+            };
+            let up = super::upload::ShardUploads::begin(target, n, &which, args.force, remote)?;
+            (local, Some(up), Some(d))
+        }
+    };
     let spec = packer::shards::ShardSpec {
         shards: n,
-        template: args.output.to_string_lossy().into_owned(),
+        template,
         manifest: args.manifest.clone(),
         entry_cost: args.entry_cost,
         format: match plan.format {
@@ -248,14 +274,45 @@ fn pack_shards(
     };
     let done = packer::shards::pack_shards(&args.src, &spec, args.shard, opts);
     drop(stage);
-    let done = match done {
+    let mut done = match done {
         Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
         r => r?,
     };
+    if let Some(up) = uploads {
+        let manifest = match up.send(&done, cancel, args.quiet) {
+            Err(e)
+                if matches!(
+                    e.downcast_ref(),
+                    Some(mountfs::remote::RemoteError::Interrupted)
+                ) =>
+            {
+                return Err(die_of_signal())
+            }
+            r => r?,
+        };
+        drop(tmp_dir);
+        for r in &mut done {
+            r.path = super::upload::shard_url(&args.output, &r.path).into();
+            r.manifest = None;
+        }
+        if let Some(last) = done.last_mut() {
+            last.manifest = manifest.map(Into::into);
+        }
+        if !args.quiet {
+            report_shards(&done, n, &args.output.to_string_lossy());
+        }
+        return Ok(0);
+    }
     if args.quiet {
         return Ok(0);
     }
-    for r in &done {
+    report_shards(&done, n, &spec.manifest_path().display().to_string());
+    Ok(0)
+}
+
+/// The lines `pack --shards` prints: one per shard, then the manifest.
+fn report_shards(done: &[packer::shards::ShardResult], n: u32, manifest: &str) {
+    for r in done {
         eprintln!(
             "shard {}/{n}: {} entries, {} in, {} out -> {}",
             r.index,
@@ -268,12 +325,13 @@ fn pack_shards(
     match done.last().and_then(|r| r.manifest.as_ref()) {
         Some(m) => eprintln!("manifest: {}", m.display()),
         None => eprintln!(
-            "manifest: not yet (written by the task that packs the last missing shard, \
-             or by `packfs shards finalize {}`)",
-            spec.manifest_path().display()
+            "manifest: not yet (written by the task that packs the last missing shard{})",
+            match manifest.starts_with("s3://") {
+                true => String::new(),
+                false => format!(", or by `packfs shards finalize {manifest}`"),
+            }
         ),
     }
-    Ok(0)
 }
 
 /// One image, to a file or, for `s3://`, to a temporary file then uploaded.

@@ -6,6 +6,7 @@ use anyhow::{bail, Context};
 use mountfs::remote::upload::Upload;
 use mountfs::remote::{Remote, RemoteError, Target};
 use std::path::Path;
+
 use std::sync::atomic::AtomicBool;
 
 /// Connects and starts the multipart upload; refuses an existing object
@@ -41,4 +42,131 @@ pub fn send(
         );
     }
     Ok(parts)
+}
+
+/// The key prefix ("dir/" or "") and file name of an S3 key.
+fn split_key(key: &str) -> (&str, &str) {
+    match key.rfind('/') {
+        Some(i) => (&key[..=i], &key[i + 1..]),
+        None => ("", key),
+    }
+}
+
+/// Where a shard packed locally at `local` goes: beside the template's key.
+pub fn shard_url(template: &Path, local: &Path) -> String {
+    let t = template.to_string_lossy();
+    let dir = t.rfind('/').map_or(&t[..], |i| &t[..=i]);
+    format!(
+        "{dir}{}",
+        local.file_name().unwrap_or_default().to_string_lossy()
+    )
+}
+
+/// `pack --shards N -o s3://BUCKET/PREFIX/NAME-{shard}.EXT`: this task's
+/// shards, uploaded, then their sidecars, then the manifest if every
+/// shard's sidecar is in the bucket.
+///
+/// Why this is safe when the tasks of a job array finish together: each
+/// task puts its sidecar object only after its image is complete, and lists
+/// the sidecars only after its own put returned; S3 lists what was written
+/// before (strong read-after-write consistency, also in Ceph RGW, which
+/// LUMI-O runs), so the task whose sidecar completes the set sees them all.
+/// Tasks finishing together may both see them all: they then put the same
+/// bytes (the manifest depends only on the sidecars), and either PUT
+/// replaces the other whole. Sidecars of another split (an older run with
+/// other parameters) are ignored, as for local shards.
+pub struct ShardUploads {
+    bucket: String,
+    /// "dir/" of the template's key, or "".
+    prefix: String,
+    /// The template's file name.
+    template: String,
+    /// One started multipart upload per shard this task packs.
+    parts: Vec<(u32, Upload)>,
+    remote: Remote,
+}
+
+impl ShardUploads {
+    /// Starts an upload for each shard of `which` (refusing existing
+    /// objects unless `force`), before the pack.
+    pub fn begin(
+        target: &Target,
+        n: u32,
+        which: &[u32],
+        force: bool,
+        remote: &RemoteArgs,
+    ) -> anyhow::Result<Self> {
+        let Target::S3 { bucket, key } = target else {
+            bail!("{}: shards are uploaded to s3:// only", target.url());
+        };
+        let (prefix, template) = split_key(key);
+        let mut parts = Vec::new();
+        for &k in which {
+            let name = packfs_format::shards::shard_name(template, k, n)
+                .with_context(|| format!("{}: no {{shard}} in the name", target.url()))?;
+            let t = Target::S3 {
+                bucket: bucket.clone(),
+                key: format!("{prefix}{name}"),
+            };
+            parts.push((k, begin(&t, force, remote)?));
+        }
+        Ok(ShardUploads {
+            bucket: bucket.clone(),
+            prefix: prefix.into(),
+            template: template.into(),
+            parts,
+            remote: Remote::connect_for_upload(target, &remote.options())?,
+        })
+    }
+
+    /// Sends the packed shards and their sidecars, then writes the manifest
+    /// if all N sidecars are there; returns its URL when this call wrote it.
+    pub fn send(
+        self,
+        done: &[packer::shards::ShardResult],
+        cancel: &AtomicBool,
+        quiet: bool,
+    ) -> anyhow::Result<Option<String>> {
+        let url = |key: &str| format!("s3://{}/{key}", self.bucket);
+        let mut split = None;
+        for (r, (k, up)) in done.iter().zip(self.parts) {
+            debug_assert_eq!(r.index, k);
+            let name = r.path.file_name().unwrap_or_default().to_string_lossy();
+            let key = format!("{}{name}", self.prefix);
+            send(up, &r.path, cancel, quiet)
+                .with_context(|| format!("uploading shard {k} to {}", url(&key)))?;
+            let side = packer::shards::sidecar_path(&r.path);
+            let bytes = std::fs::read(&side).with_context(|| side.display().to_string())?;
+            let s: packer::shards::Sidecar = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: not a sidecar", side.display()))?;
+            split = Some(s.split);
+            let skey = format!("{key}.shard.json");
+            self.remote
+                .put_key(&skey, bytes)
+                .with_context(|| format!("writing {}", url(&skey)))?;
+        }
+        let Some(split) = split else {
+            return Ok(None);
+        };
+        let manifest = packfs_format::shards::manifest_name(&self.template);
+        let mut found = Vec::new();
+        for key in self.remote.list_keys(&self.prefix, ".shard.json")? {
+            let bytes = self.remote.get_key(&key)?;
+            match serde_json::from_slice::<packer::shards::Sidecar>(&bytes) {
+                Ok(s) if s.manifest == manifest => found.push((url(&key), s)),
+                Ok(_) => {}
+                Err(e) => bail!("{}: not a shard sidecar: {e}", url(&key)),
+            }
+        }
+        match packer::shards::manifest_of(found, &split)? {
+            Ok(m) => {
+                let key = format!("{}{manifest}", self.prefix);
+                self.remote
+                    .put_key(&key, packer::shards::manifest_bytes(&m))
+                    .with_context(|| format!("writing {}", url(&key)))?;
+                Ok(Some(url(&key)))
+            }
+            Err(_) => Ok(None),
+        }
+    }
 }

@@ -364,7 +364,7 @@ impl Remote {
     ) -> Result<Self, RemoteError> {
         opts.validate().map_err(RemoteError::Config)?;
         let url = target.url();
-        let counters = Arc::new(RemoteCounters::default());
+        let counters = opts.counters.clone().unwrap_or_default();
         let health = Arc::new(Health::default());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -78,6 +78,12 @@
 //! fetches, failures and time to first byte; `packfs mount --stats` and
 //! `packfs bench` report them.
 //!
+//! **The disk cache** ([`disk_cache`], `--disk-cache DIR`): fetched bytes
+//! kept on node-local disk in checksummed chunks, keyed by the pinned
+//! version, shared by the processes of a node and kept across restarts, so
+//! a second epoch over an image larger than the range cache reads the disk
+//! instead of the network. Every fetch asks it first (see that module).
+//!
 //! **Credentials** ([`config`]) come the way S3 users have them: the
 //! `AWS_*` environment, `AWS_PROFILE` or `--profile` with `~/.aws/credentials`
 //! and `~/.aws/config` (what LUMI's `lumio-conf` writes), `--endpoint`; no
@@ -91,7 +97,10 @@
 #[cfg(feature = "remote")]
 pub mod client;
 pub mod config;
+pub mod disk_cache;
 pub mod error;
+#[cfg(feature = "remote")]
+pub mod objects;
 pub mod options;
 #[cfg(feature = "remote")]
 pub mod ranges;

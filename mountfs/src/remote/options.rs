@@ -1,5 +1,7 @@
 //! The knobs of remote reading, with their defaults and limits.
 
+use super::stats::RemoteCounters;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How remote images are reached and read (the CLI's remote flags).
@@ -17,6 +19,12 @@ pub struct RemoteOptions {
     pub timeout: Duration,
     /// Ranges fetched ahead of a reader moving through the object.
     pub readahead: u32,
+    /// Counters to add this source's requests to, shared by the shards of
+    /// a manifest so one set reports them all; None: the source's own.
+    pub counters: Option<Arc<RemoteCounters>>,
+    /// The node-local disk cache of fetched bytes (`--disk-cache`), None
+    /// for none.
+    pub disk_cache: Option<Arc<super::disk_cache::DiskCache>>,
 }
 
 impl Default for RemoteOptions {
@@ -28,6 +36,8 @@ impl Default for RemoteOptions {
             cache_bytes: 256 << 20,
             timeout: Duration::from_secs(60),
             readahead: 2,
+            counters: None,
+            disk_cache: None,
         }
     }
 }

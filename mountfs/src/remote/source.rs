@@ -2,6 +2,7 @@
 //! version (the design is in the [module doc](super)).
 
 use super::client::{classify, Remote, Version};
+use super::disk_cache::{DiskCache, ObjectKey};
 use super::error::RemoteError;
 use super::ranges::{Flight, Lookup, RangeCache};
 use super::stats::{RemoteCounters, RemoteStats};
@@ -58,6 +59,8 @@ struct Shared {
     remote: Remote,
     version: Version,
     ranges: RangeCache,
+    /// The disk cache and this version's key in it, when one is used.
+    disk: Option<(Arc<DiskCache>, ObjectKey)>,
     /// When the server stopped answering (a fetch timed out or could not
     /// connect); None while it answers. See [`Shared::fetch`].
     failing: std::sync::Mutex<Option<std::time::Instant>>,
@@ -92,12 +95,30 @@ impl RemoteSource {
         } else {
             o.range_size
         };
+        let disk = o.disk_cache.as_ref().and_then(|dc| {
+            let key = dc.key(
+                remote.url(),
+                version.etag.as_deref(),
+                version.modified.as_deref(),
+                version.len,
+                piece_size(o.range_size),
+            );
+            if key.is_none() {
+                log::warn!(
+                    "{}: not cached on disk: without ETag or Last-Modified a replaced object \
+                     could not be told from the cached one",
+                    remote.url()
+                );
+            }
+            key.map(|k| (dc.clone(), k))
+        });
         let src = RemoteSource {
             piece,
             shared: Arc::new(Shared {
                 remote,
                 version,
                 ranges,
+                disk,
                 failing: Default::default(),
             }),
             next: AtomicU64::new(u64::MAX),
@@ -216,6 +237,52 @@ impl RemoteSource {
 }
 
 impl Shared {
+    /// The bytes of `span` (a range or a piece: whole aligned disk-cache
+    /// chunks): from the disk cache when it has every chunk, else the span
+    /// from the first missing chunk to the last is fetched and its chunks
+    /// are stored. Without a disk cache, [`Shared::fetch_net`].
+    async fn fetch(&self, span: std::ops::Range<u64>) -> std::result::Result<Bytes, RemoteError> {
+        let Some((dc, key)) = &self.disk else {
+            return self.fetch_net(span).await;
+        };
+        let cs = key.chunk_size();
+        let (c0, c1) = (span.start / cs, (span.end - 1) / cs);
+        let mut parts: Vec<Option<Vec<u8>>> = (c0..=c1).map(|i| dc.get(key, i)).collect();
+        let first = parts.iter().position(Option::is_none);
+        let last = parts.iter().rposition(Option::is_none);
+        // Chunks from disk outside the span fetched: what the disk saved.
+        let (a, b) = (first.unwrap_or(parts.len()), last.unwrap_or(0));
+        let from_disk: u64 = parts
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i < a || *i > b)
+            .flat_map(|(_, p)| p.as_ref().map(|p| p.len() as u64))
+            .sum();
+        if let (Some(a), Some(b)) = (first, last) {
+            let (m0, m1) = (c0 + a as u64, c0 + b as u64);
+            let sub = (m0 * cs).max(span.start)..((m1 + 1) * cs).min(span.end);
+            let got = self.fetch_net(sub.clone()).await?;
+            for i in m0..=m1 {
+                let at = (i * cs - sub.start) as usize;
+                let chunk = &got[at..(at + cs as usize).min(got.len())];
+                let slot = &mut parts[(i - c0) as usize];
+                if slot.is_none() {
+                    dc.put(key, i, chunk);
+                    *slot = Some(chunk.to_vec());
+                }
+            }
+        }
+        self.remote
+            .counters
+            .disk_bytes
+            .fetch_add(from_disk, Relaxed);
+        let mut out = Vec::with_capacity((span.end - span.start) as usize);
+        for p in parts {
+            out.extend_from_slice(&p.expect("every chunk read or fetched"));
+        }
+        Ok(Bytes::from(out))
+    }
+
     /// One range GET with `If-Match`, its answer checked against the pin.
     /// Retries are object_store's; the whole fetch is cut at the timeout.
     ///
@@ -224,7 +291,10 @@ impl Shared {
     /// kernel retries a failed readahead page by page, an `open` looks up
     /// and reads), and each waiting the full timeout would multiply it. The
     /// first answer ends the failing state, so the mount recovers at once.
-    async fn fetch(&self, span: std::ops::Range<u64>) -> std::result::Result<Bytes, RemoteError> {
+    async fn fetch_net(
+        &self,
+        span: std::ops::Range<u64>,
+    ) -> std::result::Result<Bytes, RemoteError> {
         let failing_since = *self.failing.lock().unwrap_or_else(|p| p.into_inner());
         let r = self.fetch_within(span, failing_since).await;
         let mut f = self.failing.lock().unwrap_or_else(|p| p.into_inner());

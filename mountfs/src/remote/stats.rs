@@ -18,6 +18,8 @@ pub struct RemoteCounters {
     /// Of those, fetched ahead of any reader.
     pub ranges_ahead: AtomicU64,
     pub bytes: AtomicU64,
+    /// Bytes a fetch found in the disk cache instead (not in `bytes`).
+    pub disk_bytes: AtomicU64,
     /// Sum and maximum of the time from sending a GET to its headers.
     pub ttfb_us_sum: AtomicU64,
     pub ttfb_us_max: AtomicU64,
@@ -35,6 +37,9 @@ pub struct RemoteStats {
     pub ranges_fetched: u64,
     pub ranges_ahead: u64,
     pub bytes_fetched: u64,
+    /// Bytes read from the disk cache instead of the network.
+    #[serde(default)]
+    pub bytes_from_disk: u64,
     pub ttfb_ms_mean: f64,
     pub ttfb_ms_max: f64,
 }
@@ -52,6 +57,7 @@ impl RemoteCounters {
             ranges_fetched: ranges,
             ranges_ahead: self.ranges_ahead.load(Relaxed),
             bytes_fetched: self.bytes.load(Relaxed),
+            bytes_from_disk: self.disk_bytes.load(Relaxed),
             ttfb_ms_mean: if gets > 0 {
                 self.ttfb_us_sum.load(Relaxed) as f64 / gets as f64 / 1000.0
             } else {

@@ -51,6 +51,6 @@ mod open;
 mod opener;
 mod tree;
 
-pub use open::{open_images, open_manifest};
+pub use open::{open_images, open_manifest, ManifestSource};
 pub use opener::{OnConflict, OpenFn, UnionOptions};
 pub use tree::{UnionHandle, UnionImage, MAX_SHARDS};

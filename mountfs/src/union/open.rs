@@ -7,9 +7,10 @@ use super::tree::{child_path, Member, MergedDir, Route, Tables, UnionImage, MAX_
 use crate::cache::BlockCache;
 use crate::error::{FsError, Result};
 use crate::image::{FileKind, Image, NodeId, ROOT};
+use crate::location::ImageLocation;
 use packfs_format::shards::{decode_path, tree_cmp, Manifest, MANIFEST_VERSION};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock};
 
 fn shards_err(msg: String) -> FsError {
@@ -18,7 +19,7 @@ fn shards_err(msg: String) -> FsError {
 
 fn build<I: Image>(
     name: String,
-    paths: Vec<PathBuf>,
+    paths: Vec<(ImageLocation, u64)>,
     routes: Vec<Route>,
     exact: bool,
     o: UnionOptions<I>,
@@ -37,8 +38,9 @@ fn build<I: Image>(
     Ok(UnionImage {
         members: paths
             .into_iter()
-            .map(|path| Member {
+            .map(|(path, size)| Member {
                 path,
+                size,
                 img: OnceLock::new(),
                 root_ino: OnceLock::new(),
             })
@@ -65,14 +67,28 @@ fn build<I: Image>(
     })
 }
 
+/// A manifest to open: its bytes, where it is (shard names that are not
+/// URLs or absolute paths are relative to it) and how to learn the
+/// shards' lengths. The union is told, not left to look: it knows neither
+/// files nor remote objects, and its caller can ask a server about many
+/// objects at once.
+/// The lengths of the images at these locations, in order; an error
+/// says why one has none (missing, refused...).
+pub type SizesFn<'a> = &'a dyn Fn(&[ImageLocation]) -> Vec<std::result::Result<u64, String>>;
+
+pub struct ManifestSource<'a> {
+    pub location: &'a ImageLocation,
+    pub bytes: &'a [u8],
+    pub sizes: SizesFn<'a>,
+}
+
 /// Opens the union a manifest describes. Every image named must exist with
 /// the size recorded (a missing or truncated shard is an error naming it);
 /// hashes are left to `packfs shards verify` (hashing GBs at mount is too
 /// slow). Only the first shard is opened now; the others on first use.
-pub fn open_manifest<I: Image>(manifest: &Path, o: UnionOptions<I>) -> Result<UnionImage<I>> {
-    let mname = manifest.display().to_string();
-    let bytes = std::fs::read(manifest).map_err(|e| FsError::io(&mname, e))?;
-    let m: Manifest = serde_json::from_slice(&bytes)
+pub fn open_manifest<I: Image>(src: ManifestSource, o: UnionOptions<I>) -> Result<UnionImage<I>> {
+    let mname = src.location.to_string();
+    let m: Manifest = serde_json::from_slice(src.bytes)
         .map_err(|e| shards_err(format!("{mname}: not a packfs shard manifest: {e}")))?;
     if m.packfs_shards != MANIFEST_VERSION {
         return Err(shards_err(format!(
@@ -92,31 +108,37 @@ pub fn open_manifest<I: Image>(manifest: &Path, o: UnionOptions<I>) -> Result<Un
             m.split.shards
         )));
     }
-    let dir = match manifest.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut paths = Vec::new();
+    if m.shards.is_empty() || m.shards.len() > MAX_SHARDS {
+        return Err(shards_err(format!(
+            "{mname}: a union takes 1 to {MAX_SHARDS} images, not {}",
+            m.shards.len()
+        )));
+    }
+    let paths = m
+        .shards
+        .iter()
+        .map(|s| {
+            src.location
+                .resolve(&s.file)
+                .map_err(|e| shards_err(format!("shard {} of {mname}: {e}", s.index)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sizes = (src.sizes)(&paths);
     let mut routes = Vec::new();
     let mut total = 0;
-    for s in &m.shards {
-        let p = dir.join(&s.file);
-        let size = std::fs::metadata(&p)
-            .map_err(|e| {
-                shards_err(format!(
-                    "shard {} of {mname}: {}: {e}",
-                    s.index,
-                    p.display()
-                ))
-            })?
-            .len();
+    for ((s, p), size) in m.shards.iter().zip(&paths).zip(sizes) {
+        let size = size.map_err(|e| {
+            let e = match e.starts_with(&p.to_string()) {
+                true => e,
+                false => format!("{p}: {e}"),
+            };
+            shards_err(format!("shard {} of {mname}: {e}", s.index))
+        })?;
         if size != s.size {
             return Err(shards_err(format!(
-                "shard {} of {mname}: {}: {size} bytes, the manifest says {} \
+                "shard {} of {mname}: {p}: {size} bytes, the manifest says {} \
                  (replaced or truncated; `packfs shards verify` checks hashes)",
-                s.index,
-                p.display(),
-                s.size
+                s.index, s.size
             )));
         }
         total += size;
@@ -132,11 +154,14 @@ pub fn open_manifest<I: Image>(manifest: &Path, o: UnionOptions<I>) -> Result<Un
                 last: dec(&r.last)?,
             });
         }
-        paths.push(p);
     }
+    let sized = paths
+        .into_iter()
+        .zip(m.shards.iter().map(|s| s.size))
+        .collect();
     let u = build(
         mname,
-        paths,
+        sized,
         routes,
         true,
         o,
@@ -193,12 +218,16 @@ pub fn open_images<I: Image>(images: &[PathBuf], o: UnionOptions<I>) -> Result<U
         .first()
         .map_or(String::new(), |p| p.display().to_string());
     let mut routes = Vec::new();
-    let mut total = 0;
-    let u = build(name, images.to_vec(), Vec::new(), false, o, (0, 0))?;
-    for (s, p) in images.iter().enumerate() {
-        total += std::fs::metadata(p)
+    let mut sized = Vec::new();
+    for p in images {
+        let len = std::fs::metadata(p)
             .map_err(|e| FsError::io(p.display(), e))?
             .len();
+        sized.push((ImageLocation::Local(p.clone()), len));
+    }
+    let total = sized.iter().map(|s| s.1).sum();
+    let u = build(name, sized, Vec::new(), false, o, (0, 0))?;
+    for s in 0..images.len() {
         if let Some((first, last)) = range_of(u.member(s as u32)?)? {
             routes.push(Route {
                 shard: s as u32,
@@ -225,7 +254,7 @@ pub fn open_images<I: Image>(images: &[PathBuf], o: UnionOptions<I>) -> Result<U
 
 impl<I: Image> UnionImage<I> {
     fn shard_name(&self, s: u32) -> String {
-        self.members[s as usize].path.display().to_string()
+        self.members[s as usize].path.to_string()
     }
 
     /// The merge pass: lists directory `path` in every shard holding it and

@@ -5,13 +5,14 @@
 
 use crate::cache::BlockCache;
 use crate::error::Result;
-use std::path::Path;
+use crate::location::ImageLocation;
 use std::sync::Arc;
 
-/// Opens one shard's image file over the cache (namespace) it is given.
+/// Opens one shard's image (a file or a remote object) over the cache
+/// (namespace) it is given.
 /// The union is generic over the shards' image type, which `mount`
 /// provides (`AnyImage`), so this module does not depend on it.
-pub type OpenFn<I> = Box<dyn Fn(&Path, Arc<BlockCache>) -> Result<I> + Send + Sync>;
+pub type OpenFn<I> = Box<dyn Fn(&ImageLocation, Arc<BlockCache>) -> Result<I> + Send + Sync>;
 
 pub struct UnionOptions<I> {
     /// One cache budget shared by all shards.
@@ -28,13 +29,13 @@ pub struct Opener<I> {
 }
 
 impl<I> Opener<I> {
-    pub(super) fn open(&self, path: &Path) -> std::result::Result<I, String> {
+    pub(super) fn open(&self, path: &ImageLocation) -> std::result::Result<I, String> {
         let ns = self
             .next_ns
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Named once: most errors of an open name the file already.
         (self.open)(path, Arc::new(self.cache.namespace(ns + 1))).map_err(|e| {
-            let (name, msg) = (path.display().to_string(), e.to_string());
+            let (name, msg) = (path.to_string(), e.to_string());
             match msg.starts_with(&name) {
                 true => msg,
                 false => format!("{name}: {msg}"),

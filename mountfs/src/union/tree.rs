@@ -4,9 +4,9 @@
 use super::opener::{OnConflict, Opener};
 use crate::error::{FsError, Result};
 use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::location::ImageLocation;
 use packfs_format::shards::{holds, tree_cmp};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock};
 
 /// Shards of one union at most (cookies keep 12 bits for the shard).
@@ -18,7 +18,10 @@ const UNIT_SHIFT: u32 = 48;
 
 /// One shard: its image, opened on first use.
 pub(super) struct Member<I> {
-    pub(super) path: PathBuf,
+    /// Where its image is: a file or a remote object.
+    pub(super) path: ImageLocation,
+    /// Its length as checked at open (0 when not known).
+    pub(super) size: u64,
     /// Set on the first *successful* open only: a failed open (a shard not
     /// yet copied, a storage error) is tried again on the next access,
     /// never remembered as a broken shard.
@@ -101,9 +104,14 @@ impl<I: Image> UnionImage<I> {
         &self.opener.cache
     }
 
-    /// The shards' image files, in shard order.
-    pub fn shard_paths(&self) -> impl Iterator<Item = &std::path::Path> {
-        self.members.iter().map(|m| m.path.as_path())
+    /// The shards' images and their lengths, in shard order.
+    pub fn shards(&self) -> impl Iterator<Item = (&ImageLocation, u64)> {
+        self.members.iter().map(|m| (&m.path, m.size))
+    }
+
+    /// Whether any shard is a remote object.
+    pub fn has_remote(&self) -> bool {
+        self.members.iter().any(|m| m.path.is_remote())
     }
 
     /// Shards opened so far (they open on first use).

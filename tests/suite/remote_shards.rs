@@ -1,0 +1,146 @@
+//! Shards on S3 (issue #24): `pack --shards N -o s3://...` as the tasks of
+//! a job array (the last one writes the manifest object beside the
+//! shards), a manifest of `s3://` shards mounted as one tree equal to the
+//! source, manifests mixing local and remote shards, and a missing shard
+//! object as an error naming it. Against moto, as `remote_s3` starts it.
+
+use crate::common::servers::Moto;
+use crate::common::*;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn packfs(moto: &Moto, args: &[&str]) -> Output {
+    Command::new(packfs_bin())
+        .args(args)
+        .envs(moto.env())
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `pack SRC --shards 3 --shard K -o TEMPLATE` with a fixed mtime, so
+/// that packing again (locally) gives the same bytes.
+fn pack_task(moto: &Moto, src: &Path, template: &str, k: Option<u32>) -> Output {
+    let mut args = vec![
+        "pack".to_string(),
+        src.to_str().unwrap().into(),
+        "--shards".into(),
+        "3".into(),
+        "-o".into(),
+        template.into(),
+    ];
+    if let Some(k) = k {
+        args.extend(["--shard".into(), k.to_string()]);
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    packfs(moto, &a)
+}
+
+#[test]
+fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let moto = Moto::start();
+    moto.create_bucket("shards");
+    let template = "s3://shards/sets/t-{shard}.sqfs";
+
+    // Task 0 alone: its shard and sidecar, no manifest yet.
+    let out = pack_task(&moto, &src, template, Some(0));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("manifest: not yet"), "{err}");
+    let keys = moto.keys("shards");
+    assert!(keys.contains(&"sets/t-0.sqfs".to_string()), "{keys:?}");
+    assert!(
+        !keys.iter().any(|k| k.ends_with("manifest.json")),
+        "{keys:?}"
+    );
+
+    // Tasks 1 and 2 finish together: whichever is last writes the manifest.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| pack_task(&moto, &src, template, Some(1)));
+        let b = s.spawn(|| pack_task(&moto, &src, template, Some(2)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let said: Vec<String> = [a, b]
+        .into_iter()
+        .map(|o| {
+            let e = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(o.status.success(), "{e}");
+            e
+        })
+        .collect();
+    assert!(
+        said.iter()
+            .any(|e| e.contains("manifest: s3://shards/sets/t.manifest.json")),
+        "{said:?}"
+    );
+    assert!(moto
+        .keys("shards")
+        .contains(&"sets/t.manifest.json".to_string()));
+
+    // Mounted: one tree, equal to the source entry by entry.
+    let url = "s3://shards/sets/t.manifest.json";
+    let dir = scratch();
+    let mp = dir.path().to_str().unwrap().to_string();
+    ok(packfs(&moto, &["mount", url, &mp, "--range-size", "64K"]));
+    let m = PackfsMount { dir };
+    let o = ManifestOptions::default();
+    assert_same(
+        "s3 shards vs source",
+        &manifest(m.path(), &o),
+        &manifest(&src, &o),
+    );
+    drop(m);
+    // `ls` reads it too.
+    let listed = ok(packfs(&moto, &["ls", url]));
+    assert!(listed.contains("d"), "{listed}");
+
+    // The same split packed locally gives the same images: a local
+    // manifest naming shard 0 by its URL mixes local and remote shards.
+    let local = t.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    let out = pack_task(
+        &moto,
+        &src,
+        local.join("t-{shard}.sqfs").to_str().unwrap(),
+        None,
+    );
+    ok(out);
+    let mpath = local.join("t.manifest.json");
+    let mut mj: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    mj["shards"][0]["file"] = "s3://shards/sets/t-0.sqfs".into();
+    std::fs::remove_file(local.join("t-0.sqfs")).unwrap();
+    std::fs::write(&mpath, serde_json::to_vec(&mj).unwrap()).unwrap();
+    let dir = scratch();
+    let mp = dir.path().to_str().unwrap().to_string();
+    ok(packfs(&moto, &["mount", mpath.to_str().unwrap(), &mp]));
+    let m = PackfsMount { dir };
+    assert_same(
+        "mixed shards vs source",
+        &manifest(m.path(), &o),
+        &manifest(&src, &o),
+    );
+    drop(m);
+
+    // A shard object missing: an error naming it, before anything mounts.
+    moto.py("s3.delete_object(Bucket='shards', Key='sets/t-1.sqfs')");
+    let dir = scratch();
+    let out = packfs(&moto, &["mount", url, dir.path().to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("shard 1") && err.contains("s3://shards/sets/t-1.sqfs") && err.contains("404"),
+        "{err}"
+    );
+}
