@@ -99,14 +99,16 @@ fi
 want import || exit 0
 [ -n "$venv" ] || { echo "import: no VENV given" >&2; exit 2; }
 echo "== import $modules: raw venv, path order, profile order" | tee "$out-import.txt"
-"$bin" pack "$venv" -o "$work/v-path.sqfs" -f -q --mtime 0
+# No --mtime 0 for a venv: a .pyc records its source's mtime, so an image
+# whose sources all say 0 has every .pyc stale, and each import recompiles.
+"$bin" pack "$venv" -o "$work/v-path.sqfs" -f -q
 profile=$out-import-profile.txt
 code="import ${modules}"
 cold
 "$bin" run --record-access "$profile" "$work/v-path.sqfs:$mnt" -- "$mnt/bin/python" -c "$code"
 for _ in $(seq 100); do [ -s "$profile" ] && break; sleep 0.1; done
 echo "profile: $(wc -l < "$profile") files" | tee -a "$out-import.txt"
-"$bin" pack "$venv" -o "$work/v-profile.sqfs" -f -q --mtime 0 --order "profile:$profile"
+"$bin" pack "$venv" -o "$work/v-profile.sqfs" -f -q --order "profile:$profile"
 for lat in local 500,100; do
     extra=()
     [ "$lat" = local ] || extra=(--emulate-latency "$lat")

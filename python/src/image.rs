@@ -18,6 +18,7 @@ use crate::open::{self, Options, StorageCounters};
 use crate::resolve::resolve;
 use mountfs::fs::{Attr, FileKind, PackFs};
 use mountfs::open::AnyImage;
+use mountfs::remote::disk_cache::DiskCache;
 use mountfs::remote::RemoteCounters;
 use mountfs::FsError;
 use pyo3::prelude::*;
@@ -221,13 +222,40 @@ fn stat_tuple(a: &Attr) -> StatTuple {
     )
 }
 
+/// Opens the disk cache in `dir`. A directory that cannot be used is a
+/// `RuntimeWarning`, not an error, as for `packfs mount --disk-cache`: the
+/// image reads the same without it, and one DataLoader worker whose cache
+/// directory is unusable should not stop the training.
+fn open_disk_cache(
+    py: Python<'_>,
+    dir: &[u8],
+    size: Option<u64>,
+) -> PyResult<Option<Arc<DiskCache>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(dir));
+    let budget = size.unwrap_or_else(|| DiskCache::default_budget(dir));
+    match py.detach(|| DiskCache::open(dir, budget)) {
+        Ok(c) => Ok(Some(Arc::new(c))),
+        Err(e) => {
+            let msg = format!("disk_cache {}: {e}; not caching to disk", dir.display());
+            let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+            PyErr::warn(py, &cat, &std::ffi::CString::new(msg).unwrap_or_default(), 1)?;
+            Ok(None)
+        }
+    }
+}
+
 #[pymethods]
 impl NativeImage {
     /// Opens `location` with a decoded-block cache of `cache_size` bytes, a
     /// fetched-range cache of `range_cache` bytes (remote images) and
-    /// `threads` threads for `read_many`.
+    /// `threads` threads for `read_many`; a remote image's fetched bytes
+    /// also go to the node-local cache in directory `disk_cache` (at most
+    /// `disk_cache_size` bytes, or half the free space there).
     #[new]
-    #[pyo3(signature = (location, cache_size, range_cache, threads, profile=None, endpoint=None))]
+    #[pyo3(signature = (location, cache_size, range_cache, threads, profile=None, endpoint=None,
+                        disk_cache=None, disk_cache_size=None))]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of packfs.Image
     fn new(
         py: Python<'_>,
         location: &Bound<'_, PyAny>,
@@ -236,13 +264,20 @@ impl NativeImage {
         threads: usize,
         profile: Option<String>,
         endpoint: Option<String>,
+        disk_cache: Option<&Bound<'_, PyAny>>,
+        disk_cache_size: Option<u64>,
     ) -> PyResult<Self> {
         let location: String = String::from_utf8_lossy(&path_arg(location)?).into_owned();
+        let disk_cache = match disk_cache {
+            Some(dir) => open_disk_cache(py, &path_arg(dir)?, disk_cache_size)?,
+            None => None,
+        };
         let o = Options {
             cache_bytes: cache_size,
             range_cache,
             profile,
             endpoint,
+            disk_cache,
         };
         let opened = py
             .detach(|| {
@@ -480,6 +515,7 @@ impl NativeImage {
                 d.set_item("get_requests", s.get_requests)?;
                 d.set_item("failed_requests", s.failed_requests)?;
                 d.set_item("ranges_fetched", s.ranges_fetched)?;
+                d.set_item("disk_cache_bytes", s.bytes_from_disk)?;
             }
             // A file: the reads that reached it.
             None => {

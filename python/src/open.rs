@@ -11,6 +11,7 @@
 use mountfs::location::{self, ImageLocation};
 use mountfs::open::{open_manifest_bytes, AnyImage};
 use mountfs::readahead::StreamReadahead;
+use mountfs::remote::disk_cache::DiskCache;
 use mountfs::remote::{RemoteCounters, RemoteOptions};
 use mountfs::source::{open_image, ImageSource, IoMode};
 use mountfs::union::{OnConflict, UnionOptions};
@@ -28,6 +29,9 @@ pub struct Options {
     pub range_cache: u64,
     pub profile: Option<String>,
     pub endpoint: Option<String>,
+    /// The node-local disk cache of a remote image's fetched bytes, shared
+    /// with every other process that opens the same directory.
+    pub disk_cache: Option<Arc<DiskCache>>,
 }
 
 /// Reads that reached the image file or object source, summed over shards.
@@ -80,6 +84,7 @@ pub fn open(location: &str, o: &Options) -> Result<Opened, FsError> {
         endpoint: o.endpoint.clone(),
         profile: o.profile.clone(),
         cache_bytes: o.range_cache,
+        disk_cache: o.disk_cache.clone(),
         ..Default::default()
     };
     remote.validate().map_err(FsError::Invalid)?;

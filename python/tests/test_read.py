@@ -193,6 +193,39 @@ def test_http_and_s3_images(name, images, tree, range_server, moto):
         packfs.Image("s3://images/missing.sqfs", endpoint=moto)
 
 
+def test_disk_cache_serves_the_next_open_without_fetching(images, tree, range_server, tmp_path):
+    loc = f"{range_server}/{images['packfs-sqfs'][0].name}"
+    cache = tmp_path / "cache"
+    names = [f"many/f{i:04d}" for i in range(300)]
+    want = [(tree / n).read_bytes() for n in names]
+
+    def read_all(img):
+        assert img.read("big.txt") == (tree / "big.txt").read_bytes()
+        assert img.read_many(names) == want
+        return img.stats()
+
+    with packfs.Image(loc, disk_cache=cache, disk_cache_size=256 << 20) as first:
+        s1 = read_all(first)
+    assert s1["storage_bytes"] > 0 and s1["disk_cache_bytes"] == 0, s1
+    assert any(p.is_file() for p in (cache / "packfs-cache-v1" / "objects").rglob("*"))
+    # A new image (as a new process or DataLoader worker would open it).
+    with packfs.Image(loc, disk_cache=cache) as second:
+        s2 = read_all(second)
+    assert s2["disk_cache_bytes"] > 0, s2
+    assert s2["storage_bytes"] <= s1["storage_bytes"] // 20, (s1, s2)
+
+
+def test_an_unusable_disk_cache_is_a_warning_and_reads_go_on(images, tree, range_server, tmp_path):
+    loc = f"{range_server}/{images['packfs-sqfs'][0].name}"
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_bytes(b"x")
+    with pytest.warns(RuntimeWarning, match="disk_cache"):
+        img = packfs.Image(loc, disk_cache=not_a_dir)
+    assert img.read("big.txt") == (tree / "big.txt").read_bytes()
+    with pytest.raises(ValueError, match="disk_cache"):
+        packfs.Image(loc, disk_cache_size=1 << 20)
+
+
 def test_stats_count_cache_and_storage(images):
     img = packfs.Image(images["packfs-sqfs"][0], cache_size=64 << 20)
     before = img.stats()

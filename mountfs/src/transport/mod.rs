@@ -73,7 +73,7 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     (!cpus.is_empty()).then_some(cpus)
 }
 
-/// Which transport served a mount, as `--stats` and `packfs info` name it.
+/// Which transport served a mount, as `--stats` and the daemon log name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Served {
     Dev,

@@ -44,7 +44,11 @@ class Image:
     (default: an eighth of the memory limit, 64 MiB to 1 GiB, divided the
     same way). ``profile`` and ``endpoint`` are the S3 profile and endpoint
     (as ``--profile`` and ``--endpoint``; keys come from the environment or
-    the AWS files).
+    the AWS files). ``disk_cache`` is a directory on node-local disk where a
+    remote image's fetched bytes are kept, checksummed, across runs and
+    shared by every process on the node (as ``--disk-cache``); it holds at
+    most ``disk_cache_size`` bytes (default: half the free space there). A
+    directory that cannot be used is a ``RuntimeWarning`` and no caching.
 
     Paths are relative to the image root, with or without a leading ``/``
     (``""`` and ``"/"`` are the root); symlinks inside the image are followed
@@ -62,11 +66,25 @@ class Image:
         cache_size: int | None = None,
         profile: str | None = None,
         endpoint: str | None = None,
+        disk_cache: str | os.PathLike | None = None,
+        disk_cache_size: int | None = None,
     ) -> None:
         if isinstance(location, Image):
             raise TypeError("location is an Image already")
+        if disk_cache_size is not None and disk_cache is None:
+            raise ValueError("disk_cache_size needs disk_cache (the cache directory)")
+        if disk_cache_size is not None and disk_cache_size <= 0:
+            raise ValueError(f"disk_cache_size must be > 0, not {disk_cache_size}")
         self._location = os.fsdecode(os.fspath(location))
-        self._options = {"cache_size": cache_size, "profile": profile, "endpoint": endpoint}
+        self._options = {
+            "cache_size": cache_size,
+            "profile": profile,
+            "endpoint": endpoint,
+            # One cache for the whole node, shared by every worker: neither
+            # the directory nor its size is divided among DataLoader workers.
+            "disk_cache": None if disk_cache is None else os.fsdecode(os.fspath(disk_cache)),
+            "disk_cache_size": disk_cache_size,
+        }
         # (pid, native image) of the process that opened it, or None.
         self._opened: tuple[int, Any] | None = None
         self._closed = False
@@ -101,6 +119,8 @@ class Image:
             threads,
             self._options["profile"],
             self._options["endpoint"],
+            self._options.get("disk_cache"),
+            self._options.get("disk_cache_size"),
         )
         # One assignment: a thread reading `_opened` sees the old or the new pair.
         self._opened = (pid, native)

@@ -22,6 +22,7 @@ holds the image's whole file list in Python.
 
 from __future__ import annotations
 
+import os
 import stat as _stat
 from typing import Any
 
@@ -75,7 +76,8 @@ def _remote_options(target_options: dict | None) -> dict:
 class PackFileSystem(AbstractFileSystem):
     """The files inside one packfs image (SquashFS, ZIP or shard manifest),
     read-only. ``fo`` is the image location or an open :class:`packfs.Image`;
-    ``cache_size``, ``profile`` and ``endpoint`` are :class:`packfs.Image`'s."""
+    ``cache_size``, ``profile``, ``endpoint``, ``disk_cache`` and
+    ``disk_cache_size`` are :class:`packfs.Image`'s."""
 
     protocol = "packfs"
     root_marker = ""
@@ -89,6 +91,8 @@ class PackFileSystem(AbstractFileSystem):
         cache_size: int | None = None,
         profile: str | None = None,
         endpoint: str | None = None,
+        disk_cache: str | os.PathLike | None = None,
+        disk_cache_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -104,6 +108,9 @@ class PackFileSystem(AbstractFileSystem):
                 opts["profile"] = profile
             if endpoint:
                 opts["endpoint"] = endpoint
+            if disk_cache is not None:
+                opts["disk_cache"] = disk_cache
+                opts["disk_cache_size"] = disk_cache_size
             self.image = Image(_location(fo, target_protocol), cache_size=cache_size, **opts)
 
     @classmethod
