@@ -172,6 +172,21 @@ pub enum Content {
     Manifest(Vec<u8>),
 }
 
+/// Whether the file at `path` looks like a shard manifest (JSON) rather
+/// than an image: images start with binary magic, JSON with `{`.
+pub fn is_manifest(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let n = f.read(&mut head).unwrap_or(0);
+    head[..n]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
+}
+
 /// Manifests larger than this are not read (one of 4096 shards is a few MiB).
 pub const MAX_MANIFEST: u64 = 64 << 20;
 
@@ -180,7 +195,7 @@ pub const MAX_MANIFEST: u64 = 64 << 20;
 /// with binary magic), for files and remote objects alike.
 pub fn open_content(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) -> Result<Content> {
     if let ImageLocation::Local(p) = loc {
-        if crate::open::is_manifest(p) {
+        if is_manifest(p) {
             let name = p.display().to_string();
             return std::fs::read(p)
                 .map(Content::Manifest)

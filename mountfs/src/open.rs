@@ -93,20 +93,7 @@ pub fn open_manifest_bytes<I: Image>(
     )
 }
 
-/// Whether the file at `path` looks like a shard manifest (JSON) rather
-/// than an image: images start with binary magic, JSON with `{`.
-pub fn is_manifest(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 64];
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
-    let n = f.read(&mut head).unwrap_or(0);
-    head[..n]
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'{')
-}
+pub use crate::location::is_manifest;
 
 impl AnyImage {
     /// Opens the image file at `path` with positional reads, detecting its
