@@ -159,6 +159,57 @@ fn uring_queues_answer_every_request_of_a_tree_walk() {
     assert_eq!(served(&stats).0, "uring", "{stats}");
 }
 
+/// CPU changes of the calling thread over a cold one-thread read of every
+/// file under `mnt` (each a LOOKUP and a READ through the queues).
+fn cpu_hops_reading(mnt: &Path, files: usize) -> usize {
+    let cpu = || unsafe { libc::sched_getcpu() };
+    let mut hops = 0;
+    let mut last = cpu();
+    for i in 0..files {
+        let data = std::fs::read(mnt.join(format!("f{i:05}"))).unwrap();
+        assert_eq!(data.len(), 100 + i % 900, "f{i:05}");
+        let now = cpu();
+        hops += usize::from(now != last);
+        last = now;
+    }
+    hops
+}
+
+// A one-thread reader served through the queues stays on its CPU: without
+// the queue threads' SCHED_IDLE submission (transport/uring/stay.rs) the
+// scheduler moves the woken reader to an idle CPU at nearly every request,
+// which is what made one-thread cold passes slower than on /dev/fuse.
+#[test]
+#[ignore = "switches enable_uring: run by scripts/uring_tests.sh"]
+fn a_one_thread_reader_stays_on_its_cpu_under_uring() {
+    let s = Settings::take();
+    s.set(ENABLE_URING, "Y");
+    s.set(IO_URING_DISABLED, "0");
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let files = 2000;
+    for i in 0..files {
+        std::fs::write(
+            src.join(format!("f{i:05}")),
+            vec![b'a' + (i % 26) as u8; 100 + i % 900],
+        )
+        .unwrap();
+    }
+    let img = t.path().join("img.sqfs");
+    pack(&src, &img, &[]);
+    let mut hops = 0;
+    let stats = with_stats(&img, &["--transport", "uring"], |mnt| {
+        hops = cpu_hops_reading(mnt, files);
+    });
+    eprintln!("{hops} CPU changes in {files} files");
+    assert_eq!(served(&stats).0, "uring", "{stats}");
+    assert!(
+        hops * 10 <= files,
+        "the reader changed CPU {hops} times in {files} files read through the queues"
+    );
+}
+
 #[test]
 #[ignore = "switches enable_uring: run by scripts/uring_tests.sh"]
 fn auto_serves_through_dev_fuse_when_enable_uring_is_off() {

@@ -172,6 +172,11 @@ impl Ring {
         self.pending += 1;
     }
 
+    /// Entries pushed and not yet submitted.
+    pub fn pending(&self) -> u32 {
+        self.pending
+    }
+
     /// Submits what was pushed and waits until at least `wait` completions
     /// are there. EINTR is retried.
     pub fn submit_and_wait(&mut self, wait: u32) -> io::Result<()> {

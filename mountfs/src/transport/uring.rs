@@ -12,6 +12,8 @@
 //! else is answered ENOSYS, as `fuser`'s defaults do) and answered by the
 //! same [`Ops`] as the `/dev/fuse` adapter.
 
+mod stay;
+
 use super::abi::{self, *};
 use super::ring::{Ring, SQE_BYTES};
 use super::{Served, Shared};
@@ -40,6 +42,15 @@ pub struct Access {
 pub struct Queues {
     done: mpsc::Receiver<()>,
     threads: usize,
+    windows: Option<Arc<stay::Windows>>,
+}
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        if let Some(w) = &self.windows {
+            w.stop();
+        }
+    }
 }
 
 impl Queues {
@@ -71,10 +82,17 @@ pub fn start<I: Image>(
     let payload = (crate::fuse::MAX_REQUEST.max(shared.max_readahead()) as usize)
         .max(8192)
         .next_multiple_of(page);
+    let wanted = std::env::var_os("PACKFS_URING_STAY").is_none_or(|v| v != "0");
+    let windows = stay::Windows::new(cpus.len(), wanted);
+    log::debug!(
+        "FUSE io_uring queues keep callers on their CPU: {}",
+        windows.is_some()
+    );
     let (ready_tx, ready_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
-    for &cpu in &cpus {
+    for (q, &cpu) in cpus.iter().enumerate() {
         let dev = dev.try_clone()?;
+        let stay = windows.clone().map(|w| (w, q));
         let (ops, shared, ready, done) = (
             ops.clone(),
             shared.clone(),
@@ -84,7 +102,7 @@ pub fn start<I: Image>(
         std::thread::Builder::new()
             .name(format!("fuse-uring-{cpu}"))
             .spawn(move || {
-                let q = Queue::new(cpu, dev, payload, ops, shared, access);
+                let q = Queue::new(cpu, dev, payload, ops, shared, access, stay);
                 match q {
                     Ok(mut q) => {
                         let _ = ready.send(Ok(()));
@@ -99,6 +117,12 @@ pub fn start<I: Image>(
             })?;
     }
     drop(ready_tx);
+    // Built first so that an error below also stops the windows' watchdog.
+    let queues = Queues {
+        done: done_rx,
+        threads: cpus.len(),
+        windows,
+    };
     for _ in &cpus {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
@@ -107,10 +131,7 @@ pub fn start<I: Image>(
         }
     }
     shared.set_served(Served::Uring);
-    Ok(Queues {
-        done: done_rx,
-        threads: cpus.len(),
-    })
+    Ok(queues)
 }
 
 /// One entry's buffers. Boxed slices never move, so their addresses stay
@@ -131,6 +152,9 @@ struct Queue<I: Image> {
     ops: Arc<Ops<I>>,
     shared: Arc<Shared>,
     access: Option<Access>,
+    /// The `SCHED_IDLE` windows and this queue's slot in them, when the
+    /// process may use them (module `stay`).
+    stay: Option<(Arc<stay::Windows>, usize)>,
 }
 
 fn pin_to(cpu: usize) {
@@ -157,8 +181,12 @@ impl<I: Image> Queue<I> {
         ops: Arc<Ops<I>>,
         shared: Arc<Shared>,
         access: Option<Access>,
+        stay: Option<(Arc<stay::Windows>, usize)>,
     ) -> io::Result<Queue<I>> {
         pin_to(cpu);
+        if let Some((w, q)) = &stay {
+            w.register(*q);
+        }
         let qid = u16::try_from(cpu).map_err(|_| io::Error::other("CPU number too large"))?;
         let ring = Ring::new(ENTRIES as u32)?;
         let mut entries: Vec<Entry> = (0..ENTRIES)
@@ -191,6 +219,7 @@ impl<I: Image> Queue<I> {
             ops,
             shared,
             access,
+            stay,
         };
         for (i, e) in entries.iter_mut().enumerate() {
             let sqe = q.command(CMD_REGISTER, i, 0, Some(&e.iov));
@@ -255,7 +284,14 @@ impl<I: Image> Queue<I> {
             if !self.entries.iter().any(|e| e.live) {
                 return;
             }
-            if let Err(e) = self.ring.submit_and_wait(1) {
+            // Answers first, on their own, so that the callers they wake
+            // stay on this CPU (module `stay`); then the wait.
+            let ring = &mut self.ring;
+            let answered = match &self.stay {
+                Some((w, q)) if ring.pending() > 0 => w.around(*q, || ring.submit_and_wait(0)),
+                _ => Ok(()),
+            };
+            if let Err(e) = answered.and_then(|()| self.ring.submit_and_wait(1)) {
                 log::error!("FUSE io_uring queue {}: {e}", self.qid);
                 // The kernel may still write into registered buffers.
                 std::mem::forget(std::mem::take(&mut self.entries));

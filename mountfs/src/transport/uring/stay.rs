@@ -1,0 +1,234 @@
+//! Keeping a woken caller on its queue's CPU.
+//!
+//! A queue thread answers with `COMMIT_AND_FETCH`, and the kernel wakes the
+//! caller inside that system call, while the queue thread still runs. The
+//! scheduler then places the caller on another CPU if one is idle
+//! (`select_idle_sibling`): a one-thread reader hops to the other CPU at
+//! every request, each hop wakes a halted CPU (an IPI, and on a VM an exit),
+//! and its next request goes to that CPU's queue, whose thread must be woken
+//! in turn. A reader pinned to one CPU does not hop, and is served several
+//! times faster per request (docs/BENCHMARKS.md, "FUSE transports").
+//!
+//! A CPU whose running threads all have the `SCHED_IDLE` policy counts as
+//! idle for that choice (`sched_idle_cpu`), so a queue thread that drops to
+//! `SCHED_IDLE` for the submission keeps the caller on this CPU, and the
+//! caller preempts it at once. The thread returns to `SCHED_OTHER` as soon as
+//! it runs again — when this CPU has nothing else to run, which is when its
+//! caller waits for the next answer — and only then waits for a request, so
+//! it never sleeps in `SCHED_IDLE`.
+//!
+//! The window in between is bounded: a request from another thread on this
+//! CPU would otherwise wait for as long as the caller keeps the CPU busy
+//! (a `SCHED_IDLE` thread gets almost no share of a busy CPU). A watchdog
+//! thread puts a queue thread back in `SCHED_OTHER` once its window has been
+//! open for [`WINDOW`]; it ticks only while queues answer, and parks when
+//! they have been quiet for [`PARK_AFTER`].
+//!
+//! Leaving `SCHED_IDLE` needs `CAP_SYS_NICE` or an `RLIMIT_NICE` of 20
+//! (`can_nice` in the kernel): without them a thread would stay in
+//! `SCHED_IDLE` for good, so [`Windows::new`] tries the round trip on a
+//! throwaway thread first, and the queues of a process that may not make it
+//! answer without it.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest a queue thread stays in `SCHED_IDLE` after an answer: about
+/// one scheduler slice, the wait a request would have behind a busy caller
+/// anyway.
+pub const WINDOW: Duration = Duration::from_millis(3);
+
+/// Quiet time after which the watchdog stops ticking until the next answer.
+pub const PARK_AFTER: Duration = Duration::from_millis(200);
+
+/// Switches thread `tid` (0: the calling one) between `SCHED_IDLE` and
+/// `SCHED_OTHER`.
+fn set_idle(tid: i32, idle: bool) -> io::Result<()> {
+    let policy = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` outlives the call; a stale tid is at worst ESRCH.
+    if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether this process may drop a thread to `SCHED_IDLE` and bring it
+/// back, tried on a thread of its own so that a refusal strands nobody.
+fn permitted() -> bool {
+    std::thread::spawn(|| set_idle(0, true).is_ok() && set_idle(0, false).is_ok())
+        .join()
+        .unwrap_or(false)
+}
+
+/// One queue thread's window: its tid, and when its open window opened
+/// (nanoseconds since [`Windows::base`], 0 when closed).
+struct Slot {
+    tid: AtomicI32,
+    opened: AtomicU64,
+}
+
+/// The `SCHED_IDLE` windows of a mount's queue threads and the watchdog
+/// that closes those left open longer than [`WINDOW`].
+///
+/// Invariant: a slot's `opened` is non-zero only while its thread is (or is
+/// about to be) in `SCHED_IDLE`; the thread clears it after leaving.
+pub struct Windows {
+    base: Instant,
+    slots: Vec<Slot>,
+    /// Set when an answer was submitted since the watchdog last looked.
+    busy: AtomicBool,
+    parked: Mutex<bool>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+impl Windows {
+    /// Windows for `queues` queue threads, with their watchdog running, or
+    /// `None` when `wanted` is false or the process may not leave
+    /// `SCHED_IDLE` again.
+    pub fn new(queues: usize, wanted: bool) -> Option<Arc<Windows>> {
+        if !wanted || !permitted() {
+            return None;
+        }
+        let w = Arc::new(Windows {
+            base: Instant::now(),
+            slots: (0..queues)
+                .map(|_| Slot {
+                    tid: AtomicI32::new(0),
+                    opened: AtomicU64::new(0),
+                })
+                .collect(),
+            busy: AtomicBool::new(false),
+            parked: Mutex::new(false),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let watch = w.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fuse-uring-stay".into())
+            .spawn(move || watch.watch());
+        spawned.ok().map(|_| w)
+    }
+
+    fn now(&self) -> u64 {
+        (self.base.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// Called by queue thread `q` once, from that thread.
+    pub fn register(&self, q: usize) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.slots[q].tid.store(tid, Ordering::Relaxed);
+    }
+
+    /// Runs `submit` (a submission that wakes callers and does not wait) in
+    /// `SCHED_IDLE` for queue thread `q`, then returns to `SCHED_OTHER`.
+    pub fn around<T>(&self, q: usize, submit: impl FnOnce() -> T) -> T {
+        let slot = &self.slots[q];
+        slot.opened.store(self.now(), Ordering::Relaxed);
+        if !self.busy.swap(true, Ordering::Relaxed) {
+            let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+            if *parked {
+                *parked = false;
+                self.wake.notify_one();
+            }
+        }
+        if set_idle(0, true).is_err() {
+            slot.opened.store(0, Ordering::Relaxed);
+            return submit();
+        }
+        let r = submit();
+        // `permitted` showed this works; should it stop working, the
+        // watchdog retries it, and the thread still serves meanwhile.
+        let _ = set_idle(0, false);
+        slot.opened.store(0, Ordering::Relaxed);
+        r
+    }
+
+    /// Ends the watchdog (the queues have ended).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        *parked = false;
+        self.wake.notify_one();
+    }
+
+    fn watch(&self) {
+        let window = WINDOW.as_nanos() as u64;
+        let mut quiet = Duration::ZERO;
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(WINDOW);
+            let now = self.now();
+            for s in &self.slots {
+                let opened = s.opened.load(Ordering::Relaxed);
+                if opened != 0 && now.saturating_sub(opened) >= window {
+                    let tid = s.tid.load(Ordering::Relaxed);
+                    if tid != 0 && set_idle(tid, false).is_ok() {
+                        s.opened.store(0, Ordering::Relaxed);
+                    }
+                }
+            }
+            if self.busy.swap(false, Ordering::Relaxed) {
+                quiet = Duration::ZERO;
+                continue;
+            }
+            quiet += WINDOW;
+            if quiet >= PARK_AFTER
+                && self
+                    .slots
+                    .iter()
+                    .all(|s| s.opened.load(Ordering::Relaxed) == 0)
+            {
+                let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+                *parked = true;
+                while *parked && !self.stop.load(Ordering::Relaxed) {
+                    parked = self.wake.wait(parked).unwrap_or_else(|p| p.into_inner());
+                }
+                quiet = Duration::ZERO;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The watchdog closes a window its thread cannot close itself: a thread
+    // left in SCHED_IDLE is back in SCHED_OTHER within a few windows.
+    #[test]
+    fn a_window_left_open_is_closed_by_the_watchdog() {
+        let Some(w) = Windows::new(1, true) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE 20 (run as root)"
+            );
+            return;
+        };
+        let w2 = w.clone();
+        let policy = std::thread::spawn(move || {
+            w2.register(0);
+            w2.slots[0].opened.store(w2.now(), Ordering::Relaxed);
+            w2.busy.store(true, Ordering::Relaxed);
+            set_idle(0, true).unwrap();
+            let end = Instant::now() + WINDOW * 20;
+            // SAFETY: pid 0 is this thread.
+            while unsafe { libc::sched_getscheduler(0) } == libc::SCHED_IDLE && Instant::now() < end
+            {
+                std::hint::spin_loop();
+            }
+            unsafe { libc::sched_getscheduler(0) }
+        })
+        .join()
+        .unwrap();
+        w.stop();
+        assert_eq!(policy, libc::SCHED_OTHER);
+    }
+}
