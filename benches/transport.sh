@@ -22,6 +22,11 @@
 #                  invocation (its scan of the raw tree to plan the pass
 #                  included, the same for every side; NA for raw, which the
 #                  bench only times next to a mount)
+#   halts          times a vCPU halted over that invocation (the haltpoll
+#                  cpuidle state's usage summed over CPUs; NA without it)
+# Sides: raw, erofs, packfs-dev, packfs-uring, and packfs-uring-nostay
+# (PACKFS_URING_STAY=0: queue threads answer without the SCHED_IDLE
+# submission that keeps a woken caller on its CPU, as before it existed).
 # and OUT_DIR/big.tsv the large file's read rate per transport, as `dd bs=1M` prints it (cold).
 set -euo pipefail
 raw=$(realpath "$1") out=$2
@@ -52,9 +57,14 @@ mount -t erofs -o loop,ro "$erofs_img" "$work/m-erofs"
 
 # Non-idle jiffies of the whole machine (user nice system irq softirq steal).
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+# Halts of every vCPU so far (cpuidle state 1 is haltpoll's "halt").
+halts() {
+    cat /sys/devices/system/cpu/cpu*/cpuidle/state1/usage 2>/dev/null | awk '{s+=$1} END {print NR ? s : "NA"}'
+}
 # user+system jiffies of a process.
 proc_cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
+delta() { if [ "$1" = NA ]; then echo NA; else echo $(($2 - $1)); fi; }
 
 # bench_pass WORKLOAD THREADS ARGS...: one cold pass of each side.
 bench_pass() {
@@ -69,7 +79,7 @@ seconds() {
         "$work/pass.json" "$1"
 }
 
-printf 'idle\tside\tworkload\tthreads\tseconds\tfuse_requests\turing_requests\tdaemon_cpu_s\tmachine_cpu_s\n' \
+printf 'idle\tside\tworkload\tthreads\tseconds\tfuse_requests\turing_requests\tdaemon_cpu_s\tmachine_cpu_s\thalts\n' \
     > "$out/passes.tsv"
 run_all() {
     local idle=$1
@@ -80,30 +90,32 @@ run_all() {
             # whose time in this invocation is not reported), then EROFS in a
             # bench of its own so that machine_cpu_s is EROFS's alone.
             bench_pass "$wl" "$th" --mountpoint "erofs=$work/m-erofs"
-            printf '%s\traw\t%s\t%s\t%s\t0\t0\t0\tNA\n' "$idle" "$wl" "$th" "$(seconds raw)" \
+            printf '%s\traw\t%s\t%s\t%s\t0\t0\t0\tNA\tNA\n' "$idle" "$wl" "$th" "$(seconds raw)" \
                 >> "$out/passes.tsv"
-            b0=$(busy)
+            b0=$(busy) h0=$(halts)
             bench_pass "$wl" "$th" --no-raw --mountpoint "erofs=$work/m-erofs"
-            b1=$(busy)
-            printf '%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\n' "$idle" "$wl" "$th" "$(seconds erofs)" \
-                "$(echo "($b1 - $b0) / $hz" | bc -l)" >> "$out/passes.tsv"
-            for t in dev uring; do
-                local m=$work/m-packfs stats=$work/stats-$t.json
+            b1=$(busy) h1=$(halts)
+            printf '%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$idle" "$wl" "$th" "$(seconds erofs)" \
+                "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
+            for side in dev uring uring-nostay; do
+                local t=${side%-nostay} stay=1
+                [ "$side" = "$t" ] || stay=0
+                local m=$work/m-packfs stats=$work/stats-$side.json
                 rm -f "$stats"
                 sync; echo 3 > /proc/sys/vm/drop_caches
-                "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+                PACKFS_URING_STAY=$stay "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
                 pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
-                c0=$(proc_cpu "$pid") b0=$(busy)
-                bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$t=$m"
-                c1=$(proc_cpu "$pid") b1=$(busy)
-                secs=$(seconds "packfs-$t")
+                c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
+                bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
+                c1=$(proc_cpu "$pid") b1=$(busy) h1=$(halts)
+                secs=$(seconds "packfs-$side")
                 "$bin" umount "$m"
                 for _ in $(seq 100); do [ -s "$stats" ] && break; sleep 0.1; done
                 read -r req ureq tr < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["requests_total"], d["uring_requests"], d["transport"])' "$stats")
                 [ "$tr" = "$t" ] || { echo "transport.sh: asked for $t, served by $tr" >&2; exit 1; }
-                printf '%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\n' "$idle" "$t" "$wl" "$th" "$secs" \
+                printf '%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\n' "$idle" "$side" "$wl" "$th" "$secs" \
                     "$req" "$ureq" "$(echo "($c1 - $c0) / $hz" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
-                    >> "$out/passes.tsv"
+                    "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
             done
         done
     done
