@@ -30,6 +30,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
+use super::error::{BenchError, Context};
+
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 const WORKERS: usize = 32;
 
@@ -497,7 +499,7 @@ pub struct EmulatedMount {
 }
 
 impl EmulatedMount {
-    pub fn mount(source: &Path, lat: &super::args::Latency) -> anyhow::Result<Self> {
+    pub fn mount(source: &Path, lat: &super::args::Latency) -> Result<Self, BenchError> {
         let mut m = EmulatedMount {
             source: source.to_path_buf(),
             lat: *lat,
@@ -509,8 +511,7 @@ impl EmulatedMount {
         Ok(m)
     }
 
-    pub fn start(&mut self) -> anyhow::Result<()> {
-        use anyhow::Context;
+    pub fn start(&mut self) -> Result<(), BenchError> {
         use fuser::MountOption as M;
         let fs = Passthrough::new(
             &self.source,
@@ -560,6 +561,7 @@ impl Drop for EmulatedMount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::one_line;
     use std::os::fd::AsRawFd;
 
     /// The warnings fuser logs in this process (its default answers to the
@@ -599,10 +601,13 @@ mod tests {
         let m = match EmulatedMount::mount(src.path(), &lat) {
             Ok(m) => m,
             Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("skipped: cannot mount a FUSE passthrough here: {e:#}");
+                eprintln!(
+                    "skipped: cannot mount a FUSE passthrough here: {}",
+                    one_line(&e)
+                );
                 return;
             }
-            Err(e) => panic!("CI: cannot mount a FUSE passthrough: {e:#}"),
+            Err(e) => panic!("CI: cannot mount a FUSE passthrough: {}", one_line(&e)),
         };
         for _ in 0..3 {
             let f = std::fs::File::open(m.path().join("f")).unwrap();
