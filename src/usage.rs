@@ -28,7 +28,8 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 pub fn is_usage(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.is::<UsageError>()
-            || c.is::<packfs_bench::UsageError>()
+            || c.downcast_ref::<packfs_bench::BenchError>()
+                .is_some_and(packfs_bench::BenchError::is_usage)
             || matches!(
                 c.downcast_ref::<packer::PackError>(),
                 Some(packer::PackError::InvalidOption(_))

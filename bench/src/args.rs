@@ -4,6 +4,7 @@
 //! invocation sweeps a grid; everything that changes what is measured is
 //! echoed into the JSON `config` so a result file explains itself.
 
+use super::error::BenchError;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -137,20 +138,9 @@ pub struct BenchArgs {
 
 /// A usage error found after clap (a combination of flags, a malformed
 /// `--emulate-latency`): the CLI exits 2 for it, as for clap's own.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
 macro_rules! usage {
     ($($t:tt)*) => {
-        return Err(UsageError(format!($($t)*)).into())
+        return Err(BenchError::Usage(format!($($t)*)))
     };
 }
 
@@ -204,15 +194,14 @@ pub struct Latency {
 }
 
 impl Latency {
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
+    pub fn parse(s: &str) -> Result<Self, BenchError> {
         let mut it = s.split(',').map(str::trim);
-        let num = |v: Option<&str>, what: &str| -> anyhow::Result<Option<u64>> {
+        let num = |v: Option<&str>, what: &str| -> Result<Option<u64>, BenchError> {
             v.map(|v| {
                 v.parse::<u64>().map_err(|_| {
-                    UsageError(format!(
+                    BenchError::Usage(format!(
                         "--emulate-latency {s:?}: {what} {v:?} is not a number of microseconds"
                     ))
-                    .into()
                 })
             })
             .transpose()
@@ -239,8 +228,8 @@ impl Latency {
 }
 
 /// Checks what clap cannot: combinations of flags. Every error is a
-/// [`UsageError`].
-pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
+/// [`BenchError::Usage`].
+pub fn validate(a: &BenchArgs) -> Result<(), BenchError> {
     if a.threads.is_empty() {
         usage!("--threads: name at least one thread count");
     }

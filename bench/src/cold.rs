@@ -10,7 +10,7 @@
 //! said too. Nothing is labelled cold unless an eviction actually ran.
 
 use super::args::ColdMode;
-use anyhow::Context;
+use super::error::{BenchError, Context};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -50,23 +50,21 @@ fn drop_caches_allowed() -> bool {
         .is_ok()
 }
 
-pub fn choose(mode: ColdMode) -> anyhow::Result<Method> {
+pub fn choose(mode: ColdMode) -> Result<Method, BenchError> {
     match mode {
         ColdMode::Auto if drop_caches_allowed() => Ok(Method::DropCaches),
         ColdMode::Auto | ColdMode::Fadvise => Ok(Method::Fadvise),
         ColdMode::DropCaches if drop_caches_allowed() => Ok(Method::DropCaches),
-        ColdMode::DropCaches => {
-            anyhow::bail!(
-                "--cold drop-caches: /proc/sys/vm/drop_caches is not writable (needs root)"
-            )
-        }
+        ColdMode::DropCaches => Err(BenchError::Refused(
+            "--cold drop-caches: /proc/sys/vm/drop_caches is not writable (needs root)".into(),
+        )),
     }
 }
 
 /// Evicts the caches `method` can reach: for fadvise, the pages of every
 /// file in `files` (the raw tree's files, the image, files seen through an
 /// external mount).
-pub fn evict<'a>(method: Method, files: impl Iterator<Item = &'a Path>) -> anyhow::Result<()> {
+pub fn evict<'a>(method: Method, files: impl Iterator<Item = &'a Path>) -> Result<(), BenchError> {
     // Dirty pages cannot be dropped; write them back first.
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };

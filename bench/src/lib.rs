@@ -28,6 +28,7 @@
 mod args;
 mod assemble;
 mod cold;
+mod error;
 mod grid;
 mod iostat;
 mod measure;
@@ -45,13 +46,14 @@ mod tree;
 mod verify;
 mod workload;
 
-pub use args::{BenchArgs, UsageError};
+pub use args::BenchArgs;
+pub use error::BenchError;
 pub use mounts::MountCommand;
 
 /// `packfs bench`: 0 when every run succeeded, 1 when operations failed
 /// (the times are then printed but not comparable); an error when the
 /// bench refused or could not measure.
-pub fn run(a: &BenchArgs, mount: &MountCommand) -> anyhow::Result<i32> {
+pub fn run(a: &BenchArgs, mount: &MountCommand) -> Result<i32, BenchError> {
     let p = plan::prepare(a)?;
     let mut sides = sides::open(
         plan::side_specs(a),

@@ -3,13 +3,13 @@
 
 use super::args::{BenchArgs, Workload};
 use super::assemble;
+use super::error::{BenchError, Context};
 use super::grid::{schedule, Cell};
 use super::plan::Ctx;
 use super::report::Run;
 use super::sides::{self, Side, SideKind};
 use super::storage;
 use super::workload::{self, Plan};
-use anyhow::Context;
 
 /// Phase 4: takes every run of the grid, printing a progress line after
 /// each. Hands the runs to the report, their ratios to raw not filled in.
@@ -18,7 +18,7 @@ pub fn measure(
     sides: &mut [Side],
     plans: &[(Workload, Plan)],
     a: &BenchArgs,
-) -> anyhow::Result<Vec<Run>> {
+) -> Result<Vec<Run>, BenchError> {
     let mut runs = Vec::new();
     for c in schedule(plans.len(), &a.threads, a.repeat, sides.len(), a.epochs) {
         let (w, plan) = &plans[c.plan];
@@ -37,7 +37,7 @@ fn run_cell(
     w: Workload,
     plan: &Plan,
     c: Cell,
-) -> anyhow::Result<Run> {
+) -> Result<Run, BenchError> {
     let before = if c.cold() {
         // Read before the remount: a cold run is charged for it.
         let pre = storage::before_cold(ctx, &sides[c.side]);

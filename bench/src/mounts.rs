@@ -7,7 +7,7 @@
 //! happens. Readiness is the mountpoint's `st_dev` changing, which is what
 //! a user of the mount would observe.
 
-use anyhow::{bail, Context};
+use super::error::{one_line, BenchError, Context};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,14 +25,14 @@ pub struct MountCommand {
 }
 
 /// A scratch directory for mountpoints, removed on drop.
-pub fn scratch_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
+pub fn scratch_dir(what: &str) -> Result<tempfile::TempDir, BenchError> {
     tempfile::Builder::new()
         .prefix(&format!("packfs-bench-{what}-"))
         .tempdir()
         .context("creating a scratch mountpoint")
 }
 
-pub fn dev(p: &Path) -> anyhow::Result<u64> {
+pub fn dev(p: &Path) -> Result<u64, BenchError> {
     Ok(std::fs::metadata(p)
         .with_context(|| format!("{}", p.display()))?
         .dev())
@@ -40,7 +40,11 @@ pub fn dev(p: &Path) -> anyhow::Result<u64> {
 
 /// Waits (up to 20 s) for `mp`'s device to differ from `before`; fails early
 /// if `child` (the server) exits.
-pub fn wait_mounted(mp: &Path, before: u64, mut child: Option<&mut Child>) -> anyhow::Result<()> {
+pub fn wait_mounted(
+    mp: &Path,
+    before: u64,
+    mut child: Option<&mut Child>,
+) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if std::fs::metadata(mp).is_ok_and(|m| m.dev() != before) {
@@ -48,21 +52,24 @@ pub fn wait_mounted(mp: &Path, before: u64, mut child: Option<&mut Child>) -> an
         }
         if let Some(c) = child.as_deref_mut() {
             if let Some(st) = c.try_wait()? {
-                bail!(
+                return Err(BenchError::Mount(format!(
                     "the mount server exited ({st}) before {} was mounted",
                     mp.display()
-                );
+                )));
             }
         }
         if Instant::now() > deadline {
-            bail!("{} was not mounted within 20 s", mp.display());
+            return Err(BenchError::Mount(format!(
+                "{} was not mounted within 20 s",
+                mp.display()
+            )));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 /// `fusermount3 -u` (or fusermount, or umount(2) as root).
-pub fn umount(mp: &Path) -> anyhow::Result<()> {
+pub fn umount(mp: &Path) -> Result<(), BenchError> {
     for bin in ["fusermount3", "fusermount"] {
         match Command::new(bin)
             .arg("-u")
@@ -71,22 +78,25 @@ pub fn umount(mp: &Path) -> anyhow::Result<()> {
             .output()
         {
             Ok(o) if o.status.success() => return Ok(()),
-            Ok(o) => bail!(
-                "{bin} -u {}: {}",
-                mp.display(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
+            Ok(o) => {
+                return Err(BenchError::Mount(format!(
+                    "{bin} -u {}: {}",
+                    mp.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )))
+            }
             Err(_) => continue,
         }
     }
-    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
+        .map_err(|e| BenchError::Mount(e.to_string()))?;
     // SAFETY: valid NUL-terminated path.
     if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-        bail!(
+        return Err(BenchError::Mount(format!(
             "umount {}: {}",
             mp.display(),
             std::io::Error::last_os_error()
-        );
+        )));
     }
     Ok(())
 }
@@ -104,7 +114,7 @@ pub struct OwnMount {
 
 impl OwnMount {
     /// Mounts `image` with `PROGRAM mount --foreground ARGS...`.
-    pub fn new(image: &Path, program: &Path, args: &[String]) -> anyhow::Result<Self> {
+    pub fn new(image: &Path, program: &Path, args: &[String]) -> Result<Self, BenchError> {
         let mut m = OwnMount {
             image: image.to_path_buf(),
             program: program.to_path_buf(),
@@ -155,7 +165,7 @@ impl OwnMount {
     }
 
     /// Mounts the image (the mount must be stopped).
-    pub fn start(&mut self) -> anyhow::Result<()> {
+    pub fn start(&mut self) -> Result<(), BenchError> {
         let before = dev(self.path())?;
         // The daemon's log goes to a file: read back if mounting fails,
         // dropped otherwise (fuser logs a harmless error when it finds the
@@ -183,19 +193,20 @@ impl OwnMount {
             use std::io::{Read, Seek};
             let mut text = String::new();
             let _ = log.rewind().and_then(|_| log.read_to_string(&mut text));
+            // The daemon's own words first, under what was being done.
             let e = if text.trim().is_empty() {
-                e
+                Err(e)
             } else {
-                e.context(text.trim().to_string())
+                Err(e).context(text.trim())
             };
-            return Err(e.context(format!("mounting {}", self.image.display())));
+            return e.context(format!("mounting {}", self.image.display()));
         }
         self.child = Some(child);
         Ok(())
     }
 
     /// Unmounts and waits for the server to exit.
-    pub fn stop(&mut self) -> anyhow::Result<()> {
+    pub fn stop(&mut self) -> Result<(), BenchError> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -219,7 +230,7 @@ impl OwnMount {
 impl Drop for OwnMount {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
-            eprintln!("packfs: warning: {e:#}");
+            eprintln!("packfs: warning: {}", one_line(&e));
         }
     }
 }

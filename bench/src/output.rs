@@ -1,9 +1,9 @@
 //! Where the report goes: the table on stdout, the JSON and SVG files
 //! asked for, and the exit status.
 
+use super::error::{BenchError, Context};
 use super::plot;
 use super::report::{self, Report, Run};
-use anyhow::Context;
 use std::path::Path;
 
 /// Phase 6: prints the table, then writes the JSON (--json) and the chart
@@ -14,7 +14,7 @@ pub fn write(
     json: Option<&Path>,
     plot: Option<&Path>,
     wide: bool,
-) -> anyhow::Result<()> {
+) -> Result<(), BenchError> {
     print!("{}", report::table(rep, wide));
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(rep).context("serialising the report")?;

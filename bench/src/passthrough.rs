@@ -17,8 +17,8 @@
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, Request,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
 };
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -29,6 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
+
+use super::error::{BenchError, Context};
 
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 const WORKERS: usize = 32;
@@ -328,6 +330,44 @@ impl fuser::Filesystem for Passthrough {
         });
     }
 
+    /// Sent by every `close()` of a file opened here. Nothing is buffered
+    /// to write back, so there is nothing to do; a network filesystem's
+    /// client also answers it without a round trip. (fuser's default
+    /// answers ENOSYS with a warning, after which the kernel stops asking
+    /// for the rest of the mount; a cold run remounts, and warns again.)
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    /// `isatty()` (Python's `open`, C stdio) asks TCGETS of every file it
+    /// opens, and the kernel forwards each ioctl: it remembers no refusal.
+    /// Answered ENOTTY, what the regular files and directories behind this
+    /// layer answer to it, without a delay (a network filesystem's client
+    /// answers it locally) and without fuser's default warning per call.
+    /// Not forwarded: a FUSE ioctl carries its argument in the request, so
+    /// forwarding needs each command's layout, and the readers this layer
+    /// serves ask only TCGETS.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
     fn release(
         &self,
         _req: &Request,
@@ -459,7 +499,7 @@ pub struct EmulatedMount {
 }
 
 impl EmulatedMount {
-    pub fn mount(source: &Path, lat: &super::args::Latency) -> anyhow::Result<Self> {
+    pub fn mount(source: &Path, lat: &super::args::Latency) -> Result<Self, BenchError> {
         let mut m = EmulatedMount {
             source: source.to_path_buf(),
             lat: *lat,
@@ -471,8 +511,7 @@ impl EmulatedMount {
         Ok(m)
     }
 
-    pub fn start(&mut self) -> anyhow::Result<()> {
-        use anyhow::Context;
+    pub fn start(&mut self) -> Result<(), BenchError> {
         use fuser::MountOption as M;
         let fs = Passthrough::new(
             &self.source,
@@ -516,5 +555,76 @@ impl EmulatedMount {
 impl Drop for EmulatedMount {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::one_line;
+    use std::os::fd::AsRawFd;
+
+    /// The warnings fuser logs in this process (its default answers to the
+    /// requests a filesystem does not implement log one each).
+    struct FuserWarnings(Mutex<Vec<String>>);
+
+    impl log::Log for FuserWarnings {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn && m.target().starts_with("fuser")
+        }
+
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                lock(&self.0).push(r.args().to_string());
+            }
+        }
+
+        fn flush(&self) {}
+    }
+
+    static WARNINGS: FuserWarnings = FuserWarnings(Mutex::new(Vec::new()));
+
+    /// What every `open()` of Python or C stdio sends through the layer:
+    /// TCGETS (from `isatty`), the reads, FLUSH at `close()`. Each is
+    /// answered as the files underneath would be, and none logs a warning:
+    /// the bench's stderr is the user's report.
+    #[test]
+    fn open_isatty_read_close_are_answered_without_warnings() {
+        log::set_logger(&WARNINGS).expect("no other logger in these tests");
+        log::set_max_level(log::LevelFilter::Warn);
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("f"), b"passthrough").unwrap();
+        let lat = crate::args::Latency {
+            meta_us: 0,
+            read_us: 0,
+        };
+        let m = match EmulatedMount::mount(src.path(), &lat) {
+            Ok(m) => m,
+            Err(e) if std::env::var_os("CI").is_none() => {
+                eprintln!(
+                    "skipped: cannot mount a FUSE passthrough here: {}",
+                    one_line(&e)
+                );
+                return;
+            }
+            Err(e) => panic!("CI: cannot mount a FUSE passthrough: {}", one_line(&e)),
+        };
+        for _ in 0..3 {
+            let f = std::fs::File::open(m.path().join("f")).unwrap();
+            // SAFETY: a descriptor we own, open for the whole call.
+            let tty = unsafe { libc::isatty(f.as_raw_fd()) };
+            let err = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!((tty, err), (0, Some(libc::ENOTTY)));
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut &f, &mut data).unwrap();
+            assert_eq!(data, b"passthrough");
+            // SAFETY: closes the descriptor `f` owns, once: `f` is forgotten.
+            let closed = unsafe { libc::close(std::mem::ManuallyDrop::new(f).as_raw_fd()) };
+            assert_eq!(closed, 0, "{}", std::io::Error::last_os_error());
+        }
+        let c = m.counters.snapshot();
+        assert!(c.reads >= 1 && c.meta_ops >= 1, "{c:?}");
+        drop(m);
+        assert_eq!(*lock(&WARNINGS.0), Vec::<String>::new());
     }
 }

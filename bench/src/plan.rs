@@ -6,10 +6,10 @@
 
 use super::args::{self, BenchArgs, Latency, Workload};
 use super::cold;
+use super::error::{BenchError, Context};
 use super::iostat;
 use super::tree::{Kind, Tree};
 use super::workload::{Plan, PlanOptions};
-use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 
 /// The facts of this invocation that every later phase reads.
@@ -87,7 +87,7 @@ pub enum SideSpec {
 /// scans the tree, plans every workload from it and picks how runs are made
 /// cold. Hands the context, the plans and the latency to emulate to the
 /// side set-up; nothing is mounted yet.
-pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
+pub fn prepare(a: &BenchArgs) -> Result<Prepared, BenchError> {
     args::validate(a)?;
     let latency = a
         .emulate_latency
@@ -96,11 +96,10 @@ pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
         .transpose()?;
     let (raw, image, image_remote) = resolve_paths(a)?;
     if image_remote && latency.is_some() {
-        return Err(args::UsageError(
+        return Err(BenchError::Usage(
             "--emulate-latency cannot be combined with a remote --image: its latency is the network's"
                 .into(),
-        )
-        .into());
+        ));
     }
     let tree = Tree::scan(&raw).context("scanning the raw tree")?;
     check_tree(&a.workload, &tree, &raw, &a.python)?;
@@ -129,12 +128,12 @@ pub fn prepare(a: &BenchArgs) -> anyhow::Result<Prepared> {
 /// and the passthrough of the image's directory (--emulate-latency) mounts
 /// the directory that holds the file, not the one a symlink sits in. An
 /// `s3://` or `http(s)://` image stays as given (third value: remote).
-fn resolve_paths(a: &BenchArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>, bool)> {
+fn resolve_paths(a: &BenchArgs) -> Result<(PathBuf, Option<PathBuf>, bool), BenchError> {
     let raw =
         std::fs::canonicalize(&a.raw).with_context(|| format!("--raw {}", a.raw.display()))?;
     if let Some(p) = &a.image {
         let loc = mountfs::location::ImageLocation::from_path(p)
-            .map_err(|e| anyhow::anyhow!("--image {e}"))?;
+            .map_err(|e| BenchError::Refused(format!("--image {e}")))?;
         if loc.is_remote() {
             return Ok((raw, Some(p.clone()), true));
         }
@@ -143,7 +142,10 @@ fn resolve_paths(a: &BenchArgs) -> anyhow::Result<(PathBuf, Option<PathBuf>, boo
         Some(p) => {
             let p = std::fs::canonicalize(p).with_context(|| format!("--image {}", p.display()))?;
             if !p.is_file() {
-                bail!("--image {}: not a regular file", p.display());
+                return Err(BenchError::Refused(format!(
+                    "--image {}: not a regular file",
+                    p.display()
+                )));
             }
             Some(p)
         }
@@ -168,22 +170,25 @@ fn check_tree(
     tree: &Tree,
     raw: &Path,
     python: &Path,
-) -> anyhow::Result<()> {
+) -> Result<(), BenchError> {
     if workloads.iter().any(|&w| reads_files(w)) && tree.count(Kind::File) == 0 {
-        bail!("{}: no regular file to read", raw.display());
+        return Err(BenchError::Refused(format!(
+            "{}: no regular file to read",
+            raw.display()
+        )));
     }
     if workloads.contains(&Workload::Import) && !raw.join(python).exists() {
-        bail!(
+        return Err(BenchError::Refused(format!(
             "--workload import: {} does not exist (is --raw a venv? see --python)",
             raw.join(python).display()
-        );
+        )));
     }
     Ok(())
 }
 
 /// Plans each workload once, from the raw tree, in the order first named;
 /// a workload named twice is measured once.
-fn plan_workloads(a: &BenchArgs, tree: &Tree) -> anyhow::Result<Vec<(Workload, Plan)>> {
+fn plan_workloads(a: &BenchArgs, tree: &Tree) -> Result<Vec<(Workload, Plan)>, BenchError> {
     let popts = PlanOptions {
         seed: a.seed,
         samples: a.samples,

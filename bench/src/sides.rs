@@ -4,10 +4,10 @@
 
 use super::args::Latency;
 use super::cold;
+use super::error::{BenchError, Context};
 use super::mounts::{MountCommand, OwnMount};
 use super::passthrough::{CounterSnapshot, EmulatedMount};
 use super::plan::{Ctx, SideSpec};
-use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 
 pub enum SideKind {
@@ -62,7 +62,7 @@ pub fn open(
     latency: Option<&Latency>,
     cmd: &MountCommand,
     mount_args: &[String],
-) -> anyhow::Result<Vec<Side>> {
+) -> Result<Vec<Side>, BenchError> {
     let mut sides: Vec<Side> = Vec::new();
     for spec in specs {
         let side = match spec {
@@ -75,7 +75,10 @@ pub fn open(
                 },
             },
             SideSpec::Packfs => {
-                let img = ctx.image.as_ref().context("--image is required")?;
+                let img = ctx
+                    .image
+                    .as_ref()
+                    .ok_or_else(|| BenchError::Refused("--image is required".into()))?;
                 if ctx.image_remote {
                     let mut args = mount_args.to_vec();
                     args.extend(cmd.remote_args.iter().cloned());
@@ -94,7 +97,9 @@ pub fn open(
                 let path = std::fs::canonicalize(&path)
                     .with_context(|| format!("--mountpoint {}", path.display()))?;
                 if sides.iter().any(|s| s.label == label) {
-                    bail!("--mountpoint {spec}: label {label:?} is used twice");
+                    return Err(BenchError::Refused(format!(
+                        "--mountpoint {spec}: label {label:?} is used twice"
+                    )));
                 }
                 Side {
                     label,
@@ -116,7 +121,7 @@ fn own_mount(
     latency: Option<&Latency>,
     program: &Path,
     mount_args: &[String],
-) -> anyhow::Result<Side> {
+) -> Result<Side, BenchError> {
     let (emu, path) = match latency {
         Some(l) => {
             let dir = img.parent().unwrap_or(Path::new("/"));
@@ -164,7 +169,7 @@ fn evict_list(ctx: &Ctx, sides: &[Side]) -> Vec<PathBuf> {
 /// evicts the page cache. Every side's files are evicted, not only side
 /// `i`'s, so that with fadvise a cold run starts from about what
 /// drop_caches would leave, whichever sides ran before it.
-pub fn make_cold(ctx: &Ctx, sides: &mut [Side], i: usize) -> anyhow::Result<()> {
+pub fn make_cold(ctx: &Ctx, sides: &mut [Side], i: usize) -> Result<(), BenchError> {
     let files = evict_list(ctx, sides);
     let evict = || cold::evict(ctx.method, files.iter().map(PathBuf::as_path));
     match &mut sides[i].kind {

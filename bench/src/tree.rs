@@ -6,7 +6,7 @@
 //! names of each directory sorted bytewise, as `find | sort`-like tools and
 //! most dataset loaders see it.
 
-use anyhow::Context;
+use super::error::{BenchError, Context};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -33,10 +33,13 @@ pub struct Tree {
 }
 
 impl Tree {
-    pub fn scan(root: &Path) -> anyhow::Result<Tree> {
+    pub fn scan(root: &Path) -> Result<Tree, BenchError> {
         let meta = std::fs::metadata(root).with_context(|| format!("{}", root.display()))?;
         if !meta.is_dir() {
-            anyhow::bail!("{}: not a directory", root.display());
+            return Err(BenchError::Refused(format!(
+                "{}: not a directory",
+                root.display()
+            )));
         }
         let mut entries = vec![Entry {
             rel: PathBuf::new(),
@@ -64,7 +67,7 @@ impl Tree {
     }
 }
 
-fn scan_dir(root: &Path, rel: &Path, out: &mut Vec<Entry>) -> anyhow::Result<()> {
+fn scan_dir(root: &Path, rel: &Path, out: &mut Vec<Entry>) -> Result<(), BenchError> {
     let dir = root.join(rel);
     let mut children: Vec<(PathBuf, std::fs::FileType, u64)> = Vec::new();
     for e in std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {

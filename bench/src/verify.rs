@@ -6,11 +6,11 @@
 //! the contents of [`SAMPLED`] files chosen by the seed are compared byte
 //! for byte (all files when there are fewer).
 
+use super::error::{BenchError, Context};
 use super::plan::Ctx;
 use super::rng::Rng;
 use super::sides::Side;
 use super::tree::{Kind, Tree};
-use anyhow::{bail, Context};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,12 @@ pub const SAMPLED: usize = 64;
 /// Phase 3: refuses to measure unless every side after the raw one holds
 /// the raw tree's files; with --no-verify, says that nothing was checked.
 /// Hands nothing on: the run either goes on to measuring or ends here.
-pub fn check_sides(ctx: &Ctx, sides: &[Side], no_verify: bool, seed: u64) -> anyhow::Result<()> {
+pub fn check_sides(
+    ctx: &Ctx,
+    sides: &[Side],
+    no_verify: bool,
+    seed: u64,
+) -> Result<(), BenchError> {
     if no_verify {
         eprintln!("packfs: warning: --no-verify: not checking that the sides hold the same files");
         return Ok(());
@@ -33,7 +38,9 @@ pub fn check_sides(ctx: &Ctx, sides: &[Side], no_verify: bool, seed: u64) -> any
         let diffs = differences(&ctx.tree, &ctx.raw, root, seed)
             .with_context(|| format!("verifying side {}", s.label))?;
         if !diffs.is_empty() {
-            bail!("{}", refusal(&ctx.raw, &s.label, root, &diffs));
+            return Err(BenchError::Refused(refusal(
+                &ctx.raw, &s.label, root, &diffs,
+            )));
         }
     }
     Ok(())
@@ -57,7 +64,12 @@ fn refusal(raw: &Path, label: &str, root: &Path, diffs: &[String]) -> String {
 
 /// Differences between the raw tree and the tree under `side`, described
 /// for a person; empty when they match.
-fn differences(raw: &Tree, raw_root: &Path, side: &Path, seed: u64) -> anyhow::Result<Vec<String>> {
+fn differences(
+    raw: &Tree,
+    raw_root: &Path,
+    side: &Path,
+    seed: u64,
+) -> Result<Vec<String>, BenchError> {
     let other = Tree::scan(side).with_context(|| format!("listing {}", side.display()))?;
     let mut diffs = Vec::new();
     for kind in [Kind::File, Kind::Dir, Kind::Symlink] {
@@ -108,7 +120,7 @@ fn differences(raw: &Tree, raw_root: &Path, side: &Path, seed: u64) -> anyhow::R
     Ok(diffs)
 }
 
-fn same_content(a: &Path, b: &Path) -> anyhow::Result<bool> {
+fn same_content(a: &Path, b: &Path) -> Result<bool, BenchError> {
     let mut fa = std::fs::File::open(a).with_context(|| format!("{}", a.display()))?;
     let mut fb = std::fs::File::open(b).with_context(|| format!("{}", b.display()))?;
     let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);

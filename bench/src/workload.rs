@@ -11,6 +11,7 @@
 //! application waiting on one sample experiences.
 
 use super::args::Workload;
+use super::error::BenchError;
 use super::rng::Rng;
 use super::tree::Tree;
 use std::io::Read;
@@ -45,7 +46,7 @@ pub struct PlanOptions<'a> {
 }
 
 impl Plan {
-    pub fn new(w: Workload, tree: &Tree, o: &PlanOptions) -> anyhow::Result<Plan> {
+    pub fn new(w: Workload, tree: &Tree, o: &PlanOptions) -> Result<Plan, BenchError> {
         Ok(match w {
             Workload::Walk => Plan::Walk {
                 dirs: tree.dirs().map(|e| e.rel.clone()).collect(),
@@ -75,7 +76,9 @@ impl Plan {
                     big = all;
                 }
                 if big.is_empty() {
-                    anyhow::bail!("workload sample: the tree has no non-empty file to sample");
+                    return Err(BenchError::Refused(
+                        "workload sample: the tree has no non-empty file to sample".into(),
+                    ));
                 }
                 let mut rng = Rng::new(o.seed ^ SAMPLE_STREAM);
                 let reads = (0..o.samples)

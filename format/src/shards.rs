@@ -47,6 +47,11 @@ pub struct Split {
     pub mtime: Option<u32>,
     pub all_root: bool,
     pub no_fragments: bool,
+    /// `--fragment-incompressible` (where incompressible tails go, so the
+    /// image bytes). Absent from manifests written before it was recorded,
+    /// which cannot say: read as `false`.
+    #[serde(default)]
+    pub fragment_incompressible: bool,
     /// SRC's final component (for people reading the manifest; not checked
     /// against anything).
     pub source: String,

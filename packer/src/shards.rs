@@ -237,6 +237,7 @@ fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -
         mtime: opts.mtime,
         all_root: opts.all_root,
         no_fragments: opts.no_fragments,
+        fragment_incompressible: opts.fragment_incompressible,
         source: src
             .canonicalize()
             .ok()

@@ -39,7 +39,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Mount(args) => mount::run(args, &remote),
         Command::Umount { mountpoint } => crate::fusermount::umount(&mountpoint),
         Command::Shards { cmd } => shards::run(cmd),
-        Command::Bench(args) => packfs_bench::run(&args, &bench_mount_command(&remote)),
+        Command::Bench(args) => Ok(packfs_bench::run(&args, &bench_mount_command(&remote))?),
         Command::UnmountWatcher {
             fd,
             mountpoint,

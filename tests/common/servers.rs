@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn repo() -> PathBuf {
@@ -83,6 +83,26 @@ impl RangeServer {
 
     pub fn url(&self, name: &str) -> String {
         format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// `packfs bench --raw RAW --image URL EXTRA... --json FILE` against
+    /// the image `name` served here, asserting success; returns the
+    /// printed table and the JSON report.
+    pub fn bench(&self, raw: &Path, name: &str, extra: &[&str]) -> (String, serde_json::Value) {
+        let dir = super::scratch();
+        let json = dir.path().join("bench.json");
+        let out = super::run(
+            Command::new(super::packfs_bin())
+                .args(["bench", "--raw"])
+                .arg(raw)
+                .arg("--image")
+                .arg(self.url(name))
+                .args(extra)
+                .arg("--json")
+                .arg(&json),
+        );
+        let report = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (out, report)
     }
 
     /// Requests hang until [`RangeServer::resume`].
@@ -247,6 +267,16 @@ impl Moto {
             ("AWS_REGION", "us-east-1".into()),
             ("AWS_ENDPOINT_URL", self.endpoint()),
         ]
+    }
+
+    /// `packfs ARGS` with moto's credentials and endpoint in the
+    /// environment; the output, for the test to judge.
+    pub fn packfs(&self, args: &[&str]) -> Output {
+        Command::new(super::packfs_bin())
+            .args(args)
+            .envs(self.env())
+            .output()
+            .unwrap()
     }
 
     /// Runs Python with boto3's `s3` client in scope; returns stdout.

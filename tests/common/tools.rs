@@ -8,7 +8,7 @@
 //! green run that tested nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 pub fn packfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_packfs"))
@@ -59,6 +59,17 @@ pub fn run(cmd: &mut Command) -> String {
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts that a command's `out` is a success (its stderr is the
+/// message if not); returns its stdout.
+pub fn assert_ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -254,20 +254,28 @@ fn bench_reports_fetched_and_disk_bytes_per_epoch() {
     let len = std::fs::metadata(t.path().join("img.sqfs")).unwrap().len();
     let src = t.path().join("img.sqfs.src");
     let server = RangeServer::start(t.path(), &[]);
-    let json = t.path().join("bench.json");
-    let out = run(Command::new(packfs_bin())
-        .args(["bench", "--raw"])
-        .arg(&src)
-        .arg("--image")
-        .arg(server.url("img.sqfs"))
-        .args(["--workload", "shuffle", "--threads", "1"])
-        .args(["--epochs", "1", "--repeat", "2"])
-        .args(["--range-size", "64K", "--range-cache", "1M", "--disk-cache"])
-        .arg(t.path().join("cache"))
-        .arg("--json")
-        .arg(&json));
+    let cache = t.path().join("cache");
+    let (out, rep) = server.bench(
+        &src,
+        "img.sqfs",
+        &[
+            "--workload",
+            "shuffle",
+            "--threads",
+            "1",
+            "--epochs",
+            "1",
+            "--repeat",
+            "2",
+            "--range-size",
+            "64K",
+            "--range-cache",
+            "1M",
+            "--disk-cache",
+            cache.to_str().unwrap(),
+        ],
+    );
     assert!(out.contains("read from the --disk-cache"), "{out}");
-    let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs: Vec<_> = rep["runs"]
         .as_array()
         .unwrap()

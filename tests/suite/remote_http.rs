@@ -309,27 +309,24 @@ fn bench_of_a_remote_image_reports_its_requests_per_run() {
     pack(&src, &img, &[]);
     let len = std::fs::metadata(&img).unwrap().len();
     let server = RangeServer::start(t.path(), &[]);
-    let json = t.path().join("bench.json");
-    let out = run(Command::new(packfs_bin())
-        .args(["bench", "--raw"])
-        .arg(&src)
-        .arg("--image")
-        .arg(server.url("img.sqfs"))
-        .args([
+    let (out, rep) = server.bench(
+        &src,
+        "img.sqfs",
+        &[
             "--workload",
             "sequential",
             "--threads",
             "1",
             "--epochs",
             "2",
-        ])
-        .args(["--range-size", "1M", "--json"])
-        .arg(&json));
+            "--range-size",
+            "1M",
+        ],
+    );
     assert!(
         out.contains("remote image: rd MB / rd calls of packfs = bytes fetched / GET requests"),
         "{out}"
     );
-    let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = rep["runs"].as_array().unwrap();
     let packfs: Vec<_> = runs.iter().filter(|r| r["side"] == "packfs").collect();
     assert_eq!(packfs.len(), 2, "{rep}");

@@ -7,27 +7,9 @@
 use crate::common::servers::Moto;
 use crate::common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// `packfs ARGS` with moto's credentials and endpoint in the environment.
-fn packfs(moto: &Moto, args: &[&str]) -> Output {
-    Command::new(packfs_bin())
-        .args(args)
-        .envs(moto.env())
-        .output()
-        .unwrap()
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// `packfs mount URL` (daemonised, moto's environment), unmounted on drop.
 fn mount(moto: &Moto, url: &str, extra: &[&str]) -> PackfsMount {
@@ -35,7 +17,7 @@ fn mount(moto: &Moto, url: &str, extra: &[&str]) -> PackfsMount {
     let mp = dir.path().to_str().unwrap().to_string();
     let mut args = vec!["mount", url, &mp];
     args.extend(extra);
-    ok(packfs(moto, &args));
+    assert_ok(moto.packfs(&args));
     PackfsMount { dir }
 }
 
@@ -80,15 +62,15 @@ fn s3_mounts_equal_the_kernel_and_the_source_both_formats() {
         &manifest(z.path(), &o),
         &manifest(local.path(), &o),
     );
-    let cat = packfs(&moto, &["cat", "s3://images/sets/img.zip", "d/text1048577"]);
+    let cat = moto.packfs(&["cat", "s3://images/sets/img.zip", "d/text1048577"]);
     assert_eq!(
-        ok(cat).into_bytes(),
+        assert_ok(cat).into_bytes(),
         std::fs::read(src.join("d/text1048577")).unwrap()
     );
     // Missing key and missing bucket: 404 naming the URL, before mounting.
     for url in ["s3://images/sets/none.sqfs", "s3://nobucket/img.sqfs"] {
         let mp = scratch();
-        let out = packfs(&moto, &["mount", url, mp.path().to_str().unwrap()]);
+        let out = moto.packfs(&["mount", url, mp.path().to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(url) && err.contains("404"), "{err}");
@@ -132,7 +114,7 @@ fn a_profile_file_names_the_endpoint_and_keys_and_a_missing_one_is_an_error() {
             .unwrap()
     };
     let out = bare(&["cat", "s3://prof/p.sqfs", "a", "--profile", "lumi-test"]);
-    assert_eq!(ok(out), "from a profile");
+    assert_eq!(assert_ok(out), "from a profile");
     let out = bare(&["cat", "s3://prof/p.sqfs", "a", "--profile", "lumi-nope"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -209,19 +191,16 @@ fn pack_to_s3_uploads_in_parts_the_same_bytes_as_a_local_pack() {
     pack(&src, &local, &["--mtime", "1000"]);
     let moto = Moto::start();
     moto.create_bucket("out");
-    let out = packfs(
-        &moto,
-        &[
-            "pack",
-            src.to_str().unwrap(),
-            "-o",
-            "s3://out/dir/up.sqfs",
-            "--mtime",
-            "1000",
-        ],
-    );
+    let out = moto.packfs(&[
+        "pack",
+        src.to_str().unwrap(),
+        "-o",
+        "s3://out/dir/up.sqfs",
+        "--mtime",
+        "1000",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    ok(out);
+    assert_ok(out);
     // 40 MB in 16 MiB parts.
     assert!(err.contains("uploaded in 3 parts"), "{err}");
     let got = t.path().join("got.sqfs");
@@ -235,31 +214,25 @@ fn pack_to_s3_uploads_in_parts_the_same_bytes_as_a_local_pack() {
     );
     assert_eq!(moto.open_uploads("out"), 0);
     // An existing object is kept unless --force.
-    let again = packfs(
-        &moto,
-        &[
-            "pack",
-            src.to_str().unwrap(),
-            "-o",
-            "s3://out/dir/up.sqfs",
-            "-q",
-        ],
-    );
+    let again = moto.packfs(&[
+        "pack",
+        src.to_str().unwrap(),
+        "-o",
+        "s3://out/dir/up.sqfs",
+        "-q",
+    ]);
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
     assert_eq!(moto.open_uploads("out"), 0);
     // A missing bucket fails before the pack.
     let t0 = Instant::now();
-    let nob = packfs(
-        &moto,
-        &[
-            "pack",
-            src.to_str().unwrap(),
-            "-o",
-            "s3://nobucket/x.sqfs",
-            "-q",
-        ],
-    );
+    let nob = moto.packfs(&[
+        "pack",
+        src.to_str().unwrap(),
+        "-o",
+        "s3://nobucket/x.sqfs",
+        "-q",
+    ]);
     let e = String::from_utf8_lossy(&nob.stderr);
     assert_eq!(nob.status.code(), Some(1), "{e}");
     assert!(

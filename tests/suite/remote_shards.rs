@@ -7,24 +7,7 @@
 use crate::common::servers::Moto;
 use crate::common::*;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn packfs(moto: &Moto, args: &[&str]) -> Output {
-    Command::new(packfs_bin())
-        .args(args)
-        .envs(moto.env())
-        .output()
-        .unwrap()
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use std::process::Output;
 
 /// `pack SRC --shards 3 --shard K -o TEMPLATE` with a fixed mtime, so
 /// that packing again (locally) gives the same bytes.
@@ -41,7 +24,7 @@ fn pack_task(moto: &Moto, src: &Path, template: &str, k: Option<u32>) -> Output 
         args.extend(["--shard".into(), k.to_string()]);
     }
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    packfs(moto, &a)
+    moto.packfs(&a)
 }
 
 #[test]
@@ -92,7 +75,7 @@ fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
     let url = "s3://shards/sets/t.manifest.json";
     let dir = scratch();
     let mp = dir.path().to_str().unwrap().to_string();
-    ok(packfs(&moto, &["mount", url, &mp, "--range-size", "64K"]));
+    assert_ok(moto.packfs(&["mount", url, &mp, "--range-size", "64K"]));
     let m = PackfsMount { dir };
     let o = ManifestOptions::default();
     assert_same(
@@ -102,7 +85,7 @@ fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
     );
     drop(m);
     // `ls` reads it too.
-    let listed = ok(packfs(&moto, &["ls", url]));
+    let listed = assert_ok(moto.packfs(&["ls", url]));
     assert!(listed.contains("d"), "{listed}");
 
     // The same split packed locally gives the same images: a local
@@ -115,7 +98,7 @@ fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
         local.join("t-{shard}.sqfs").to_str().unwrap(),
         None,
     );
-    ok(out);
+    assert_ok(out);
     let mpath = local.join("t.manifest.json");
     let mut mj: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
@@ -124,7 +107,7 @@ fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
     std::fs::write(&mpath, serde_json::to_vec(&mj).unwrap()).unwrap();
     let dir = scratch();
     let mp = dir.path().to_str().unwrap().to_string();
-    ok(packfs(&moto, &["mount", mpath.to_str().unwrap(), &mp]));
+    assert_ok(moto.packfs(&["mount", mpath.to_str().unwrap(), &mp]));
     let m = PackfsMount { dir };
     assert_same(
         "mixed shards vs source",
@@ -136,7 +119,7 @@ fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
     // A shard object missing: an error naming it, before anything mounts.
     moto.py("s3.delete_object(Bucket='shards', Key='sets/t-1.sqfs')");
     let dir = scratch();
-    let out = packfs(&moto, &["mount", url, dir.path().to_str().unwrap()]);
+    let out = moto.packfs(&["mount", url, dir.path().to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(

@@ -530,3 +530,38 @@ fn run_mounts_a_manifest() {
     let info = run(packfs().arg("info").arg(&m));
     assert!(info.contains("union of 4 shards"), "{info}");
 }
+
+/// `--fragment-incompressible` changes the image bytes, so it is part of
+/// the split like the other pack flags: the manifest records it, and a task
+/// packed with it is not counted with tasks packed without it.
+#[test]
+fn fragment_incompressible_is_recorded_in_the_split() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    for (dir, extra, want) in [
+        ("on", &["--fragment-incompressible"][..], true),
+        ("off", &[][..], false),
+    ] {
+        let m = pack_shards(&src, &t.path().join(dir), "sqfs", 2, extra);
+        assert_eq!(
+            manifest_json(&m)["split"]["fragment_incompressible"],
+            want,
+            "{dir}"
+        );
+    }
+    let mixed = t.path().join("mixed");
+    std::fs::create_dir(&mixed).unwrap();
+    for (k, extra) in [(0, &["--fragment-incompressible"][..]), (1, &[][..])] {
+        run(packfs()
+            .arg("pack")
+            .arg(&src)
+            .args(["--shards", "2", "--shard", &k.to_string(), "-q", "-o"])
+            .arg(mixed.join("t-{shard}.sqfs"))
+            .args(extra));
+    }
+    assert!(
+        !mixed.join("t.manifest.json").exists(),
+        "a manifest over shards packed with and without --fragment-incompressible"
+    );
+}

@@ -28,38 +28,90 @@ pub enum Transport {
 
 /// The module parameter that lets INIT offer FUSE over io_uring.
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+/// The sysctl that can forbid io_uring to unprivileged processes (1) or to
+/// all (2).
+const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+/// The CPUs the kernel may ever run on, as a list like `0-3,8`.
+const POSSIBLE_CPUS: &str = "/sys/devices/system/cpu/possible";
+
+/// Why io_uring queues cannot serve a mount here. Each variant is one
+/// cause a user can act on; the messages name the file or sysctl to look
+/// at, so a caller prints them as they are.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// `enable_uring` exists and is not `Y`: the kernel can, root has not
+    /// switched it on.
+    #[error(
+        "the kernel's FUSE over io_uring is switched off ({ENABLE_URING} is N; root can write Y \
+         to it)"
+    )]
+    UringSwitchedOff,
+    /// `enable_uring` cannot be read: a kernel older than 6.14, or built
+    /// without `CONFIG_FUSE_IO_URING`.
+    #[error(
+        "this kernel has no FUSE over io_uring ({ENABLE_URING} is missing; it needs Linux 6.14+ \
+         with CONFIG_FUSE_IO_URING)"
+    )]
+    NoFuseUring,
+    /// Creating a ring was refused (EPERM) while `kernel.io_uring_disabled`
+    /// is set (`value`, 1 or 2).
+    #[error(
+        "io_uring is not available to this process: {source} (see sysctl kernel.io_uring_disabled)"
+    )]
+    IoUringDisabled { value: u8, source: std::io::Error },
+    /// Creating a ring with 128-byte entries failed for another reason
+    /// (seccomp, a kernel without io_uring or without `IORING_SETUP_SQE128`,
+    /// resource limits); `source` carries the errno.
+    #[error(
+        "io_uring is not available to this process: {source} (see sysctl kernel.io_uring_disabled)"
+    )]
+    RingSetup { source: std::io::Error },
+    /// The possible-CPU list cannot be read.
+    #[error("{POSSIBLE_CPUS}: {source}")]
+    CpuListUnreadable { source: std::io::Error },
+    /// The possible-CPU list does not parse (or lists no CPU), so there is
+    /// no telling which queues the kernel waits for.
+    #[error("{POSSIBLE_CPUS}: cannot parse {text:?}")]
+    NoCpuList { text: String },
+}
 
 /// Why io_uring queues cannot serve a mount here, or `Ok` if they can.
-pub fn probe() -> Result<(), String> {
+pub fn probe() -> Result<(), TransportError> {
     match std::fs::read_to_string(ENABLE_URING) {
         Ok(v) if v.trim() == "Y" => {}
-        Ok(_) => {
-            return Err(format!(
-                "the kernel's FUSE over io_uring is switched off ({ENABLE_URING} is N; root can \
-                 write Y to it)"
-            ))
-        }
-        Err(_) => {
-            return Err(format!(
-                "this kernel has no FUSE over io_uring ({ENABLE_URING} is missing; it needs \
-                 Linux 6.14+ with CONFIG_FUSE_IO_URING)"
-            ))
-        }
+        Ok(_) => return Err(TransportError::UringSwitchedOff),
+        Err(_) => return Err(TransportError::NoFuseUring),
     }
-    ring::available().map_err(|e| {
-        format!(
-            "io_uring is not available to this process: {e} (see sysctl kernel.io_uring_disabled)"
-        )
-    })?;
+    ring::available().map_err(|e| ring_refused(e, io_uring_disabled()))?;
     possible_cpus().map(|_| ())
+}
+
+/// `kernel.io_uring_disabled` when it is set (non-zero), else `None`.
+fn io_uring_disabled() -> Option<u8> {
+    std::fs::read_to_string(IO_URING_DISABLED)
+        .ok()
+        .and_then(|v| v.trim().parse::<u8>().ok())
+        .filter(|&v| v != 0)
+}
+
+/// Names why creating a ring failed: the sysctl when it is set (`disabled`)
+/// and the kernel said EPERM, which is what it answers when the sysctl
+/// forbids; else the errno itself.
+fn ring_refused(source: std::io::Error, disabled: Option<u8>) -> TransportError {
+    match disabled {
+        Some(value) if source.raw_os_error() == Some(libc::EPERM) => {
+            TransportError::IoUringDisabled { value, source }
+        }
+        _ => TransportError::RingSetup { source },
+    }
 }
 
 /// The CPUs the kernel may ever run on (`/sys/devices/system/cpu/possible`,
 /// e.g. `0-3,8`): the kernel wants a queue for each.
-pub fn possible_cpus() -> Result<Vec<usize>, String> {
-    let path = "/sys/devices/system/cpu/possible";
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    parse_cpu_list(text.trim()).ok_or_else(|| format!("{path}: cannot parse {text:?}"))
+pub fn possible_cpus() -> Result<Vec<usize>, TransportError> {
+    let text = std::fs::read_to_string(POSSIBLE_CPUS)
+        .map_err(|source| TransportError::CpuListUnreadable { source })?;
+    parse_cpu_list(text.trim()).ok_or(TransportError::NoCpuList { text })
 }
 
 fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
@@ -151,5 +203,50 @@ mod tests {
         assert_eq!(parse_cpu_list("0-1,4-5"), Some(vec![0, 1, 4, 5]));
         assert_eq!(parse_cpu_list(""), None);
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn a_refused_ring_is_blamed_on_the_sysctl_only_when_it_is_set_and_the_kernel_said_eperm() {
+        let eperm = || std::io::Error::from_raw_os_error(libc::EPERM);
+        let enosys = || std::io::Error::from_raw_os_error(libc::ENOSYS);
+        assert!(matches!(
+            ring_refused(eperm(), Some(2)),
+            TransportError::IoUringDisabled { value: 2, .. }
+        ));
+        assert!(matches!(
+            ring_refused(eperm(), None),
+            TransportError::RingSetup { .. }
+        ));
+        assert!(matches!(
+            ring_refused(enosys(), Some(2)),
+            TransportError::RingSetup { .. }
+        ));
+    }
+
+    /// The CLI prints these as they are, and tests/suite/transport.rs looks
+    /// for the names in them.
+    #[test]
+    fn messages_name_what_to_look_at() {
+        assert_eq!(
+            TransportError::UringSwitchedOff.to_string(),
+            "the kernel's FUSE over io_uring is switched off \
+             (/sys/module/fuse/parameters/enable_uring is N; root can write Y to it)"
+        );
+        assert_eq!(
+            TransportError::NoFuseUring.to_string(),
+            "this kernel has no FUSE over io_uring (/sys/module/fuse/parameters/enable_uring \
+             is missing; it needs Linux 6.14+ with CONFIG_FUSE_IO_URING)"
+        );
+        let e = ring_refused(std::io::Error::from_raw_os_error(libc::EPERM), Some(2));
+        assert_eq!(
+            e.to_string(),
+            "io_uring is not available to this process: Operation not permitted (os error 1) \
+             (see sysctl kernel.io_uring_disabled)"
+        );
+        let e = TransportError::NoCpuList { text: "x\n".into() };
+        assert_eq!(
+            e.to_string(),
+            "/sys/devices/system/cpu/possible: cannot parse \"x\\n\""
+        );
     }
 }
