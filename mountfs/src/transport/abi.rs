@@ -65,6 +65,8 @@ pub struct InHeader {
     pub unique: u64,
     pub nodeid: u64,
     pub uid: u32,
+    /// The calling thread (0 for requests the kernel makes on its own).
+    pub pid: u32,
 }
 
 pub fn in_header(h: &[u8]) -> InHeader {
@@ -73,6 +75,7 @@ pub fn in_header(h: &[u8]) -> InHeader {
         unique: u64_at(h, 8),
         nodeid: u64_at(h, 16),
         uid: u32_at(h, 24),
+        pid: u32_at(h, 32),
     }
 }
 

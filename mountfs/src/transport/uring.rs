@@ -155,6 +155,9 @@ struct Queue<I: Image> {
     /// The `SCHED_IDLE` windows and this queue's slot in them, when the
     /// process may use them (module `stay`).
     stay: Option<(Arc<stay::Windows>, usize)>,
+    /// Callers of the answers queued since the last submission.
+    callers: Vec<u32>,
+    submissions: u32,
 }
 
 fn pin_to(cpu: usize) {
@@ -220,6 +223,8 @@ impl<I: Image> Queue<I> {
             shared,
             access,
             stay,
+            callers: Vec::with_capacity(ENTRIES),
+            submissions: 0,
         };
         for (i, e) in entries.iter_mut().enumerate() {
             let sqe = q.command(CMD_REGISTER, i, 0, Some(&e.iov));
@@ -284,14 +289,7 @@ impl<I: Image> Queue<I> {
             if !self.entries.iter().any(|e| e.live) {
                 return;
             }
-            // Answers first, on their own, so that the callers they wake
-            // stay on this CPU (module `stay`); then the wait.
-            let ring = &mut self.ring;
-            let answered = match &self.stay {
-                Some((w, q)) if ring.pending() > 0 => w.around(*q, || ring.submit_and_wait(0)),
-                _ => Ok(()),
-            };
-            if let Err(e) = answered.and_then(|()| self.ring.submit_and_wait(1)) {
+            if let Err(e) = self.submit_and_wait() {
                 log::error!("FUSE io_uring queue {}: {e}", self.qid);
                 // The kernel may still write into registered buffers.
                 std::mem::forget(std::mem::take(&mut self.entries));
@@ -308,6 +306,28 @@ impl<I: Image> Queue<I> {
         }
     }
 
+    /// Submits the queued answers and waits for the next request. While
+    /// callers are seen to change CPU (module `stay`), the answers go first,
+    /// on their own and in `SCHED_IDLE`, so that the callers they wake stay
+    /// on this CPU; otherwise (and for a probe now and then) they go with
+    /// the wait, and their callers' next requests tell whether they hopped.
+    fn submit_and_wait(&mut self) -> io::Result<()> {
+        let callers = std::mem::take(&mut self.callers);
+        if let Some((w, q)) = &self.stay {
+            self.submissions = self.submissions.wrapping_add(1);
+            let probe = self.submissions % stay::PROBE_EVERY == 0;
+            if self.ring.pending() > 0 && w.hops.on() && !probe {
+                let ring = &mut self.ring;
+                w.around(*q, || ring.submit_and_wait(0))?;
+            } else {
+                callers.iter().for_each(|&t| w.hops.told(t));
+            }
+        }
+        self.callers = callers;
+        self.callers.clear();
+        self.ring.submit_and_wait(1)
+    }
+
     /// Answers the request in entry `i` and queues its COMMIT_AND_FETCH.
     fn answer(&mut self, i: usize) {
         let e = &mut self.entries[i];
@@ -315,6 +335,10 @@ impl<I: Image> Queue<I> {
         let commit_id = u64_at(&e.header, ENT_COMMIT_ID);
         let in_len = (u32_at(&e.header, ENT_PAYLOAD_SZ) as usize).min(e.payload.len());
         let op_in: [u8; 128] = e.header[OP_IN..OP_IN + 128].try_into().unwrap();
+        if let Some((w, q)) = &self.stay {
+            w.hops.arrived(*q, h.pid);
+            self.callers.push(h.pid);
+        }
         let r = if self.access.is_some_and(|a| refused(a, &h)) {
             Err(libc::EACCES)
         } else {

@@ -17,6 +17,14 @@
 //! caller waits for the next answer — and only then waits for a request, so
 //! it never sleeps in `SCHED_IDLE`.
 //!
+//! The switch costs two system calls per submission and is wasted when no
+//! CPU is idle (several busy readers): callers then stay where they are
+//! anyway. So it is used only while callers are seen to change CPU
+//! ([`Hops`]): a caller's next request arriving at another queue after an
+//! answer submitted without the switch is a hop. Without the switch every
+//! answer tells; with it, one submission in [`PROBE_EVERY`] goes without,
+//! to see whether callers would still hop.
+//!
 //! The window in between is bounded: a request from another thread on this
 //! CPU would otherwise wait for as long as the caller keeps the CPU busy
 //! (a `SCHED_IDLE` thread gets almost no share of a busy CPU). A watchdog
@@ -31,7 +39,7 @@
 //! answer without it.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +50,77 @@ pub const WINDOW: Duration = Duration::from_millis(3);
 
 /// Quiet time after which the watchdog stops ticking until the next answer.
 pub const PARK_AFTER: Duration = Duration::from_millis(200);
+
+/// With the switch on, one submission in this many goes without it.
+pub const PROBE_EVERY: u32 = 64;
+
+/// Outcomes of answers without the switch per decision; the switch is on
+/// while at least a quarter of them were hops.
+const DECIDE_AFTER: u32 = 16;
+
+/// Callers' last queues, by thread id modulo this many slots.
+const SLOTS: usize = 1024;
+
+/// Whether callers change CPU between requests (see the module doc).
+///
+/// Invariant: a slot holds `tid << 32 | queue << 1 | told`, where `told`
+/// means the caller's last answer went without the switch, so its next
+/// request tells whether it hopped; 0 is an empty slot.
+pub struct Hops {
+    last: Vec<AtomicU64>,
+    told: AtomicU32,
+    hopped: AtomicU32,
+    on: AtomicBool,
+}
+
+impl Hops {
+    fn new() -> Hops {
+        Hops {
+            last: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            told: AtomicU32::new(0),
+            hopped: AtomicU32::new(0),
+            on: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether answers should be submitted with the switch.
+    pub fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// A request from thread `tid` arrived at queue `q`.
+    pub fn arrived(&self, q: usize, tid: u32) {
+        if tid == 0 {
+            return;
+        }
+        let slot = &self.last[tid as usize % SLOTS];
+        let prev = slot.swap(u64::from(tid) << 32 | (q as u64) << 1, Ordering::Relaxed);
+        if prev >> 32 == u64::from(tid) && prev & 1 == 1 {
+            self.outcome(((prev >> 1) & 0x7fff_ffff) as usize != q);
+        }
+    }
+
+    /// The answer to `tid` went without the switch: its next request tells.
+    pub fn told(&self, tid: u32) {
+        if tid == 0 {
+            return;
+        }
+        let slot = &self.last[tid as usize % SLOTS];
+        let v = slot.load(Ordering::Relaxed);
+        if v >> 32 == u64::from(tid) {
+            let _ = slot.compare_exchange(v, v | 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn outcome(&self, hop: bool) {
+        let hopped = self.hopped.fetch_add(u32::from(hop), Ordering::Relaxed) + u32::from(hop);
+        if self.told.fetch_add(1, Ordering::Relaxed) + 1 >= DECIDE_AFTER {
+            self.on.store(hopped * 4 >= DECIDE_AFTER, Ordering::Relaxed);
+            self.told.store(0, Ordering::Relaxed);
+            self.hopped.store(0, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Switches thread `tid` (0: the calling one) between `SCHED_IDLE` and
 /// `SCHED_OTHER`.
@@ -80,6 +159,7 @@ struct Slot {
 /// Invariant: a slot's `opened` is non-zero only while its thread is (or is
 /// about to be) in `SCHED_IDLE`; the thread clears it after leaving.
 pub struct Windows {
+    pub hops: Hops,
     base: Instant,
     slots: Vec<Slot>,
     /// Set when an answer was submitted since the watchdog last looked.
@@ -98,6 +178,7 @@ impl Windows {
             return None;
         }
         let w = Arc::new(Windows {
+            hops: Hops::new(),
             base: Instant::now(),
             slots: (0..queues)
                 .map(|_| Slot {
@@ -200,6 +281,40 @@ impl Windows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` requests of thread `tid`, each answered without the switch,
+    /// arriving at the queues `queue(i)` gives.
+    fn requests(h: &Hops, tid: u32, n: usize, queue: impl Fn(usize) -> usize) {
+        for i in 0..n {
+            h.arrived(queue(i), tid);
+            h.told(tid);
+        }
+    }
+
+    #[test]
+    fn the_switch_is_on_while_callers_hop_and_off_when_they_stay() {
+        let h = Hops::new();
+        assert!(!h.on());
+        requests(&h, 7, 40, |i| i % 2);
+        assert!(h.on(), "a caller alternating between two queues");
+        requests(&h, 7, 40, |_| 1);
+        assert!(!h.on(), "a caller that stays on one queue");
+        // Requests answered with the switch (not told) decide nothing.
+        for i in 0..100 {
+            h.arrived(i % 2, 7);
+        }
+        assert!(!h.on());
+        // Other threads' requests in between do not count as hops.
+        for i in 0..40 {
+            h.arrived(0, 7);
+            h.told(7);
+            h.arrived(1, 8 + i);
+        }
+        assert!(!h.on());
+        // Requests the kernel makes on its own (pid 0) are left out.
+        requests(&h, 0, 40, |i| i % 2);
+        assert!(!h.on());
+    }
 
     // The watchdog closes a window its thread cannot close itself: a thread
     // left in SCHED_IDLE is back in SCHED_OTHER within a few windows.
