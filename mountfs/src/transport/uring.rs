@@ -315,7 +315,7 @@ impl<I: Image> Queue<I> {
         let callers = std::mem::take(&mut self.callers);
         if let Some((w, q)) = &self.stay {
             self.submissions = self.submissions.wrapping_add(1);
-            let probe = self.submissions % stay::PROBE_EVERY == 0;
+            let probe = self.submissions.is_multiple_of(stay::PROBE_EVERY);
             if self.ring.pending() > 0 && w.hops.on() && !probe {
                 let ring = &mut self.ring;
                 w.around(*q, || ring.submit_and_wait(0))?;
