@@ -4,6 +4,7 @@
 //! zero padding to 4 KiB. unsquashfs derives each table's extent from the
 //! start of the next, so this order is not optional.
 
+mod behind;
 pub mod data;
 mod dir;
 mod inode;
