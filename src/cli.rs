@@ -143,6 +143,14 @@ pub enum Codec {
     Xz,
 }
 
+/// `pack --preset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Preset {
+    /// The smallest standard SquashFS: xz 9e tuned for text, 1 MiB blocks,
+    /// similarity order.
+    Smallest,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutFormat {
     Squashfs,
@@ -264,10 +272,27 @@ pub struct PackArgs {
     /// Codec: SquashFS takes zstd (default), gzip, lz4, xz; ZIP takes deflate (default) or zstd.
     #[arg(short, long, value_enum)]
     pub compression: Option<Codec>,
-    /// Compression level (zstd 1-22, gzip 1-9, xz 0-9; ZIP deflate 0-9, 0 = stored);
+    /// Compression level (zstd 1-22, gzip 1-9, xz 0-9, or 0e-9e for xz's
+    /// slower extreme variant as in `xz -9e`; ZIP deflate 0-9, 0 = stored);
     /// default: zstd 3, gzip 9, xz 6, ZIP deflate 6.
-    #[arg(short, long)]
-    pub level: Option<i32>,
+    #[arg(short, long, value_parser = crate::values::level)]
+    pub level: Option<crate::values::Level>,
+    /// xz only: LZMA2 settings beyond the level, as `xz --lzma2=` names them:
+    /// `lc=N,lp=N,pb=N` (literal context, literal position and position
+    /// bits; lc + lp at most 4, as the kernel's decoder requires),
+    /// `nice=N` (2-273), `depth=N`. For source text `lc=4,lp=0,pb=0` makes
+    /// smaller images. The image stays one every xz reader opens.
+    #[arg(long, value_name = "KEY=N,...", value_parser = crate::values::xz_lzma2)]
+    pub xz_lzma2: Option<packfs_format::codec::XzOptions>,
+    /// Settings for a purpose: `smallest` = the smallest standard SquashFS
+    /// packfs makes (`-c xz --level 9e --xz-lzma2 lc=4,lp=0,pb=0 -b 1M
+    /// --order similarity`; slow: xz at its most thorough).
+    #[arg(
+        long,
+        value_enum,
+        conflicts_with_all = ["compression", "level", "xz_lzma2", "block_size", "order"]
+    )]
+    pub preset: Option<Preset>,
     /// Data block size, a power of two from 4K to 1M.
     #[arg(short, long, default_value = "128K", value_parser = crate::values::block_size)]
     pub block_size: u64,

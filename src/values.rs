@@ -16,6 +16,52 @@ pub fn block_size(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
+/// `pack --level`: a number; for xz it may end in `e` (`9e`), the preset's
+/// extreme variant as in `xz -9e`. The range is checked against the codec
+/// once the codec is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Level {
+    pub n: i32,
+    pub extreme: bool,
+}
+
+pub fn level(s: &str) -> Result<Level, String> {
+    let (digits, extreme) = match s.strip_suffix('e') {
+        Some(d) => (d, true),
+        None => (s, false),
+    };
+    let n = digits.parse::<i32>().map_err(|_| {
+        format!("{s:?}: a level is a number (for xz optionally followed by e, as 9e)")
+    })?;
+    Ok(Level { n, extreme })
+}
+
+/// `pack --xz-lzma2`: `KEY=VALUE,...` with xz's own names for LZMA2
+/// settings (`xz --lzma2=`): lc, lp, pb, nice, depth; checked against what
+/// every SquashFS xz reader decodes (see `packfs_format::codec::XzOptions`).
+pub fn xz_lzma2(s: &str) -> Result<packfs_format::codec::XzOptions, String> {
+    let mut o = packfs_format::codec::XzOptions::default();
+    for kv in s.split(',').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("{kv:?}: expected KEY=VALUE (lc, lp, pb, nice, depth)"))?;
+        let v: u32 = v
+            .parse()
+            .map_err(|_| format!("{kv:?}: the value is not a number"))?;
+        let slot = match k {
+            "lc" => &mut o.lc,
+            "lp" => &mut o.lp,
+            "pb" => &mut o.pb,
+            "nice" => &mut o.nice_len,
+            "depth" => &mut o.depth,
+            _ => return Err(format!("{k:?}: not one of lc, lp, pb, nice, depth")),
+        };
+        *slot = Some(v);
+    }
+    o.check()?;
+    Ok(o)
+}
+
 /// `pack --exclude`: a pattern the packer can use (see `packer::exclude`).
 pub fn exclude(s: &str) -> Result<String, String> {
     packer::exclude::check(s)?;

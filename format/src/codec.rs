@@ -191,6 +191,55 @@ pub fn decompress(
     Ok(())
 }
 
+/// liblzma's flag for a preset's slower, deeper match search (`xz -9e`).
+const LZMA_PRESET_EXTREME: u32 = 1 << 31;
+
+/// LZMA2 settings of the xz encoder beyond its preset level. Every choice
+/// here yields a stream that every SquashFS xz reader decodes: the kernel's
+/// decoder (xz-embedded) takes any LZMA2 stream with lc + lp ≤ 4 and a
+/// dictionary no larger than the image's block size (which the encoder
+/// always uses, see [`Encoder`]), unsquashfs and packfs (liblzma) any.
+/// The stream records lc, lp and pb itself, so the image needs no
+/// compressor options for them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XzOptions {
+    /// The preset's extreme variant (`xz -9e`): a deeper match search.
+    pub extreme: bool,
+    /// Literal context bits (0-4; the preset's 3 when unset).
+    pub lc: Option<u32>,
+    /// Literal position bits (0-4; the preset's 0 when unset).
+    pub lp: Option<u32>,
+    /// Position bits (0-4; the preset's 2 when unset). 0 suits text, whose
+    /// symbols are not aligned to 2^pb bytes.
+    pub pb: Option<u32>,
+    /// Match length at which the search stops looking for a longer one
+    /// (2-273).
+    pub nice_len: Option<u32>,
+    /// Match finder search depth (0 = liblzma chooses from `nice_len`).
+    pub depth: Option<u32>,
+}
+
+impl XzOptions {
+    /// Why these settings would make a stream some reader refuses, if so.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in [("lc", self.lc), ("lp", self.lp), ("pb", self.pb)] {
+            if v.is_some_and(|v| v > 4) {
+                return Err(format!("{name} takes 0 to 4"));
+            }
+        }
+        let (lc, lp) = (self.lc.unwrap_or(3), self.lp.unwrap_or(0));
+        if lc + lp > 4 {
+            return Err(format!(
+                "lc={lc} with lp={lp}: the kernel's xz decoder takes lc + lp up to 4"
+            ));
+        }
+        if self.nice_len.is_some_and(|n| !(2..=273).contains(&n)) {
+            return Err("nice takes 2 to 273".into());
+        }
+        Ok(())
+    }
+}
+
 /// A compressor with its level, as used by the writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Encoder {
@@ -199,6 +248,8 @@ pub struct Encoder {
     /// The image block size; bounds the xz dictionary (the kernel refuses
     /// streams whose dictionary exceeds it).
     pub block_size: u32,
+    /// For xz only; checked by [`XzOptions::check`] before use.
+    pub xz: XzOptions,
 }
 
 impl Encoder {
@@ -216,6 +267,7 @@ impl Encoder {
             codec,
             level,
             block_size,
+            xz: XzOptions::default(),
         })
     }
 
@@ -284,9 +336,26 @@ impl Encoder {
                 out.truncate(n);
             }
             Compressor::Xz => {
-                let mut opts = xz2::stream::LzmaOptions::new_preset(self.level as u32)
+                let x = &self.xz;
+                let preset = self.level as u32 | if x.extreme { LZMA_PRESET_EXTREME } else { 0 };
+                let mut opts = xz2::stream::LzmaOptions::new_preset(preset)
                     .map_err(|e| corrupt(self.codec, e))?;
                 opts.dict_size(self.block_size.max(8192));
+                if let Some(v) = x.lc {
+                    opts.literal_context_bits(v);
+                }
+                if let Some(v) = x.lp {
+                    opts.literal_position_bits(v);
+                }
+                if let Some(v) = x.pb {
+                    opts.position_bits(v);
+                }
+                if let Some(v) = x.nice_len {
+                    opts.nice_len(v);
+                }
+                if let Some(v) = x.depth {
+                    opts.depth(v);
+                }
                 let mut filters = xz2::stream::Filters::new();
                 filters.lzma2(&opts);
                 let mut s =

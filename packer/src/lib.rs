@@ -43,6 +43,8 @@ pub struct PackOptions {
     pub compressor: Compressor,
     /// `None` = the codec's default level (see `packfs_format::codec::Encoder::new`).
     pub level: Option<i32>,
+    /// LZMA2 settings for xz beyond the level (ignored by other codecs).
+    pub xz: packfs_format::codec::XzOptions,
     /// Power of two, 4096..=1048576.
     pub block_size: u32,
     /// 0 = all cores.
@@ -81,6 +83,7 @@ impl Default for PackOptions {
         PackOptions {
             compressor: Compressor::Zstd,
             level: None,
+            xz: Default::default(),
             block_size: 131072,
             threads: 0,
             excludes: Vec::new(),

@@ -3,9 +3,10 @@
 //! shards is written.
 
 use super::interrupt::{self, die_of_signal};
-use crate::cli::{Codec, OutFormat, PackArgs, RemoteArgs};
+use crate::cli::{Codec, OutFormat, PackArgs, Preset, RemoteArgs};
 use crate::location::location;
 use crate::usage::usage;
+use crate::values::Level;
 use anyhow::Context;
 use packer::{Compressor, PackOptions};
 use packfs_bench::size::human;
@@ -46,6 +47,8 @@ struct PackPlan {
     codec: Codec,
     compressor: Compressor,
     level: Option<i32>,
+    xz: packfs_format::codec::XzOptions,
+    block_size: u32,
     mtime: Option<u32>,
     dest: Dest,
     order: packer::order::DataOrder,
@@ -78,22 +81,62 @@ impl PackPlan {
                  template); --manifest is for local shards"
             )));
         }
-        let (codec, compressor, level) = codec_and_level(format, args.compression, args.level)?;
-        let order = packer::order::DataOrder::parse(&args.order).map_err(|e| match e {
+        // A preset stands for flags it conflicts with (clap refuses both).
+        let (compression, level, xz_lzma2, block_size, order) = match args.preset {
+            None => (
+                args.compression,
+                args.level,
+                args.xz_lzma2,
+                args.block_size as u32,
+                args.order.as_str(),
+            ),
+            Some(Preset::Smallest) => (
+                Some(Codec::Xz),
+                Some(Level {
+                    n: 9,
+                    extreme: true,
+                }),
+                Some(packfs_format::codec::XzOptions {
+                    lc: Some(4),
+                    lp: Some(0),
+                    pb: Some(0),
+                    ..Default::default()
+                }),
+                1 << 20,
+                "similarity",
+            ),
+        };
+        let (codec, compressor, level, extreme) = codec_and_level(format, compression, level)?;
+        if xz_lzma2.is_some() && compressor != Compressor::Xz {
+            return Err(usage(format!(
+                "--xz-lzma2 applies to -c xz, not {}",
+                compressor.name()
+            )));
+        }
+        let xz = packfs_format::codec::XzOptions {
+            extreme,
+            ..xz_lzma2.unwrap_or_default()
+        };
+        let order = packer::order::DataOrder::parse(order).map_err(|e| match e {
             packer::PackError::InvalidOption(m) => usage(format!("--order: {m}")),
             e => anyhow::Error::new(e).context("--order"),
         })?;
         if format == OutFormat::Zip && order != packer::order::DataOrder::Path {
-            return Err(usage(format!(
-                "--order {}: ZIP archives keep path order (orders apply to SquashFS images)",
-                args.order
-            )));
+            return Err(usage(match args.preset {
+                Some(_) => "--preset makes SquashFS images, not ZIP archives".to_string(),
+                None => format!(
+                    "--order {}: ZIP archives keep path order (orders apply to SquashFS images)",
+                    args.order
+                ),
+            }));
         }
         Ok(PackPlan {
             format,
             codec,
             compressor,
             level,
+            xz,
+            block_size,
             mtime: mtime(args.mtime)?,
             dest,
             order,
@@ -102,13 +145,13 @@ impl PackPlan {
 }
 
 /// The codec (default: zstd for SquashFS, deflate for ZIP), the packer's
-/// compressor for it and the level (default: the codec's), checked against
-/// what the format takes.
+/// compressor for it, the level (default: the codec's) and whether it is
+/// xz's extreme variant, checked against what the format takes.
 fn codec_and_level(
     format: OutFormat,
     codec: Option<Codec>,
-    level: Option<i32>,
-) -> anyhow::Result<(Codec, Compressor, Option<i32>)> {
+    level: Option<Level>,
+) -> anyhow::Result<(Codec, Compressor, Option<i32>, bool)> {
     let codec = codec.unwrap_or(match format {
         OutFormat::Squashfs => Codec::Zstd,
         OutFormat::Zip => Codec::Deflate,
@@ -125,7 +168,14 @@ fn codec_and_level(
             compressor.name()
         )));
     }
-    let level = level.or(match (format, compressor) {
+    let extreme = level.is_some_and(|l| l.extreme);
+    if extreme && compressor != Compressor::Xz {
+        return Err(usage(format!(
+            "--level {}e: only xz has an extreme variant (e)",
+            level.map_or(0, |l| l.n)
+        )));
+    }
+    let level = level.map(|l| l.n).or(match (format, compressor) {
         (_, Compressor::Zstd) => Some(3),
         (OutFormat::Zip, _) => Some(6),
         _ => None,
@@ -142,7 +192,7 @@ fn codec_and_level(
             )));
         }
     }
-    Ok((codec, compressor, level))
+    Ok((codec, compressor, level, extreme))
 }
 
 /// `--mtime`, else $SOURCE_DATE_EPOCH when set and not empty.
@@ -174,7 +224,8 @@ pub fn run(args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let opts = PackOptions {
         compressor: plan.compressor,
         level: plan.level,
-        block_size: args.block_size as u32,
+        xz: plan.xz,
+        block_size: plan.block_size,
         threads: args.threads,
         excludes: args.exclude.clone(),
         all_root: args.all_root,

@@ -365,3 +365,120 @@ fn an_unknown_order_or_an_order_for_a_zip_is_a_usage_error() {
         assert!(!t.path().join(out).exists());
     }
 }
+
+#[test]
+fn the_smallest_preset_is_its_flags_and_every_reader_reads_it() {
+    if !require_tool("unsquashfs") {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let want = manifest(&src, &ManifestOptions::default());
+    let preset = t.path().join("preset.sqfs");
+    pack(&src, &preset, &["--preset", "smallest", "--mtime", "0"]);
+    let flags = t.path().join("flags.sqfs");
+    pack(
+        &src,
+        &flags,
+        &[
+            "-c",
+            "xz",
+            "-l",
+            "9e",
+            "--xz-lzma2",
+            "lc=4,lp=0,pb=0",
+            "-b",
+            "1M",
+            "--order",
+            "similarity",
+            "--mtime",
+            "0",
+            "-j",
+            "1",
+        ],
+    );
+    let bytes = std::fs::read(&preset).unwrap();
+    assert!(
+        bytes == std::fs::read(&flags).unwrap(),
+        "preset != its flags"
+    );
+    let sb = Superblock::decode(&bytes[..SUPERBLOCK_SIZE].try_into().unwrap());
+    // 4 = xz.
+    assert_eq!((sb.compression_id, sb.block_size), (4, 1 << 20));
+    // Not the default xz stream: the tuning is in effect.
+    let plain = t.path().join("plain.sqfs");
+    pack(
+        &src,
+        &plain,
+        &[
+            "-c",
+            "xz",
+            "-b",
+            "1M",
+            "--order",
+            "similarity",
+            "--mtime",
+            "0",
+        ],
+    );
+    assert!(std::fs::read(&plain).unwrap() != bytes);
+    // The readers, on an image with the tree's own times.
+    let preset = t.path().join("preset-times.sqfs");
+    pack(&src, &preset, &["--preset", "smallest"]);
+    let out = t.path().join("unsq");
+    run(Command::new("unsquashfs").arg("-d").arg(&out).arg(&preset));
+    assert_same(
+        "unsquashfs, --preset smallest",
+        &manifest(&out, &ManifestOptions::default()),
+        &want,
+    );
+    let ours = PackfsMount::new(&preset, &[]);
+    assert_same(
+        "packfs, --preset smallest",
+        &manifest(ours.path(), &ManifestOptions::default()),
+        &want,
+    );
+    if let Some(kern) = KernelMount::new(&preset) {
+        assert_same(
+            "kernel, --preset smallest",
+            &manifest(kern.path(), &ManifestOptions::default()),
+            &want,
+        );
+    }
+}
+
+#[test]
+fn xz_settings_a_reader_would_refuse_or_another_codec_are_usage_errors() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a"), b"a").unwrap();
+    for (args, says) in [
+        (
+            &["-c", "xz", "--xz-lzma2", "lc=4,lp=1"][..],
+            "lc + lp up to 4",
+        ),
+        (&["-c", "xz", "--xz-lzma2", "pb=5"][..], "pb takes 0 to 4"),
+        (&["-c", "xz", "--xz-lzma2", "dict=1"][..], "not one of lc"),
+        (&["--xz-lzma2", "lc=4"][..], "applies to -c xz"),
+        (&["-l", "9e"][..], "only xz has an extreme variant"),
+        (
+            &["--preset", "smallest", "-b", "4K"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let o = Command::new(packfs_bin())
+            .arg("pack")
+            .arg(&src)
+            .arg("-o")
+            .arg(t.path().join("x.sqfs"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!t.path().join("x.sqfs").exists());
+    }
+}

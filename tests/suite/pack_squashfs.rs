@@ -3,6 +3,7 @@
 
 use crate::common::{is_root, require, require_root, scratch, KernelMount};
 use packer::{pack_squashfs, Compressor, PackError, PackOptions};
+use packfs_format::codec::XzOptions;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
@@ -497,6 +498,70 @@ fn every_codec_and_extreme_block_sizes_mount() {
     }
     // Check at least one codec through unsquashfs extraction too.
     check_with_unsquashfs(&work.path().join("1.sqfs"), &src, work.path(), false, "xz");
+    // xz beyond its levels: the extreme preset, and lc/lp/pb at the edges
+    // of what the kernel's decoder takes (lc + lp = 4); each image the same
+    // bytes again on another thread count.
+    let tunings = [
+        (
+            "9e-lc4-lp0-pb0-1M",
+            9,
+            1 << 20,
+            XzOptions {
+                extreme: true,
+                lc: Some(4),
+                lp: Some(0),
+                pb: Some(0),
+                ..Default::default()
+            },
+        ),
+        (
+            "1-lc0-lp4-pb4-nice273-depth8",
+            1,
+            131072,
+            XzOptions {
+                lc: Some(0),
+                lp: Some(4),
+                pb: Some(4),
+                nice_len: Some(273),
+                depth: Some(8),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (what, level, bs, xz) in tunings {
+        let img = work.path().join(format!("xz-{what}.sqfs"));
+        let mut o = opts(Compressor::Xz, bs, 2);
+        (o.level, o.xz) = (Some(level), xz);
+        pack_squashfs(&src, &img, &o).unwrap_or_else(|e| panic!("xz {what}: {e}"));
+        // With a fixed image time, the same bytes on any thread count.
+        let packed = |threads| {
+            let img = work.path().join(format!("xz-{what}-j{threads}.sqfs"));
+            let o = PackOptions {
+                threads,
+                mtime: Some(0),
+                ..opts(Compressor::Xz, bs, threads)
+            };
+            let o = PackOptions {
+                level: Some(level),
+                xz,
+                ..o
+            };
+            pack_squashfs(&src, &img, &o).unwrap_or_else(|e| panic!("xz {what}: {e}"));
+            fs::read(&img).unwrap()
+        };
+        assert!(
+            packed(1) == packed(2),
+            "xz {what}: -j 1 and -j 2 gave other bytes"
+        );
+        check_with_unsquashfs(&img, &src, work.path(), false, &format!("xz-{what}"));
+        check_with_kernel(&img, &src, false, &format!("xz-{what}"));
+    }
+    // Settings the kernel's decoder would refuse are refused.
+    let mut o = opts(Compressor::Xz, 131072, 2);
+    o.xz.lc = Some(4);
+    o.xz.lp = Some(1);
+    let err = pack_squashfs(&src, &work.path().join("bad.sqfs"), &o).unwrap_err();
+    assert!(err.to_string().contains("lc + lp"), "{err}");
 }
 
 #[test]

@@ -22,9 +22,11 @@
 //!
 //! Fingerprints and buckets run in parallel; every step depends on the
 //! data and the path order only, so the result is the same on any number
-//! of threads.
+//! of threads. The tails are read [`FP_CHUNK`] files at a time, the next
+//! chunks' asked of the kernel ahead on the I/O pool (`crate::io`), so that
+//! a cold tree is not read one file per compression thread at a time.
 
-use crate::io::open_source;
+use crate::io::{open_source, Hint, Prefetcher, PREFETCH_BATCHES};
 use crate::walk::Tree;
 use rayon::prelude::*;
 use std::os::unix::fs::FileExt;
@@ -34,6 +36,10 @@ use std::os::unix::fs::FileExt;
 const SAMPLES: u64 = 256;
 /// Bytes of a tail read for its fingerprint at most.
 const READ_MAX: u64 = 128 << 10;
+/// Files fingerprinted per step, their tails prefetched a step or more
+/// ahead: enough requests in flight for a disk, few enough that the page
+/// cache filled ahead stays small (at most [`READ_MAX`] per file).
+const FP_CHUNK: usize = 512;
 /// Files per bucket at most: the chain's cost is quadratic in it.
 const BUCKET: usize = 2048;
 /// Hamming distance (of 128 bits) within which a file counts as near.
@@ -103,6 +109,15 @@ fn distance(a: &Fingerprint, b: &Fingerprint) -> u32 {
     (a[0] ^ b[0]).count_ones() + (a[1] ^ b[1]).count_ones()
 }
 
+/// Bytes of a file's tail (what becomes a fragment), 0 when none.
+fn tail_len(tree: &Tree, ino: u32, block_size: u32, fragments: bool) -> u64 {
+    if fragments {
+        tree.inodes[ino as usize].size % block_size as u64
+    } else {
+        0
+    }
+}
+
 /// The bytes of a file that become its fragment tail (at most [`READ_MAX`]
 /// of them), or None when it has no tail or cannot be read now (the data
 /// pass reports the error).
@@ -113,11 +128,7 @@ fn tail_fingerprint(
     fragments: bool,
 ) -> Option<Fingerprint> {
     let size = tree.inodes[ino as usize].size;
-    let tail = if fragments {
-        size % block_size as u64
-    } else {
-        0
-    };
+    let tail = tail_len(tree, ino, block_size, fragments);
     if tail == 0 {
         return None;
     }
@@ -131,10 +142,38 @@ fn tail_fingerprint(
 /// first, in path order (where their full blocks sit does not change their
 /// size), then the chained buckets. Runs on the current rayon pool.
 pub(super) fn order(tree: &Tree, files: &[u32], block_size: u32, fragments: bool) -> Vec<u32> {
-    let fps: Vec<Option<Fingerprint>> = files
-        .par_iter()
-        .map(|&ino| tail_fingerprint(tree, ino, block_size, fragments))
-        .collect();
+    let hints = |chunk: &[u32]| -> Vec<Hint> {
+        chunk
+            .iter()
+            .filter_map(|&ino| {
+                let tail = tail_len(tree, ino, block_size, fragments);
+                (tail > 0).then(|| Hint {
+                    path: tree.data_path(ino).into(),
+                    offset: tree.inodes[ino as usize].size - tail,
+                    len: tail.min(READ_MAX),
+                })
+            })
+            .collect()
+    };
+    // Without an I/O pool the tails are only read without hints.
+    let prefetch = Prefetcher::new().ok();
+    let chunks: Vec<&[u32]> = files.chunks(FP_CHUNK).collect();
+    let mut fps: Vec<Option<Fingerprint>> = Vec::with_capacity(files.len());
+    for (k, chunk) in chunks.iter().enumerate() {
+        if let Some(p) = &prefetch {
+            p.advance(k as u64);
+            let first = if k == 0 { 0 } else { k + PREFETCH_BATCHES };
+            let upto = k + PREFETCH_BATCHES + 1;
+            for (ahead, c) in chunks.iter().enumerate().take(upto).skip(first) {
+                p.issue(ahead as u64, hints(c));
+            }
+        }
+        fps.par_extend(
+            chunk
+                .par_iter()
+                .map(|&ino| tail_fingerprint(tree, ino, block_size, fragments)),
+        );
+    }
     let mut out = Vec::with_capacity(files.len());
     let mut tails = Vec::new();
     for (&ino, fp) in files.iter().zip(fps) {

@@ -7,20 +7,23 @@
 //! is already being compressed, and the files of the batches after it are
 //! being prefetched into the page cache on the I/O pool (see `crate::io`).
 //! Batch boundaries depend only on constants and the tree, never on the
-//! thread count, and fragment blocks are sealed and written at fixed points
+//! thread count, and fragment blocks are sealed and placed at fixed points
 //! (batch ends), so the image is byte-identical for any number of threads.
+//! A placed fragment block is written when its compression ends, the data
+//! placed after it behind it (`super::behind`), so that the pool compresses
+//! fragment blocks of many batches at once.
 //! Memory in flight is bounded by two batches ([`BATCH_BYTES`] each) plus
-//! their compressed copies.
+//! their compressed copies, and by what [`WriteBehind`] holds.
 
+use super::behind::{Mark, SealedFragment, WriteBehind};
 use super::writer::ImageWriter;
-use crate::detach::{self, Outcome};
+use crate::detach;
 use crate::io::{changed_size, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
 use crate::walk::{Kind, Tree};
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
 use packfs_format::codec::{CodecError, Encoder};
 use packfs_format::squashfs::metadata::data_word;
-use packfs_format::squashfs::tables::FragmentEntry;
 use packfs_format::squashfs::INVALID_FRAG;
 use rayon::prelude::*;
 use std::collections::{HashMap, VecDeque};
@@ -29,7 +32,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 /// Raw bytes read per batch at most (plus one piece).
 const BATCH_BYTES: u64 = 32 << 20;
@@ -121,7 +124,7 @@ struct Ctx {
 /// A file whose pieces are being consumed.
 struct Current {
     ino: u32,
-    start_pos: u64,
+    start: Mark,
     sizes_start: usize,
     /// Over the BLAKE3 hashes of the file's blocks (the tail excluded).
     hasher: blake3::Hasher,
@@ -143,13 +146,9 @@ fn key(h: &blake3::Hash) -> Key {
     k
 }
 
-/// A sealed fragment block being compressed on the pool.
-type SealedFragment = mpsc::Receiver<Outcome<Result<(Vec<u8>, bool), CodecError>>>;
-
 struct Writer<'a, 'f, 'p> {
     img: &'a mut ImageWriter<'f>,
     ctx: Arc<Ctx>,
-    opts: &'p PackOptions,
     /// Where sealed fragment blocks are compressed, while this thread goes on.
     pool: &'p rayon::ThreadPool,
     out: DataOutput,
@@ -162,8 +161,13 @@ struct Writer<'a, 'f, 'p> {
     /// Dedup of tails: key of the tail's bytes -> (fragment, offset).
     tail_dedup: HashMap<Key, (u32, u32)>,
     frag_buf: Vec<u8>,
-    /// Sealed, not yet written fragment blocks, in index order.
+    /// Sealed, not yet placed fragment blocks, in index order.
     frag_sealed: VecDeque<SealedFragment>,
+    /// The data area: placed blocks, written in order as they are ready.
+    behind: WriteBehind,
+    /// Where each file's blocks start (indexed by inode), resolved into
+    /// [`FileLoc::blocks_start`] once everything is written.
+    starts: Vec<Option<Mark>>,
     /// Files of an access profile still to be written; when the last one is
     /// done its open fragment block is sealed and written at once, so the
     /// profile's data (blocks and tails) is one region at the image's start
@@ -511,6 +515,7 @@ pub fn write_data(
         bs,
     };
     let ctx = Arc::new(ctx);
+    let base = img.pos();
     // Whatever way this returns, tasks still queued are told to stop.
     let _abandon = Abandon(&ctx);
     // The pool never idles through this thread's sequential part: batch k+1
@@ -519,7 +524,6 @@ pub fn write_data(
     let mut w = Writer {
         img,
         ctx: ctx.clone(),
-        opts,
         pool,
         out: DataOutput {
             locs: vec![FileLoc::default(); tree.inodes.len()],
@@ -535,6 +539,9 @@ pub fn write_data(
         tail_dedup: HashMap::new(),
         frag_buf: Vec::new(),
         frag_sealed: VecDeque::new(),
+        // As much data may wait behind fragment blocks as one batch reads.
+        behind: WriteBehind::new(base, pool.current_num_threads(), BATCH_BYTES as usize),
+        starts: vec![None; tree.inodes.len()],
         files_left_in_profile: ordered.profiled,
     };
     let start = |batch: Vec<Piece>| {
@@ -565,14 +572,24 @@ pub fn write_data(
                 );
             }
         }
-        w.write_sealed_fragments()?;
+        w.place_sealed_fragments();
+        w.behind.flush(w.img, opts, false)?;
+        w.behind.bound(w.img, opts)?;
         w.img.start_writeback();
     }
     if !w.frag_buf.is_empty() {
         let buf = std::mem::take(&mut w.frag_buf);
         w.seal(buf);
     }
-    w.write_sealed_fragments()?;
+    w.place_sealed_fragments();
+    w.behind.flush(w.img, opts, true)?;
+    w.out.fragment_count = w.behind.fragments_placed();
+    w.out.fragment_entries = std::mem::take(&mut w.behind.entries);
+    for (loc, start) in w.out.locs.iter_mut().zip(&w.starts) {
+        if let Some(m) = start {
+            loc.blocks_start = w.behind.resolve(*m);
+        }
+    }
     Ok(w.out)
 }
 
@@ -608,7 +625,7 @@ impl Writer<'_, '_, '_> {
         if p.first_block == 0 {
             self.cur = Some(Current {
                 ino: p.ino,
-                start_pos: self.img.pos(),
+                start: self.behind.mark(),
                 sizes_start: self.out.block_sizes.len(),
                 hasher: blake3::Hasher::new(),
                 block_bytes: 0,
@@ -632,10 +649,10 @@ impl Writer<'_, '_, '_> {
                     cur.sparse += len as u64;
                 }
                 Block::Stored { bytes, compressed } => {
-                    self.img.write(&bytes)?;
                     self.out
                         .block_sizes
                         .push(data_word(bytes.len(), compressed));
+                    self.behind.data(self.img, bytes)?;
                 }
                 Block::Tail(raw) => cur.tail = Some((raw, hash)),
             }
@@ -652,14 +669,15 @@ impl Writer<'_, '_, '_> {
         Ok(())
     }
 
-    /// Seals the open fragment block and writes every sealed one now, so
-    /// that what was written so far ends here.
+    /// Seals the open fragment block and places every sealed one now, so
+    /// that what was placed so far ends here.
     fn close_region(&mut self) -> Result<(), PackError> {
         if !self.frag_buf.is_empty() {
             let buf = std::mem::take(&mut self.frag_buf);
             self.seal(buf);
         }
-        self.write_sealed_fragments()
+        self.place_sealed_fragments();
+        Ok(())
     }
 
     fn finish_file(&mut self, size: u64) -> Result<(), PackError> {
@@ -669,8 +687,9 @@ impl Writer<'_, '_, '_> {
         if size == 0 {
             return Ok(()); // default FileLoc: no blocks, no fragment
         }
+        let mut start = cur.start;
         let mut loc = FileLoc {
-            blocks_start: cur.start_pos,
+            blocks_start: 0, // resolved from `start` at the end
             sizes_start: cur.sizes_start,
             block_count: self.out.block_sizes.len() - cur.sizes_start,
             fragment: INVALID_FRAG,
@@ -684,16 +703,15 @@ impl Writer<'_, '_, '_> {
             let k = key(&cur.hasher.finalize());
             if let Some(&prev) = self.block_dedup.get(&k) {
                 // Same blocks stored already: undo this file's blocks (the
-                // last thing written) and point at the earlier run.
-                self.img.rewind(cur.start_pos)?;
+                // last thing placed) and point at the earlier run.
+                self.behind.rewind(self.img, cur.start)?;
                 self.out.block_sizes.truncate(cur.sizes_start);
                 let p = &self.out.locs[prev as usize];
-                (
-                    loc.blocks_start,
-                    loc.sizes_start,
-                    loc.block_count,
-                    loc.sparse,
-                ) = (p.blocks_start, p.sizes_start, p.block_count, p.sparse);
+                (loc.sizes_start, loc.block_count, loc.sparse) =
+                    (p.sizes_start, p.block_count, p.sparse);
+                if let Some(m) = self.starts[prev as usize] {
+                    start = m;
+                }
                 saved += cur.block_bytes;
             } else {
                 self.block_dedup.insert(k, cur.ino);
@@ -716,6 +734,7 @@ impl Writer<'_, '_, '_> {
         }
         self.out.dedup_bytes += saved;
         self.out.locs[cur.ino as usize] = loc;
+        self.starts[cur.ino as usize] = Some(start);
         Ok(())
     }
 
@@ -726,8 +745,8 @@ impl Writer<'_, '_, '_> {
             let buf = std::mem::take(&mut self.frag_buf);
             self.seal(buf);
         }
-        // Sealed blocks not yet written still have their index reserved.
-        let index = self.out.fragment_count + self.frag_sealed.len() as u32;
+        // Sealed blocks not yet placed still have their index reserved.
+        let index = self.behind.fragments_placed() + self.frag_sealed.len() as u32;
         let offset = self.frag_buf.len() as u32;
         self.frag_buf.extend_from_slice(tail);
         (index, offset)
@@ -740,33 +759,18 @@ impl Writer<'_, '_, '_> {
         self.frag_sealed.push_back(rx);
     }
 
-    /// Writes the sealed fragment blocks, in order, as their compression
-    /// finishes.
+    /// Places the sealed fragment blocks, in order, next in the image.
     ///
-    /// Never while a file is half written: its blocks must stay contiguous
+    /// Never while a file is half placed: its blocks must stay contiguous
     /// (the inode records only the first block's position), and a duplicate
     /// file is undone by rewinding to its start.
-    fn write_sealed_fragments(&mut self) -> Result<(), PackError> {
+    fn place_sealed_fragments(&mut self) {
         if self.cur.is_some() {
-            return Ok(());
+            return;
         }
-        while let Some(rx) = self.frag_sealed.pop_front() {
-            let (bytes, compressed) =
-                detach::wait(&rx, self.opts)?.map_err(|source| PackError::Codec {
-                    path: self.img.path().to_path_buf(),
-                    source,
-                })?;
-            let start = self.img.pos();
-            self.img.write(&bytes)?;
-            FragmentEntry {
-                start,
-                size: data_word(bytes.len(), compressed),
-                unused: 0,
-            }
-            .encode(&mut self.out.fragment_entries);
-            self.out.fragment_count += 1;
+        for rx in self.frag_sealed.drain(..) {
+            self.behind.fragment(rx);
         }
-        Ok(())
     }
 }
 

@@ -4,6 +4,7 @@
 //! zero padding to 4 KiB. unsquashfs derives each table's extent from the
 //! start of the next, so this order is not optional.
 
+mod behind;
 pub mod data;
 mod dir;
 mod inode;
@@ -60,7 +61,13 @@ pub fn write_image(
         path: path.to_path_buf(),
         source,
     };
-    let enc = Encoder::new(opts.compressor, opts.level, opts.block_size).map_err(codec_err)?;
+    opts.xz
+        .check()
+        .map_err(|m| PackError::InvalidOption(format!("xz: {m}")))?;
+    let enc = Encoder {
+        xz: opts.xz,
+        ..Encoder::new(opts.compressor, opts.level, opts.block_size).map_err(codec_err)?
+    };
     let mut img = ImageWriter::new(file, path);
     let mut flags = start_image(&mut img, enc, opts).map_err(|e| e.into_pack(path))?;
 
