@@ -226,10 +226,11 @@ impl Windows {
             return submit();
         }
         let r = submit();
-        // `permitted` showed this works; should it stop working, the
-        // watchdog retries it, and the thread still serves meanwhile.
-        let _ = set_idle(0, false);
-        slot.opened.store(0, Ordering::Relaxed);
+        // `permitted` showed this works; should it stop working, the window
+        // stays open and the watchdog retries, while the thread serves on.
+        if set_idle(0, false).is_ok() {
+            slot.opened.store(0, Ordering::Relaxed);
+        }
         r
     }
 
@@ -252,7 +253,13 @@ impl Windows {
                 if opened != 0 && now.saturating_sub(opened) >= window {
                     let tid = s.tid.load(Ordering::Relaxed);
                     if tid != 0 && set_idle(tid, false).is_ok() {
-                        s.opened.store(0, Ordering::Relaxed);
+                        // Unless the thread has opened a new window since.
+                        let _ = s.opened.compare_exchange(
+                            opened,
+                            0,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
                     }
                 }
             }
