@@ -3,8 +3,8 @@
 # PyPI packages the Python tests need: maturin, the `test` extra of
 # python/pyproject.toml, s3fs, and torch. Idempotent; holds a lock on the
 # venv so that two runs never install into it at once. (Running it in the
-# background while cargo builds made CI slower on two cores: the cold
-# build took 10m22s instead of 8m11s, more than the install it hid.)
+# background while cargo builds gained nothing on two cores: the cold
+# build took 10m22s instead of 9m17s, about what the install it hid takes.)
 #
 # Env: PYTHON (default python3), PACKFS_PY_VENV (default target/pyvenv),
 # PACKFS_PY_TORCH=0 to leave torch out.
