@@ -438,7 +438,9 @@ pub fn pack_shards(
             manifest: None,
         });
     }
-    check_siblings(&manifest, &split, &out, opts.force, begun)?;
+    if only.is_some() {
+        check_siblings(&manifest, &split, &out, opts.force, begun)?;
+    }
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
     let wrote = match finalize_if_complete(&manifest, &split)? {
@@ -457,8 +459,9 @@ pub fn pack_shards(
     Ok(out)
 }
 
-/// Fails, naming the parameters, when a sidecar of another shard of this
-/// manifest records a different split: the manifest would never be written,
+/// For one task of a job array (`--shard K`): fails, naming the
+/// parameters, when a sidecar of another shard of this split's range of
+/// indices records a different split: the manifest would never be written,
 /// since only sidecars of one split are counted together, and the tasks
 /// would each wait for the others. The sidecar is a sibling task's (the
 /// mistake to report) unless it is left from an earlier run over the same
@@ -474,7 +477,12 @@ fn check_siblings(
     begun: std::time::SystemTime,
 ) -> Result<(), PackError> {
     for (p, s) in sidecars(manifest)? {
-        if &s.split == split || done.iter().any(|r| r.index == s.shard.index) {
+        // Not a sibling: this task's own shard, or one no task of this
+        // split writes (left by a split into more shards).
+        if &s.split == split
+            || done.iter().any(|r| r.index == s.shard.index)
+            || s.shard.index >= split.shards
+        {
             continue;
         }
         let recent = || {

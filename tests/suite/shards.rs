@@ -714,3 +714,20 @@ fn order_and_xz_settings_are_recorded_in_the_split() {
         assert!(!dir.join("t.manifest.json").exists(), "{name}");
     }
 }
+
+/// Sidecars of an earlier split into more shards (other file names, so no
+/// `--force` needed) do not stop a process that packs every shard itself:
+/// it writes the manifest from its own, as before.
+#[test]
+fn stale_sidecars_of_another_split_do_not_stop_a_whole_pack() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let out = t.path().join("out");
+    let m = pack_shards(&src, &out, "sqfs", 11, &[]);
+    assert_eq!(manifest_json(&m)["shards"].as_array().unwrap().len(), 11);
+    let m = pack_shards(&src, &out, "sqfs", 2, &["--order", "similarity"]);
+    let j = manifest_json(&m);
+    assert_eq!(j["shards"].as_array().unwrap().len(), 2);
+    assert_eq!(j["split"]["order"], "similarity");
+}
