@@ -52,6 +52,26 @@ pub struct Split {
     /// which cannot say: read as `false`.
     #[serde(default)]
     pub fragment_incompressible: bool,
+    /// `--order`: where file data goes, so the image bytes. `path`,
+    /// `similarity`, or for a profile `profile:blake3:HEX` (the rest by path)
+    /// or `profile+similarity:blake3:HEX`, HEX the hash of the profile's
+    /// paths as parsed (see `packer::order::Profile::digest`). The content,
+    /// not the file name: tasks on different nodes may read the profile from
+    /// different paths, and the same path may hold different profiles, while
+    /// only the listed paths decide the order. Absent from manifests written
+    /// before it was recorded, which were all packed in path order (the only
+    /// order there was): read as `path`.
+    #[serde(default = "path_order")]
+    pub order: String,
+    /// xz's extreme variant (`--level Ne`). Absent from older manifests:
+    /// `false` (the level alone was recorded).
+    #[serde(default)]
+    pub extreme: bool,
+    /// `--xz-lzma2` settings beyond the level, as `key=N` pairs in a fixed
+    /// order (`lc`, `lp`, `pb`, `nice`, `depth`), only those set; `None` for
+    /// none. Absent from older manifests: `None`.
+    #[serde(default)]
+    pub xz_lzma2: Option<String>,
     /// SRC's final component (for people reading the manifest; not checked
     /// against anything).
     pub source: String,
@@ -59,6 +79,10 @@ pub struct Split {
     /// tree: shards of two different walks of a changing tree do not match.
     pub total_entries: u64,
     pub total_bytes: u64,
+}
+
+fn path_order() -> String {
+    "path".into()
 }
 
 /// First and last path (tree order) of the entries assigned to a shard.

@@ -238,6 +238,9 @@ fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -
         all_root: opts.all_root,
         no_fragments: opts.no_fragments,
         fragment_incompressible: opts.fragment_incompressible,
+        order: opts.order.describe(),
+        extreme: opts.xz.extreme,
+        xz_lzma2: xz_lzma2(&opts.xz),
         source: src
             .canonicalize()
             .ok()
@@ -246,6 +249,106 @@ fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -
         total_entries: plan.order.len() as u64,
         total_bytes: plan.total_bytes,
     }
+}
+
+/// `--xz-lzma2` as the manifest records it (see `Split::xz_lzma2`).
+fn xz_lzma2(x: &packfs_format::codec::XzOptions) -> Option<String> {
+    let set: Vec<String> = [
+        ("lc", x.lc),
+        ("lp", x.lp),
+        ("pb", x.pb),
+        ("nice", x.nice_len),
+        ("depth", x.depth),
+    ]
+    .iter()
+    .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+    .collect();
+    (!set.is_empty()).then(|| set.join(","))
+}
+
+/// How two splits differ, one item per parameter as the command line names
+/// it (`--order similarity in this task, path in the sidecar` for labels
+/// `this task` and `the sidecar`); empty when equal.
+pub fn split_differences(here: &Split, a: &str, there: &Split, b: &str) -> Vec<String> {
+    fn opt<T: std::fmt::Debug>(v: &Option<T>) -> String {
+        match v {
+            Some(v) => format!("{v:?}"),
+            None => "unset".into(),
+        }
+    }
+    let mut out = Vec::new();
+    let mut cmp = |name: &str, x: String, y: String| {
+        if x != y {
+            out.push(format!("{name} {x} in {a}, {y} in {b}"));
+        }
+    };
+    cmp(
+        "--shards",
+        here.shards.to_string(),
+        there.shards.to_string(),
+    );
+    cmp("weighting", here.weighting.clone(), there.weighting.clone());
+    cmp(
+        "--entry-cost",
+        here.entry_cost.to_string(),
+        there.entry_cost.to_string(),
+    );
+    cmp(
+        "--exclude",
+        format!("{:?}", here.excludes),
+        format!("{:?}", there.excludes),
+    );
+    cmp("format", here.format.clone(), there.format.clone());
+    cmp(
+        "--compression",
+        here.compression.clone(),
+        there.compression.clone(),
+    );
+    cmp("--level", opt(&here.level), opt(&there.level));
+    cmp(
+        "xz extreme (--level Ne)",
+        here.extreme.to_string(),
+        there.extreme.to_string(),
+    );
+    cmp("--xz-lzma2", opt(&here.xz_lzma2), opt(&there.xz_lzma2));
+    cmp(
+        "--block-size",
+        here.block_size.to_string(),
+        there.block_size.to_string(),
+    );
+    cmp(
+        "--mtime/SOURCE_DATE_EPOCH",
+        opt(&here.mtime),
+        opt(&there.mtime),
+    );
+    cmp(
+        "--all-root",
+        here.all_root.to_string(),
+        there.all_root.to_string(),
+    );
+    cmp(
+        "--no-fragments",
+        here.no_fragments.to_string(),
+        there.no_fragments.to_string(),
+    );
+    cmp(
+        "--fragment-incompressible",
+        here.fragment_incompressible.to_string(),
+        there.fragment_incompressible.to_string(),
+    );
+    cmp("--order", here.order.clone(), there.order.clone());
+    cmp("source", here.source.clone(), there.source.clone());
+    cmp(
+        "source entries",
+        here.total_entries.to_string(),
+        there.total_entries.to_string(),
+    );
+    cmp(
+        "source bytes",
+        here.total_bytes.to_string(),
+        there.total_bytes.to_string(),
+    );
+    out
 }
 
 /// What packing one shard produced.
@@ -267,6 +370,7 @@ pub fn pack_shards(
     opts: &PackOptions,
 ) -> Result<Vec<ShardResult>, PackError> {
     let started = Instant::now();
+    let begun = std::time::SystemTime::now();
     validate(opts)?;
     if spec.shards == 0 || spec.shards > MAX_SHARDS {
         return Err(PackError::InvalidOption(format!(
@@ -334,6 +438,9 @@ pub fn pack_shards(
             manifest: None,
         });
     }
+    if only.is_some() {
+        check_siblings(&manifest, &split, &out, opts.force, begun)?;
+    }
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
     let wrote = match finalize_if_complete(&manifest, &split)? {
@@ -350,6 +457,52 @@ pub fn pack_shards(
         last.manifest = wrote;
     }
     Ok(out)
+}
+
+/// For one task of a job array (`--shard K`): fails, naming the
+/// parameters, when a sidecar of another shard of this split's range of
+/// indices records a different split: the manifest would never be written,
+/// since only sidecars of one split are counted together, and the tasks
+/// would each wait for the others. The sidecar is a sibling task's (the
+/// mistake to report) unless it is left from an earlier run over the same
+/// outputs, which needs `--force` to overwrite them: so without `--force`
+/// any disagreeing sidecar is an error, and with it only one written since
+/// this task began (a stale one is overwritten when its shard is repacked).
+/// This task's own images and sidecars are written by then and stay.
+fn check_siblings(
+    manifest: &Path,
+    split: &Split,
+    done: &[ShardResult],
+    force: bool,
+    begun: std::time::SystemTime,
+) -> Result<(), PackError> {
+    for (p, s) in sidecars(manifest)? {
+        // Not a sibling: this task's own shard, or one no task of this
+        // split writes (left by a split into more shards).
+        if &s.split == split
+            || done.iter().any(|r| r.index == s.shard.index)
+            || s.shard.index >= split.shards
+        {
+            continue;
+        }
+        let recent = || {
+            std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= begun)
+        };
+        if !force || recent() {
+            return Err(PackError::Shards(format!(
+                "{}: shard {} of {} was packed with other split options than this task ({}); \
+                 every task of a split must pass the same options (repack the odd ones, \
+                 with --force)",
+                p.display(),
+                s.shard.index,
+                manifest.display(),
+                split_differences(split, "this task", &s.split, "that sidecar").join("; ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Shards at most: node ids of a union mount carry the shard number in
@@ -524,10 +677,10 @@ pub fn finalize(manifest: &Path) -> Result<Manifest, PackError> {
     for (p, s) in &found {
         if s.split != first.split {
             return Err(PackError::Shards(format!(
-                "{} and {} describe different splits (parameters or source differ); \
-                 remove the stale one",
+                "{} and {} describe different splits ({}); remove the stale one",
+                p.display(),
                 first_path.display(),
-                p.display()
+                split_differences(&s.split, "the first", &first.split, "the second").join("; ")
             )));
         }
         let img = resolve(manifest, &s.shard.file);
@@ -613,6 +766,20 @@ mod tests {
             .iter()
             .map(|&n| t.rel_path(n))
             .collect()
+    }
+
+    #[test]
+    fn a_manifest_from_before_the_order_was_recorded_reads_as_path_order() {
+        let old = r#"{"packfs_shards": 1, "shards": [], "split": {
+            "shards": 1, "weighting": "bytes+entry_cost", "entry_cost": 4096,
+            "excludes": [], "format": "squashfs", "compression": "zstd",
+            "level": null, "block_size": 131072, "mtime": null,
+            "all_root": false, "no_fragments": false, "source": "src",
+            "total_entries": 3, "total_bytes": 10}}"#;
+        let m: Manifest = serde_json::from_str(old).unwrap();
+        assert_eq!(m.split.order, "path");
+        assert!(!m.split.extreme && !m.split.fragment_incompressible);
+        assert_eq!(m.split.xz_lzma2, None);
     }
 
     #[test]

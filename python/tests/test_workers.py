@@ -51,6 +51,26 @@ def test_child_processes_reopen(images, method):
     assert img._native().pid == os.getpid()
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_child_processes_reopen_remote_images(images, range_server, method):
+    """All remote objects of a process share one runtime: a forked child
+    inherits it without its threads, and must start its own for the image
+    it reopens (and for one it opens anew)."""
+    img = packfs.Image(f"{range_server}/{images['packfs-sqfs'][0].name}")
+    img.read_many(["a/hello.txt", "big.txt"])  # the parent's runtime runs
+    other = packfs.Image(f"{range_server}/{images['packfs-zip'][0].name}")
+    ctx = mp.get_context(method)
+    for image in (img, other):
+        q = ctx.Queue()
+        p = ctx.Process(target=_read_in_child, args=(image, q))
+        p.start()
+        pid, data, native_pid = q.get(timeout=120)
+        p.join(60)
+        assert p.exitcode == 0
+        assert data == b"hello world\n" and native_pid == pid != os.getpid()
+    assert img.read("a/hello.txt") == b"hello world\n"
+
+
 def test_fork_while_threads_read(images):
     """Forks while other threads are inside read_many: the child's reads
     must not wait on a lock held by a thread it does not have."""

@@ -3,8 +3,9 @@
 //! shards), a manifest of `s3://` shards mounted as one tree equal to the
 //! source, manifests mixing local and remote shards, and a missing shard
 //! object as an error naming it. Against moto, as `remote_s3` starts it.
+//! And many HTTP shards (`scripts/range_server.py`) on one shared runtime.
 
-use crate::common::servers::Moto;
+use crate::common::servers::{Moto, RangeServer};
 use crate::common::*;
 use std::path::Path;
 use std::process::Output;
@@ -125,5 +126,60 @@ fn s3_shards_pack_as_a_job_array_and_mount_as_one_tree() {
     assert!(
         err.contains("shard 1") && err.contains("s3://shards/sets/t-1.sqfs") && err.contains("404"),
         "{err}"
+    );
+}
+
+/// Every remote object of a process shares one runtime: a manifest of 48
+/// shards served over HTTP, mounted and read whole, keeps the daemon's
+/// thread count small (a runtime per object started two threads each),
+/// and every file reads as the source.
+#[test]
+fn many_remote_shards_share_one_runtime() {
+    const SHARDS: u32 = 48;
+    let t = scratch();
+    let src = t.path().join("src");
+    for d in 0..4 {
+        let dir = src.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..SHARDS / 2 {
+            let seed = u64::from(d * 100 + f);
+            std::fs::write(dir.join(format!("f{f:02}")), bytes(seed, 40_000, true)).unwrap();
+        }
+    }
+    let served = t.path().join("served");
+    let m = super::shards::pack_shards(&src, &served, "sqfs", SHARDS, &["--mtime", "0"]);
+    let server = RangeServer::start(&served, &[]);
+    // A local manifest naming every shard by its URL.
+    let mut mj: serde_json::Value = serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
+    let shards = mj["shards"].as_array_mut().unwrap();
+    assert_eq!(shards.len(), SHARDS as usize);
+    for s in shards.iter_mut() {
+        assert!(
+            s["files"].as_u64().unwrap() > 0,
+            "every shard holds a file: {s}"
+        );
+        s["file"] = server.url(s["file"].as_str().unwrap()).into();
+    }
+    let local = t.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    let manifest = local.join("t.manifest.json");
+    std::fs::write(&manifest, serde_json::to_vec(&mj).unwrap()).unwrap();
+
+    // Ranges smaller than a shard: reads go to the network after the open.
+    let mnt = PackfsMount::new(&manifest, &["--range-size", "64K", "--range-cache", "128K"]);
+    let pid = daemon_pid(mnt.path());
+    for d in 0..4 {
+        for f in 0..SHARDS / 2 {
+            let rel = format!("d{d}/f{f:02}");
+            let got = std::fs::read(mnt.path().join(&rel)).unwrap();
+            assert!(got == bytes(u64::from(d * 100 + f), 40_000, true), "{rel}");
+        }
+    }
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    assert!(
+        threads < SHARDS as usize / 2,
+        "{threads} threads in the daemon after reading from {SHARDS} remote shards"
     );
 }

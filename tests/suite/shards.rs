@@ -552,16 +552,182 @@ fn fragment_incompressible_is_recorded_in_the_split() {
     }
     let mixed = t.path().join("mixed");
     std::fs::create_dir(&mixed).unwrap();
-    for (k, extra) in [(0, &["--fragment-incompressible"][..]), (1, &[][..])] {
-        run(packfs()
+    run(packfs()
+        .arg("pack")
+        .arg(&src)
+        .args(["--shards", "2", "--shard", "0", "-q", "-o"])
+        .arg(mixed.join("t-{shard}.sqfs"))
+        .arg("--fragment-incompressible"));
+    let e = fails(
+        packfs()
             .arg("pack")
             .arg(&src)
-            .args(["--shards", "2", "--shard", &k.to_string(), "-q", "-o"])
-            .arg(mixed.join("t-{shard}.sqfs"))
-            .args(extra));
-    }
+            .args(["--shards", "2", "--shard", "1", "-q", "-o"])
+            .arg(mixed.join("t-{shard}.sqfs")),
+    );
+    assert!(
+        e.contains("--fragment-incompressible false in this task"),
+        "{e}"
+    );
     assert!(
         !mixed.join("t.manifest.json").exists(),
         "a manifest over shards packed with and without --fragment-incompressible"
     );
+}
+
+/// One task of a two-shard split into `dir`: `pack --shards 2 --shard K`.
+fn shard_task(src: &Path, dir: &Path, k: u32, extra: &[&str]) -> Command {
+    let mut c = packfs();
+    c.arg("pack")
+        .arg(src)
+        .args(["--shards", "2", "--shard", &k.to_string(), "-q", "-o"])
+        .arg(dir.join("t-{shard}.sqfs"))
+        .args(extra);
+    c
+}
+
+/// `--order`, xz's extreme levels and `--xz-lzma2` change the image bytes,
+/// so the manifest records them, and a task that packs with other values
+/// than a sibling's sidecar fails naming the option instead of leaving the
+/// manifest unwritten. A profile is recorded by its content: the same
+/// profile at two paths agrees, two profiles at one path do not.
+#[test]
+fn order_and_xz_settings_are_recorded_in_the_split() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let split = |dir: &str, extra: &[&str]| {
+        let m = pack_shards(&src, &t.path().join(dir), "sqfs", 2, extra);
+        manifest_json(&m)["split"].clone()
+    };
+    let s = split("plain", &[]);
+    assert_eq!(
+        (&s["order"], &s["extreme"], &s["xz_lzma2"]),
+        (
+            &serde_json::json!("path"),
+            &serde_json::json!(false),
+            &serde_json::Value::Null
+        )
+    );
+    assert_eq!(
+        split("sim", &["--order", "similarity"])["order"],
+        "similarity"
+    );
+    let s = split(
+        "xz",
+        &["-c", "xz", "--level", "9e", "--xz-lzma2", "pb=0,lp=0,lc=4"],
+    );
+    assert_eq!(s["extreme"], true);
+    assert_eq!(s["xz_lzma2"], "lc=4,lp=0,pb=0");
+    let (p1, p2) = (t.path().join("p1"), t.path().join("p2"));
+    std::fs::write(&p1, "a/b\nc\n").unwrap();
+    std::fs::write(&p2, "# recorded\n/a/b\nc\n").unwrap();
+    let order = |p: &Path| format!("profile:{}", p.display());
+    let s = split("prof", &["--order", &order(&p1)]);
+    let recorded = s["order"].as_str().unwrap().to_string();
+    assert!(recorded.starts_with("profile:blake3:"), "{recorded}");
+    // The same profile read from another path: the tasks agree.
+    let same = t.path().join("same");
+    std::fs::create_dir(&same).unwrap();
+    run(&mut shard_task(&src, &same, 0, &["--order", &order(&p1)]));
+    run(&mut shard_task(&src, &same, 1, &["--order", &order(&p2)]));
+    assert_eq!(
+        manifest_json(&same.join("t.manifest.json"))["split"]["order"],
+        recorded.as_str()
+    );
+
+    let p3 = t.path().join("p3");
+    for (name, (first, second), option) in [
+        (
+            "order",
+            (&["--order", "similarity"][..], &[][..]),
+            "--order path in this task, similarity in that sidecar",
+        ),
+        (
+            "extreme",
+            (
+                &["-c", "xz", "--level", "9e"][..],
+                &["-c", "xz", "--level", "9"][..],
+            ),
+            "xz extreme (--level Ne) false in this task, true",
+        ),
+        (
+            "lzma2",
+            (
+                &["-c", "xz", "--xz-lzma2", "lc=4,lp=0"][..],
+                &["-c", "xz"][..],
+            ),
+            "--xz-lzma2 unset in this task, \"lc=4,lp=0\"",
+        ),
+        (
+            "profile",
+            (&["--order", "profile:P"][..], &["--order", "profile:P"][..]),
+            "--order profile:blake3:",
+        ),
+    ] {
+        let dir = t.path().join(format!("mixed-{name}"));
+        std::fs::create_dir(&dir).unwrap();
+        let with_profile = |extra: &[&str]| -> Vec<String> {
+            extra
+                .iter()
+                .map(|a| a.replace("profile:P", &order(&p3)))
+                .collect()
+        };
+        // The profile's path stays, its content changes between the tasks.
+        std::fs::write(&p3, "a/b\n").unwrap();
+        let a = with_profile(first);
+        run(&mut shard_task(
+            &src,
+            &dir,
+            0,
+            &a.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        ));
+        std::fs::write(&p3, "c\n").unwrap();
+        let b = with_profile(second);
+        let e = fails(&mut shard_task(
+            &src,
+            &dir,
+            1,
+            &b.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        ));
+        assert!(e.contains(option) && e.contains("shard 0"), "{name}: {e}");
+        assert!(!dir.join("t.manifest.json").exists(), "{name}");
+        // `shards finalize` names the option too.
+        let e = fails(
+            packfs()
+                .args(["shards", "finalize"])
+                .arg(dir.join("t.manifest.json")),
+        );
+        assert!(e.contains(option.split(' ').next().unwrap()), "{name}: {e}");
+        // With --force a sidecar older than the task is taken for one left
+        // by an earlier run: the task succeeds and the manifest waits.
+        run(&mut shard_task(
+            &src,
+            &dir,
+            1,
+            &[
+                b.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                vec!["--force"],
+            ]
+            .concat(),
+        ));
+        assert!(!dir.join("t.manifest.json").exists(), "{name}");
+    }
+}
+
+/// Sidecars of an earlier split into more shards (other file names, so no
+/// `--force` needed) do not stop a process that packs every shard itself:
+/// it writes the manifest from its own, as before.
+#[test]
+fn stale_sidecars_of_another_split_do_not_stop_a_whole_pack() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let out = t.path().join("out");
+    let m = pack_shards(&src, &out, "sqfs", 11, &[]);
+    assert_eq!(manifest_json(&m)["shards"].as_array().unwrap().len(), 11);
+    let m = pack_shards(&src, &out, "sqfs", 2, &["--order", "similarity"]);
+    let j = manifest_json(&m);
+    assert_eq!(j["shards"].as_array().unwrap().len(), 2);
+    assert_eq!(j["split"]["order"], "similarity");
 }

@@ -3,8 +3,21 @@
 //!
 //! Sync on the outside: the image readers and FUSE session threads call
 //! [`Remote::block_on`] or spawn onto [`Remote::handle`] and wait; the
-//! runtime's two worker threads only move bytes. The runtime must be created
-//! after any `fork` (the mount daemon opens remote images in the child).
+//! runtime's worker threads only move bytes.
+//!
+//! # One runtime per process
+//! Every [`Remote`] of a process runs on one shared runtime ([`runtime`]):
+//! a manifest of hundreds of remote shards opens hundreds of objects, and
+//! a runtime each would start two threads each. The workers only poll
+//! sockets, so two serve any number of objects; counters and health stay
+//! per object. The runtime is started on first use, never before: the
+//! mount daemon forks before it opens a remote image, so the parent starts
+//! none. A process forked after it started (a Python DataLoader worker)
+//! inherits a runtime without its threads: [`runtime`] notices the changed
+//! pid and starts a new one there, leaking the inherited one (dropping it
+//! would wait for threads that do not exist). Objects opened before the
+//! fork keep the dead runtime and must not be used in the child; the Python
+//! binding reopens its images in a new process and leaks the old ones.
 
 use super::config::{self, S3Settings};
 use super::error::{RemoteError, Unreachable};
@@ -60,6 +73,19 @@ mod tests {
             key: "k/x.sqfs".into(),
         };
         assert_eq!(s3.url(), "s3://b/k/x.sqfs");
+    }
+
+    #[test]
+    fn objects_share_the_process_runtime_and_keep_their_own_counters() {
+        let open = |u: &str| {
+            let t = Target::Http { url: u.into() };
+            Remote::connect(&t, &RemoteOptions::default()).unwrap()
+        };
+        let (a, b) = (open("http://127.0.0.1:1/a"), open("http://127.0.0.1:1/b"));
+        assert!(Arc::ptr_eq(&a.runtime, &b.runtime));
+        assert!(Arc::ptr_eq(&a.runtime, &runtime().unwrap()));
+        assert!(!Arc::ptr_eq(&a.counters, &b.counters));
+        assert!(!Arc::ptr_eq(&a.health, &b.health));
     }
 
     #[test]
@@ -308,9 +334,45 @@ pub struct Version {
     pub modified: Option<String>,
 }
 
-/// One object on one server, with its own runtime and counters.
+/// Worker threads of the shared runtime.
+const WORKERS: usize = 2;
+
+/// Blocking-pool threads at most (name resolution); tokio's default would
+/// allow hundreds when many objects connect at once.
+const BLOCKING: usize = 4;
+
+/// The process's runtime and the pid that started it.
+static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+
+/// The runtime every [`Remote`] of this process runs on, started on first
+/// use, and again in a forked child (see the module doc).
+pub fn runtime() -> std::io::Result<Arc<tokio::runtime::Runtime>> {
+    let pid = std::process::id();
+    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((owner, rt)) = slot.as_ref() {
+        if *owner == pid {
+            return Ok(rt.clone());
+        }
+    }
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKERS)
+            .max_blocking_threads(BLOCKING)
+            .thread_name("packfs-remote")
+            .enable_all()
+            .build()?,
+    );
+    if let Some((_, inherited)) = slot.replace((pid, rt.clone())) {
+        // Its threads stayed in the parent: dropping it could wait forever.
+        std::mem::forget(inherited);
+    }
+    Ok(rt)
+}
+
+/// One object on one server, with its own counters, on the process's
+/// shared runtime.
 pub struct Remote {
-    runtime: tokio::runtime::Runtime,
+    runtime: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
     path: ObjPath,
     url: String,
@@ -366,11 +428,7 @@ impl Remote {
         let url = target.url();
         let counters = opts.counters.clone().unwrap_or_default();
         let health = Arc::new(Health::default());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("packfs-remote")
-            .enable_all()
-            .build()
+        let runtime = runtime()
             .map_err(|e| RemoteError::Config(format!("{url}: starting the I/O runtime: {e}")))?;
         let retry = RetryConfig {
             backoff: BackoffConfig {

@@ -35,8 +35,8 @@
 //! and readahead (see [`source::RemoteSource`]).
 //!
 //! **Parallel requests and readahead.** A read spanning several ranges
-//! starts all of their fetches at once, on a small tokio runtime owned by the
-//! client ([`client`]; `read_at` is synchronous and called from FUSE session
+//! starts all of their fetches at once, on a small tokio runtime that all
+//! clients of the process share ([`client::runtime`]; `read_at` is synchronous and called from FUSE session
 //! threads, which wait on the fetch). `will_need` hints start fetches without
 //! waiting; the image source is wrapped in
 //! [`crate::readahead::StreamReadahead`] like a local one, which widens the

@@ -124,9 +124,8 @@ impl RemoteSource {
             next: AtomicU64::new(u64::MAX),
         };
         // The entry a first read of byte 0 uses (see `entries`), so that
-        // read finds it cached. Fetched here, not spawned: a task would
-        // hold the source, and the runtime cannot be dropped (with the
-        // source, on this error) from one of its own tasks.
+        // read finds it cached. Fetched here, not spawned, so that an
+        // error here is the open's error.
         let key = if src.pieces() { PIECE } else { 0 };
         let sh = &src.shared;
         let first = sh

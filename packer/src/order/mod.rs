@@ -76,6 +76,24 @@ impl DataOrder {
     }
 }
 
+impl DataOrder {
+    /// How the shard manifest records this order (`Split::order`): the
+    /// name, and for a profile its content hash instead of its file.
+    pub fn describe(&self) -> String {
+        match self {
+            DataOrder::Path => "path".into(),
+            DataOrder::Similarity => "similarity".into(),
+            DataOrder::Profile { profile, rest } => {
+                let kind = match rest {
+                    Rest::Path => "profile",
+                    Rest::Similarity => "profile+similarity",
+                };
+                format!("{kind}:blake3:{}", profile.digest())
+            }
+        }
+    }
+}
+
 /// What the ordering step decided.
 pub struct Ordered {
     /// Every regular-file inode once, in the order its data is written.

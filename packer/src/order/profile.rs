@@ -49,6 +49,19 @@ impl Profile {
         self.paths.is_empty()
     }
 
+    /// blake3 of the paths as parsed, each followed by a newline (a parsed
+    /// path holds none), hex: equal for two profile files exactly when they
+    /// order a tree the same way, whatever their comments, blank lines,
+    /// leading slashes or line ends.
+    pub fn digest(&self) -> String {
+        let mut h = blake3::Hasher::new();
+        for p in &self.paths {
+            h.update(p);
+            h.update(b"\n");
+        }
+        h.finalize().to_hex().to_string()
+    }
+
     /// The regular-file inodes the profile names, in its order, each once
     /// (a path seen again, or a hard link to a file already listed, keeps
     /// its first place).
@@ -115,6 +128,14 @@ mod tests {
     use crate::walk;
     use crate::PackOptions;
     use std::fs;
+
+    #[test]
+    fn digest_is_of_the_paths_not_the_file_bytes() {
+        let a = Profile::parse(b"# recorded\n/a/b\r\nc\n\n");
+        assert_eq!(a.digest(), Profile::parse(b"a/b\nc\n").digest());
+        assert_ne!(a.digest(), Profile::parse(b"c\na/b\n").digest());
+        assert_ne!(a.digest(), Profile::parse(b"a/bc\n").digest());
+    }
 
     #[test]
     fn parse_skips_comments_blanks_and_leading_slashes() {
