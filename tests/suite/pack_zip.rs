@@ -287,9 +287,16 @@ fn more_than_65535_entries_switch_zip64_on() {
     unzip_test(&zip);
     assert_eq!(python_check(&zip, true), n);
     assert_eq!(bsdtar_count(&zip), n);
-    let x = work.path().join("x");
-    run(Command::new("unzip").args(["-q", "-d"]).arg(&x).arg(&zip));
-    assert_eq!(fs::read(x.join("d65/999")).unwrap(), b"l");
+    // unzip finds the last entry through the zip64 records; extracting only
+    // it (to stdout) keeps the test from writing 66k files again.
+    let last = Command::new("unzip")
+        .arg("-p")
+        .arg(&zip)
+        .arg("d65/999")
+        .output()
+        .unwrap();
+    assert!(last.status.success(), "unzip -p: {last:?}");
+    assert_eq!(last.stdout, b"l");
     // packfs's own reader: a ~5 MB central directory, read through its
     // 1 MiB window, gives every entry and the last one's bytes.
     let img = mountfs::open::AnyImage::open(&zip, 16 << 20).unwrap();
