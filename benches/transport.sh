@@ -24,14 +24,24 @@
 #                  bench only times next to a mount)
 #   halts          times a vCPU halted over that invocation (the haltpoll
 #                  cpuidle state's usage summed over CPUs; NA without it)
-# Sides: raw, erofs, packfs-dev, packfs-uring, and packfs-uring-nostay
-# (PACKFS_URING_STAY=0: queue threads answer without the SCHED_IDLE
-# submission that keeps a woken caller on its CPU, as before it existed).
+# Sides: raw, erofs, and the packfs sides in SIDES (default all of them):
+#   dev           fuser's /dev/fuse threads (--dev-spin 0)
+#   dev-spin      packfs's own /dev/fuse threads, spinning SPIN_US microseconds (default
+#                 50, the mount's default) before they sleep
+#   dev-spinN     the same, spinning N microseconds (e.g. SIDES="dev-spin20 dev-spin200")
+#   uring         the io_uring queues
+#   uring-nostay  the queues without the SCHED_IDLE submission that keeps a
+#                 woken caller on its CPU (PACKFS_URING_STAY=0)
+# IDLES (default "halt poll") picks the idle modes, BIG_MIB=0 skips the large file,
+# BIG_ROUNDS (default 1) repeats its reads, alternating transports.
 # and OUT_DIR/big.tsv the large file's read rate per transport, as `dd bs=1M` prints it (cold).
 set -euo pipefail
 raw=$(realpath "$1") out=$2
 threads=${3:-1,4}
 big_mib=${4:-2048}
+sides=${SIDES:-dev dev-spin uring uring-nostay}
+idles=${IDLES:-halt poll}
+spin_us=${SPIN_US:-50}
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${PACKFS_BIN:-$here/target/release/packfs}
 mkdir -p "$out"
@@ -97,13 +107,17 @@ run_all() {
             b1=$(busy) h1=$(halts)
             printf '%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$idle" "$wl" "$th" "$(seconds erofs)" \
                 "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
-            for side in dev uring uring-nostay; do
-                local t=${side%-nostay} stay=1
-                [ "$side" = "$t" ] || stay=0
+            for side in $sides; do
+                local t=${side%%-*} stay=1 spin=0
+                case $side in
+                    uring-nostay) stay=0 ;;
+                    dev-spin) spin=$spin_us ;;
+                    dev-spin*) spin=${side#dev-spin} ;;
+                esac
                 local m=$work/m-packfs stats=$work/stats-$side.json
                 rm -f "$stats"
                 sync; echo 3 > /proc/sys/vm/drop_caches
-                PACKFS_URING_STAY=$stay "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+                PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
                 pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
                 c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
                 bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
@@ -121,26 +135,36 @@ run_all() {
     done
 }
 
-run_all halt
-exec {dma_fd}>/dev/cpu_dma_latency
-printf '\0\0\0\0' >&"$dma_fd"
-run_all poll
-eval "exec $dma_fd>&-"
-dma_fd=
+for idle in $idles; do
+    if [ "$idle" = poll ]; then
+        exec {dma_fd}>/dev/cpu_dma_latency
+        printf '\0\0\0\0' >&"$dma_fd"
+    fi
+    run_all "$idle"
+    if [ -n "$dma_fd" ]; then
+        eval "exec $dma_fd>&-"
+        dma_fd=
+    fi
+done
 
+umount "$work/m-erofs"
+column -t "$out/passes.tsv"
+[ "$big_mib" -gt 0 ] || exit 0
 # One large file, read sequentially, cold, on each transport.
 mkdir -p "$work/big"
 head -c "$((big_mib << 20))" /dev/urandom > "$work/big/big"
 "$bin" pack "$work/big" -o "$work/big.sqfs" -q
 rm -rf "$work/big"
-printf 'transport\tMiB\trate\n' > "$out/big.tsv"
-for t in dev uring; do
-    sync; echo 3 > /proc/sys/vm/drop_caches
-    "$bin" mount --transport "$t" "$work/big.sqfs" "$work/m-packfs"
-    mbs=$(dd if="$work/m-packfs/big" of=/dev/null bs=1M 2>&1 | awk '/copied/{print $(NF-1) $NF}')
-    "$bin" umount "$work/m-packfs"
-    printf '%s\t%s\t%s\n' "$t" "$big_mib" "$mbs" >> "$out/big.tsv"
+printf 'round\ttransport\tMiB\trate\n' > "$out/big.tsv"
+for round in $(seq "${BIG_ROUNDS:-1}"); do
+    for t in dev dev-spin uring; do
+        spin=0
+        [ "$t" = dev-spin ] && spin=$spin_us
+        sync; echo 3 > /proc/sys/vm/drop_caches
+        PACKFS_DEV_SPIN_US=$spin "$bin" mount --transport "${t%%-*}" "$work/big.sqfs" "$work/m-packfs"
+        mbs=$(dd if="$work/m-packfs/big" of=/dev/null bs=1M 2>&1 | awk '/copied/{print $(NF-1) $NF}')
+        "$bin" umount "$work/m-packfs"
+        printf '%s\t%s\t%s\t%s\n' "$round" "$t" "$big_mib" "$mbs" >> "$out/big.tsv"
+    done
 done
-umount "$work/m-erofs"
-column -t "$out/passes.tsv"
 column -t "$out/big.tsv"

@@ -422,6 +422,13 @@ pub struct MountArgs {
     /// [default: auto, or the environment's PACKFS_TRANSPORT].
     #[arg(long, value_enum)]
     pub transport: Option<mountfs::transport::Transport>,
+    /// Where requests come through `/dev/fuse`: how long a serving thread
+    /// waits for the next request by spinning before it sleeps, in
+    /// microseconds (a sleep and wake per request is what a one-thread reader
+    /// waits on); 0 serves with `fuser`'s threads, which never spin
+    /// [default: 50, or the environment's PACKFS_DEV_SPIN_US].
+    #[arg(long, value_name = "MICROS")]
+    pub dev_spin: Option<u64>,
     /// When the mount ends, write what it served (FUSE requests by kind,
     /// negative lookups, bytes read; for a remote image, its requests, bytes
     /// fetched and time to first byte) to FILE as JSON; also at once on

@@ -15,7 +15,7 @@
 
 use crate::fs::{Attr, FileKind, Image};
 use crate::ops::{Lookup, Ops, Xattr, TTL};
-use crate::transport::Shared;
+use crate::transport::{Shared, MAX_REQUEST};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
@@ -25,10 +25,6 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
-
-/// Largest read request the kernel may send (it derives `max_pages` from
-/// this): 1 MiB, so a large `read(2)` costs one round trip, not eight.
-pub const MAX_REQUEST: u32 = 1 << 20;
 
 pub struct FuseAdapter<I: Image> {
     ops: Arc<Ops<I>>,

@@ -4,7 +4,7 @@
 use crate::fs::{Image, PackFs};
 use crate::fuse::FuseAdapter;
 use crate::ops::Ops;
-use crate::transport::{self, uring, Served, Shared, Transport};
+use crate::transport::{self, dev, uring, Served, Shared, Transport};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +23,10 @@ pub struct ServeOptions {
     pub negative_ttl: Option<std::time::Duration>,
     /// How requests reach the filesystem.
     pub transport: Transport,
+    /// Where `/dev/fuse` serves: `None` for `fuser`'s threads, else
+    /// packfs's own threads spinning this long before they sleep
+    /// ([`transport::dev`]).
+    pub dev_spin: Option<Duration>,
 }
 
 /// What one `-o` option of `packfs mount` does.
@@ -172,7 +176,7 @@ pub fn serve_fs<I: Image>(
         fs,
         negative_ttl: opts.negative_ttl,
     });
-    let (session, queues) = match mount(&ops, mountpoint, opts, want, served) {
+    let (session, serving) = match mount(&ops, mountpoint, opts, want, served) {
         Ok(s) => s,
         // Queues that fail to register leave the mount holding every
         // request, so `auto` mounts again without offering them.
@@ -185,6 +189,13 @@ pub fn serve_fs<I: Image>(
     log::info!("FUSE transport: {}", served.served().name());
     if let Some(f) = on_ready {
         f();
+    }
+    if let Serving::Dev(threads) = serving {
+        // Never dropped, like the background session below: dropping it
+        // would unmount.
+        let _session = std::mem::ManuallyDrop::new(session);
+        threads.wait();
+        return Ok(());
     }
     // fuser unmounts the mountpoint *path* when a session ends, even when
     // our mount is gone already (`packfs umount`, the kernel): its check
@@ -203,7 +214,7 @@ pub fn serve_fs<I: Image>(
         .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))?;
     // The kernel ends the queues' entries when the connection goes; their
     // last answers count in the stats written after this returns.
-    if let Some(q) = queues {
+    if let Serving::Uring(q) = serving {
         q.wait(Duration::from_secs(2));
     }
     r
@@ -219,7 +230,7 @@ fn mount<I: Image>(
     opts: &ServeOptions,
     want_uring: bool,
     served: &Arc<Shared>,
-) -> std::io::Result<(fuser::Session<FuseAdapter<I>>, Option<uring::Queues>)> {
+) -> std::io::Result<(fuser::Session<FuseAdapter<I>>, Serving)> {
     // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
     // forces allow_other, which unprivileged users cannot get without
     // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
@@ -235,17 +246,6 @@ fn mount<I: Image>(
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let session = fuser::Session::new(adapter, mountpoint, &config)?;
-    if !served.negotiated() {
-        if opts.transport == Transport::Uring {
-            return Err(std::io::Error::other(
-                "--transport uring: the kernel did not offer FUSE over io_uring at INIT",
-            ));
-        }
-        if want_uring {
-            log::warn!("the kernel did not offer FUSE over io_uring; serving through /dev/fuse");
-        }
-        return Ok((session, None));
-    }
     // SAFETY: geteuid cannot fail.
     let owner = unsafe { libc::geteuid() };
     let access = match acl {
@@ -259,10 +259,43 @@ fn mount<I: Image>(
             root_too: false,
         }),
     };
+    if !served.negotiated() {
+        if opts.transport == Transport::Uring {
+            return Err(std::io::Error::other(
+                "--transport uring: the kernel did not offer FUSE over io_uring at INIT",
+            ));
+        }
+        if want_uring {
+            log::warn!("the kernel did not offer FUSE over io_uring; serving through /dev/fuse");
+        }
+        let Some(spin) = opts.dev_spin else {
+            return Ok((session, Serving::Fuser));
+        };
+        // On an error the session is dropped, which unmounts.
+        let threads = dev::start(
+            session.as_fd(),
+            opts.threads,
+            spin,
+            ops.clone(),
+            served.clone(),
+            access,
+        )?;
+        return Ok((session, Serving::Dev(threads)));
+    }
     let dev = session.as_fd().try_clone_to_owned()?;
     // On an error the session is dropped, which unmounts.
     let queues = uring::start(&dev, ops.clone(), served.clone(), access)?;
-    Ok((session, Some(queues)))
+    Ok((session, Serving::Uring(queues)))
+}
+
+/// Who serves a mount besides (or instead of) `fuser`'s session threads.
+enum Serving {
+    /// `fuser`'s threads alone.
+    Fuser,
+    /// packfs's own `/dev/fuse` threads; `fuser`'s never run.
+    Dev(dev::Threads),
+    /// The io_uring queues; `fuser`'s threads read FORGET and INTERRUPT.
+    Uring(uring::Queues),
 }
 
 #[cfg(test)]
@@ -279,6 +312,7 @@ mod tests {
             readahead: 0,
             negative_ttl: None,
             transport: Transport::Dev,
+            dev_spin: None,
         }
     }
 

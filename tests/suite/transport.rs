@@ -73,6 +73,16 @@ fn image(dir: &Path) -> (PathBuf, PathBuf) {
 /// Mounts `img` with `args` and `--stats`, runs `work`, unmounts and
 /// returns the stats the daemon wrote.
 fn with_stats(img: &Path, args: &[&str], work: impl FnOnce(&Path)) -> serde_json::Value {
+    with_stats_env(img, args, &[], work)
+}
+
+/// [`with_stats`] with `env` set for the daemon.
+fn with_stats_env(
+    img: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    work: impl FnOnce(&Path),
+) -> serde_json::Value {
     let dir = scratch();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
@@ -84,6 +94,8 @@ fn with_stats(img: &Path, args: &[&str], work: impl FnOnce(&Path)) -> serde_json
         .arg("--stats")
         .arg(&stats)
         .args(args)
+        .env_remove("PACKFS_DEV_SPIN_US")
+        .envs(env.iter().copied())
         .env_remove("PACKFS_TRANSPORT"));
     work(&mnt);
     run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
@@ -305,4 +317,116 @@ fn dev_transport_is_named_in_the_stats_and_a_bad_choice_is_a_usage_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("PACKFS_TRANSPORT"), "{err}");
+}
+
+/// The names of a process's threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// user+system CPU ticks of a process.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// `/dev/fuse` served by packfs's own threads (the default, and with
+/// `--dev-spin` or `PACKFS_DEV_SPIN_US`) or by `fuser`'s (`--dev-spin 0`):
+/// each serves a whole tree walk and four readers at once (so that threads
+/// unpark on a backlog and park again), every byte checked; and once the
+/// readers stop, the spin ends: an idle mount costs no CPU.
+#[test]
+fn dev_fuse_threads_serve_concurrent_readers_and_sleep_when_idle() {
+    if !require_root("mounts") {
+        return;
+    }
+    let t = scratch();
+    let (src, img) = image(t.path());
+    let o = ManifestOptions::default();
+    let files: Vec<PathBuf> = manifest(&src, &o)
+        .into_iter()
+        .filter(|(_, e)| e.kind == "file")
+        .map(|(p, _)| p)
+        .collect();
+    assert!(files.len() > 100, "{} files", files.len());
+    // (mount flags, daemon environment, names of the serving threads)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
+        (&[], &[], "fuse-dev-"),
+        (&["--dev-spin", "300"], &[], "fuse-dev-"),
+        (&[], &[("PACKFS_DEV_SPIN_US", "200")], "fuse-dev-"),
+        (
+            &["--dev-spin", "0"],
+            &[("PACKFS_DEV_SPIN_US", "200")],
+            "fuser-",
+        ),
+    ];
+    for (flags, env, threads) in cases {
+        let case = format!("{flags:?} {env:?}");
+        let mut args = vec!["--transport", "dev", "--threads", "4"];
+        args.extend_from_slice(flags);
+        let stats = with_stats_env(&img, &args, env, |mnt| {
+            let pid = daemon_pid(mnt);
+            // A new thread names itself once it runs: wait for that.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let serving = |names: &[String]| {
+                names
+                    .iter()
+                    .filter(|n| {
+                        n.strip_prefix(threads)
+                            .is_some_and(|i| i.parse::<u32>().is_ok())
+                    })
+                    .count()
+            };
+            let mut names = thread_names(pid);
+            while serving(&names) < 4 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                names = thread_names(pid);
+            }
+            assert_eq!(serving(&names), 4, "{case}: {names:?}");
+            let other = if threads == "fuser-" {
+                "fuse-dev-"
+            } else {
+                "fuser-"
+            };
+            assert!(
+                !names.iter().any(|n| n.starts_with(other)),
+                "{case}: {other} threads also read /dev/fuse: {names:?}"
+            );
+            assert_same(
+                &format!("/dev/fuse threads {case} vs source"),
+                &manifest(mnt, &o),
+                &manifest(&src, &o),
+            );
+            std::thread::scope(|sc| {
+                for k in 0..4 {
+                    let (files, src, case) = (&files, &src, &case);
+                    sc.spawn(move || {
+                        for f in files.iter().skip(k).step_by(2) {
+                            let got = std::fs::read(mnt.join(f)).unwrap();
+                            let want = std::fs::read(src.join(f)).unwrap();
+                            assert!(got == want, "{case}: {} differs", f.display());
+                        }
+                    });
+                }
+            });
+            // Idle: no thread may keep spinning (100 ticks a second
+            // each); allow a few for the stats thread and scheduling.
+            std::thread::sleep(Duration::from_millis(100));
+            let before = cpu_ticks(pid);
+            std::thread::sleep(Duration::from_secs(1));
+            let used = cpu_ticks(pid) - before;
+            assert!(used <= 5, "{case}: an idle mount used {used} ticks in 1 s");
+        });
+        assert_eq!(served(&stats).0, "dev", "{stats}");
+        assert!(served(&stats).2 > 100, "{stats}");
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 // Opcodes (enum fuse_opcode).
 pub const LOOKUP: u32 = 1;
+pub const FORGET: u32 = 2;
 pub const GETATTR: u32 = 3;
 pub const READLINK: u32 = 5;
 pub const OPEN: u32 = 14;
@@ -17,11 +18,15 @@ pub const STATFS: u32 = 17;
 pub const RELEASE: u32 = 18;
 pub const GETXATTR: u32 = 22;
 pub const LISTXATTR: u32 = 23;
+pub const FLUSH: u32 = 25;
 pub const OPENDIR: u32 = 27;
 pub const READDIR: u32 = 28;
 pub const RELEASEDIR: u32 = 29;
 pub const ACCESS: u32 = 34;
+pub const INTERRUPT: u32 = 36;
+pub const DESTROY: u32 = 38;
 pub const IOCTL: u32 = 39;
+pub const BATCH_FORGET: u32 = 42;
 pub const READDIRPLUS: u32 = 44;
 
 /// `enum fuse_uring_cmd`.
@@ -58,7 +63,28 @@ pub fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// `struct fuse_in_header`, the fields the queues use.
+/// `struct fuse_in_header`'s size: on `/dev/fuse` the operation's own
+/// header follows it.
+pub const IN_HEADER: usize = 40;
+/// `struct fuse_out_header`'s size.
+pub const OUT_HEADER: usize = 16;
+
+/// The size of the operation's own header that follows `fuse_in_header`
+/// in a request read from `/dev/fuse` (the part io_uring hands over
+/// separately as `op_in`); what follows it is the payload (a name). The
+/// operations packfs answers, plus those it must read to the end.
+pub fn op_in_len(opcode: u32) -> usize {
+    match opcode {
+        GETATTR => 16,                                       // fuse_getattr_in
+        OPEN | OPENDIR | GETXATTR | LISTXATTR | ACCESS => 8, // fuse_open_in, fuse_getxattr_in, fuse_access_in
+        RELEASE | RELEASEDIR | FLUSH => 24,                  // fuse_release_in, fuse_flush_in
+        READ | READDIR | READDIRPLUS => 40,                  // fuse_read_in
+        IOCTL => 32,                                         // fuse_ioctl_in
+        _ => 0, // LOOKUP and READLINK (a name or nothing), STATFS, the rest unread
+    }
+}
+
+/// `struct fuse_in_header`, the fields the transports use.
 #[derive(Clone, Copy, Debug)]
 pub struct InHeader {
     pub opcode: u32,

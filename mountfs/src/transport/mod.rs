@@ -1,6 +1,7 @@
 //! How FUSE requests reach packfs: the `/dev/fuse` threads of `fuser`
-//! (module `fuse`), or FUSE-over-io_uring queues ([`uring`]) where the
-//! kernel offers them. Both call the same [`crate::ops::Ops`].
+//! (module `fuse`), packfs's own `/dev/fuse` threads that spin before they
+//! sleep ([`dev`]), or FUSE-over-io_uring queues ([`uring`]) where the
+//! kernel offers them. All call the same [`crate::ops::Ops`].
 //!
 //! The choice is made before mounting: once INIT has negotiated
 //! `FUSE_OVER_IO_URING`, the kernel holds every request until a queue for
@@ -8,6 +9,8 @@
 //! so a transport that might fail is probed first rather than tried.
 
 mod abi;
+pub mod dev;
+mod dispatch;
 mod ring;
 pub mod uring;
 
@@ -123,6 +126,18 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
         }
     }
     (!cpus.is_empty()).then_some(cpus)
+}
+
+/// Largest read request the kernel may send (it derives `max_pages` from
+/// this): 1 MiB, so a large `read(2)` costs one round trip, not eight.
+pub const MAX_REQUEST: u32 = 1 << 20;
+
+/// The largest answer body a request can need: a READ of the most the
+/// kernel may ask at once (`max_write` and the readahead it allowed).
+fn largest_answer(shared: &Shared) -> usize {
+    (MAX_REQUEST.max(shared.max_readahead()) as usize)
+        .max(8192)
+        .next_multiple_of(4096)
 }
 
 /// Which transport served a mount, as `--stats` and the daemon log name it.

@@ -8,17 +8,18 @@
 //! caller runs on, so it is served there without a cross-CPU wakeup.
 //!
 //! FORGET and INTERRUPT stay on `/dev/fuse`, read by `fuser`'s threads.
-//! Requests are decoded here (only the operations packfs serves; anything
-//! else is answered ENOSYS, as `fuser`'s defaults do) and answered by the
-//! same [`Ops`] as the `/dev/fuse` adapter.
+//! Requests are decoded and answered by [`super::dispatch`], through the
+//! same [`Ops`] as the `/dev/fuse` transports.
 
 mod stay;
 
 use super::abi::{self, *};
+pub use super::dispatch::Access;
+use super::dispatch::{dispatch, refused};
 use super::ring::{Ring, SQE_BYTES};
 use super::{Served, Shared};
 use crate::fs::Image;
-use crate::ops::{Lookup, Ops, Xattr, TTL};
+use crate::ops::Ops;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -28,15 +29,6 @@ use std::time::Duration;
 /// Registered entries per queue: one being answered while the kernel fills
 /// the others, so a queue thread never waits for the kernel to copy.
 const ENTRIES: usize = 4;
-
-/// Who may use the mount besides its owner (`-o allow_root`): as `fuser`
-/// does on `/dev/fuse`, requests other users may send without a uid of
-/// their own (reads of pages already opened) are let through.
-#[derive(Clone, Copy, Debug)]
-pub struct Access {
-    pub owner: u32,
-    pub root_too: bool,
-}
 
 /// The running queues of one mount.
 pub struct Queues {
@@ -78,10 +70,7 @@ pub fn start<I: Image>(
     access: Option<Access>,
 ) -> io::Result<Queues> {
     let cpus = super::possible_cpus().map_err(io::Error::other)?;
-    let page = 4096usize;
-    let payload = (crate::fuse::MAX_REQUEST.max(shared.max_readahead()) as usize)
-        .max(8192)
-        .next_multiple_of(page);
+    let payload = super::largest_answer(&shared);
     let wanted = std::env::var_os("PACKFS_URING_STAY").is_none_or(|v| v != "0");
     let windows = stay::Windows::new(cpus.len(), wanted);
     log::debug!(
@@ -354,124 +343,4 @@ impl<I: Image> Queue<I> {
         let sqe = self.command(CMD_COMMIT_AND_FETCH, i, commit_id, None);
         self.ring.push(&sqe);
     }
-}
-
-/// `-o allow_root`: another user's request, other than those the kernel
-/// sends on behalf of no particular user.
-fn refused(a: Access, h: &InHeader) -> bool {
-    h.uid != a.owner
-        && !(a.root_too && h.uid == 0)
-        && !matches!(
-            h.opcode,
-            READ | READDIR | READDIRPLUS | RELEASE | RELEASEDIR
-        )
-}
-
-/// The bytes up to the first NUL (names arrive NUL-terminated).
-fn c_name(b: &[u8]) -> &[u8] {
-    b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
-}
-
-/// Decodes one request, answers it through `ops` into `out` (the payload
-/// buffer, which held the request's own payload of `in_len` bytes) and
-/// returns the answer's length, or an errno.
-fn dispatch<I: Image>(
-    ops: &Ops<I>,
-    h: &InHeader,
-    op_in: &[u8; 128],
-    out: &mut [u8],
-    in_len: usize,
-) -> crate::ops::Answer<usize> {
-    let node = h.nodeid;
-    match h.opcode {
-        LOOKUP => {
-            let name = c_name(&out[..in_len]).to_vec();
-            match ops.lookup(node, &name)? {
-                Lookup::Found(a) => put_entry(out, Some(&a), TTL),
-                Lookup::Negative(ttl) => put_entry(out, None, ttl),
-            }
-            Ok(ENTRY_OUT)
-        }
-        GETATTR => {
-            put_attr_out(out, &ops.getattr(node)?, TTL);
-            Ok(ATTR_OUT)
-        }
-        READLINK => copy(out, &ops.readlink(node)?),
-        OPEN | OPENDIR => ops.open().map(|()| 0),
-        RELEASE | RELEASEDIR => Ok(0),
-        READ => {
-            let (offset, size) = (u64_at(op_in, 8), u32_at(op_in, 16));
-            copy(out, &ops.read(node, offset, size)?)
-        }
-        READDIR | READDIRPLUS => {
-            let (cookie, size) = (u64_at(op_in, 8), u32_at(op_in, 16) as usize);
-            let end = size.min(out.len());
-            let out = &mut out[..end];
-            let mut at = 0;
-            if h.opcode == READDIR {
-                ops.readdir(node, cookie, &mut |e| {
-                    put_dirent(out, &mut at, e.node, e.cookie, dirent_type(e.kind), &e.name)
-                })?;
-            } else {
-                ops.readdirplus(node, cookie, &mut |e, a| {
-                    let start = at;
-                    if at + ENTRY_OUT > out.len() {
-                        return false;
-                    }
-                    at += ENTRY_OUT;
-                    if !put_dirent(out, &mut at, a.node, e.cookie, dirent_type(a.kind), &e.name) {
-                        at = start;
-                        return false;
-                    }
-                    put_entry(&mut out[start..], Some(a), TTL);
-                    true
-                })?;
-            }
-            Ok(at)
-        }
-        STATFS => {
-            let s = ops.statfs();
-            out[..STATFS_OUT].fill(0);
-            put64(out, 0, s.blocks);
-            put64(out, 24, s.files);
-            put32(out, 40, s.block_size);
-            put32(out, 44, s.name_max);
-            put32(out, 48, s.block_size);
-            Ok(STATFS_OUT)
-        }
-        GETXATTR | LISTXATTR => {
-            let size = u32_at(op_in, 0);
-            let x = if h.opcode == GETXATTR {
-                let name = c_name(&out[..in_len]).to_vec();
-                ops.getxattr(node, &name, size)?
-            } else {
-                ops.listxattr(node, size)?
-            };
-            match x {
-                Xattr::Size(n) => {
-                    out[..8].fill(0);
-                    put32(out, 0, n);
-                    Ok(8)
-                }
-                Xattr::Data(v) => copy(out, &v),
-            }
-        }
-        ACCESS => ops.access(u32_at(op_in, 0)).map(|()| 0),
-        IOCTL => ops.ioctl().map(|()| 0),
-        _ => Err(libc::ENOSYS),
-    }
-}
-
-/// Copies an answer into the payload buffer (sized for the largest
-/// request the kernel sends, so an answer to it always fits).
-fn copy(out: &mut [u8], data: &[u8]) -> crate::ops::Answer<usize> {
-    if data.len() > out.len() {
-        log::error!(
-            "answer of {} bytes exceeds the FUSE payload buffer",
-            data.len()
-        );
-        return Err(libc::EIO);
-    }
-    out[..data.len()].copy_from_slice(data);
-    Ok(data.len())
 }
