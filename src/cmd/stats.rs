@@ -5,7 +5,7 @@ use anyhow::Context;
 use mountfs::fs::{FsStats, PackFs};
 use mountfs::open::AnyImage;
 use mountfs::remote::{RemoteCounters, RemoteStats};
-use mountfs::transport::Shared;
+use mountfs::transport::{Served, Shared};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -62,7 +62,9 @@ pub fn spawn_writer(
 /// reader polling for the file never sees half of it.
 /// A remote image adds `"remote"`: its requests, bytes and first-byte times.
 /// `"transport"` names how requests arrived (`uring` or `dev`) and
-/// `"uring_requests"` counts those answered through the io_uring queues.
+/// `"uring_requests"` counts those answered through the io_uring queues;
+/// under `dev`, `"dev_spin_us"` says how long packfs's own threads spin
+/// for the next request (0: `fuser`'s threads served, which never spin).
 pub fn write(
     path: &Path,
     stats: &FsStats,
@@ -77,6 +79,12 @@ pub fn write(
             "uring_requests".into(),
             served.uring_requests.load(Ordering::Relaxed).into(),
         );
+        if served.served() == Served::Dev {
+            obj.insert(
+                "dev_spin_us".into(),
+                served.dev_spin_us.load(Ordering::Relaxed).into(),
+            );
+        }
         if let Some(r) = remote {
             obj.insert("remote".into(), serde_json::to_value(r)?);
         }

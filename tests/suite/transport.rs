@@ -359,17 +359,21 @@ fn dev_fuse_threads_serve_concurrent_readers_and_sleep_when_idle() {
     assert!(files.len() > 100, "{} files", files.len());
     // (mount flags, daemon environment, names of the serving threads)
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 4] = [
-        (&[], &[], "fuse-dev-"),
-        (&["--dev-spin", "300"], &[], "fuse-dev-"),
-        (&[], &[("PACKFS_DEV_SPIN_US", "200")], "fuse-dev-"),
+    // (case, the spin the stats report)
+    let cases: [(Case, u64); 4] = [
+        ((&[], &[], "fuse-dev-"), 50),
+        ((&["--dev-spin", "300"], &[], "fuse-dev-"), 300),
+        ((&[], &[("PACKFS_DEV_SPIN_US", "200")], "fuse-dev-"), 200),
         (
-            &["--dev-spin", "0"],
-            &[("PACKFS_DEV_SPIN_US", "200")],
-            "fuser-",
+            (
+                &["--dev-spin", "0"],
+                &[("PACKFS_DEV_SPIN_US", "200")],
+                "fuser-",
+            ),
+            0,
         ),
     ];
-    for (flags, env, threads) in cases {
+    for ((flags, env, threads), spin_us) in cases {
         let case = format!("{flags:?} {env:?}");
         let mut args = vec!["--transport", "dev", "--threads", "4"];
         args.extend_from_slice(flags);
@@ -428,5 +432,6 @@ fn dev_fuse_threads_serve_concurrent_readers_and_sleep_when_idle() {
         });
         assert_eq!(served(&stats).0, "dev", "{stats}");
         assert!(served(&stats).2 > 100, "{stats}");
+        assert_eq!(stats["dev_spin_us"].as_u64(), Some(spin_us), "{stats}");
     }
 }

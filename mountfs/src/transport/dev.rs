@@ -99,6 +99,9 @@ pub fn start<I: Image>(
                 let _ = done.send(());
             })?;
     }
+    shared
+        .dev_spin_us
+        .store(spin.as_micros().max(1) as u64, Ordering::Relaxed);
     log::debug!("FUSE /dev/fuse: {threads} threads of packfs, spin {spin:?}");
     Ok(Threads {
         done: done_rx,
