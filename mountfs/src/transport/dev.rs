@@ -81,7 +81,7 @@ pub fn start<I: Image>(
     let (done_tx, done_rx) = mpsc::channel();
     let threads = threads.max(1);
     for i in 0..threads {
-        let fd = clone_dev(dev)?;
+        let fd = nonblocking_dev(dev)?;
         let (ops, baton, done) = (ops.clone(), baton.clone(), done_tx.clone());
         std::thread::Builder::new()
             .name(format!("fuse-dev-{i}"))
@@ -109,7 +109,30 @@ pub fn start<I: Image>(
     })
 }
 
-/// A non-blocking descriptor on the connection of `dev`.
+/// A non-blocking descriptor on the connection of `dev`: a clone of its
+/// own, or where `/dev/fuse` cannot be opened by this process (a mount
+/// whose descriptor came from a setuid `fusermount3`) a duplicate of `dev`
+/// itself. Duplicates share one file, and so its non-blocking flag; nothing
+/// else reads `dev` once these threads serve.
+fn nonblocking_dev(dev: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let fd = match clone_dev(dev) {
+        Ok(fd) => return Ok(fd),
+        Err(e) => {
+            log::debug!("cloning the /dev/fuse descriptor: {e}; sharing it");
+            dev.try_clone_to_owned()?
+        }
+    };
+    // SAFETY: F_GETFL/F_SETFL on a descriptor this function owns.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+/// A non-blocking descriptor of its own on the connection of `dev`.
 fn clone_dev(dev: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     // SAFETY: a plain open(2) of a NUL-terminated path; the result is
     // checked and owned at once.
@@ -348,5 +371,28 @@ impl<I: Image> Thread<I> {
                 log::warn!("answering FUSE request {}: {e}", h.unique);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// Where no clone can be made (here: the ioctl refuses a pipe; on a
+    /// machine where this process cannot open /dev/fuse, the open fails),
+    /// the threads share the descriptor, made non-blocking: a read of an
+    /// empty one says so at once instead of sleeping.
+    #[test]
+    fn a_descriptor_that_cannot_be_cloned_is_shared_and_made_nonblocking() {
+        let mut ends = [0; 2];
+        // SAFETY: pipe(2) fills two descriptors, owned at once below.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let fd = nonblocking_dev(r.as_fd()).unwrap();
+        // SAFETY: F_GETFL on an owned descriptor.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        assert_ne!(flags & libc::O_NONBLOCK, 0);
+        assert!(matches!(read_once(&fd, &mut [0; 64]), Got::Nothing));
     }
 }
