@@ -27,7 +27,7 @@
 # Sides: raw, erofs, and the packfs sides in SIDES (default all of them):
 #   dev           fuser's /dev/fuse threads (--dev-spin 0)
 #   dev-spin      packfs's own /dev/fuse threads, spinning SPIN_US microseconds (default
-#                 50, the mount's default) before they sleep
+#                 50) before they sleep (mount --dev-spin)
 #   dev-spinN     the same, spinning N microseconds (e.g. SIDES="dev-spin20 dev-spin200")
 #   uring         the io_uring queues
 #   uring-nostay  the queues without the SCHED_IDLE submission that keeps a

@@ -422,11 +422,13 @@ pub struct MountArgs {
     /// [default: auto, or the environment's PACKFS_TRANSPORT].
     #[arg(long, value_enum)]
     pub transport: Option<mountfs::transport::Transport>,
-    /// Where requests come through `/dev/fuse`: how long a serving thread
-    /// waits for the next request by spinning before it sleeps, in
-    /// microseconds (a sleep and wake per request is what a one-thread reader
-    /// waits on); 0 serves with `fuser`'s threads, which never spin
-    /// [default: 50, or the environment's PACKFS_DEV_SPIN_US].
+    /// Where requests come through `/dev/fuse`: serve with packfs's own
+    /// threads, one of which waits for the next request by spinning this many
+    /// microseconds before it sleeps (50 suits a one-thread reader of local
+    /// images, which then waits for no wakeup per file); 0 serves with
+    /// `fuser`'s threads, which never spin and keep every thread waiting on
+    /// the device, the better choice for slow or remote storage
+    /// [default: 0, or the environment's PACKFS_DEV_SPIN_US].
     #[arg(long, value_name = "MICROS")]
     pub dev_spin: Option<u64>,
     /// When the mount ends, write what it served (FUSE requests by kind,

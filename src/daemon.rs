@@ -192,21 +192,29 @@ pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> 
     Ok(0)
 }
 
-/// Whether `mp` is a FUSE mount whose server has gone away.
+/// Whether `mp` is a FUSE mount whose server has gone away. A statfs that
+/// meets the connection while the kernel is still tearing it down can fail
+/// with another errno (ECANCELED has been seen right after a daemon was
+/// killed mid-read); asked again a moment later it says what the mount is.
 fn is_dead_fuse_mount(mp: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()) else {
         return false;
     };
-    // SAFETY: valid NUL-terminated path and a zeroed statfs to fill.
-    let r = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st)
-    };
-    r != 0
-        && matches!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::ENOTCONN) | Some(libc::ECONNABORTED)
-        )
+    for _ in 0..20 {
+        // SAFETY: valid NUL-terminated path and a zeroed statfs to fill.
+        let r = unsafe {
+            let mut st: libc::statfs = std::mem::zeroed();
+            libc::statfs(c.as_ptr(), &mut st)
+        };
+        if r == 0 {
+            return false;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOTCONN) | Some(libc::ECONNABORTED) => return true,
+            _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    false
 }
 
 /// /proc/mounts escapes space, tab, newline and backslash as octal.

@@ -64,15 +64,15 @@ fn transport_from_env() -> anyhow::Result<Transport> {
 }
 
 /// `--dev-spin`, else `PACKFS_DEV_SPIN_US` (so that `packfs run`, `packfs
-/// bench` and test runs can set it for every mount they start), else the
-/// default; 0 (`None`) serves `/dev/fuse` with `fuser`'s threads.
+/// bench` and test runs can set it for every mount they start), else 0:
+/// `None`, `/dev/fuse` served by `fuser`'s threads.
 fn dev_spin_of(flag: Option<u64>) -> anyhow::Result<Option<std::time::Duration>> {
     let us = match (flag, std::env::var("PACKFS_DEV_SPIN_US")) {
         (Some(us), _) => us,
         (None, Ok(v)) if !v.is_empty() => v
             .parse()
             .map_err(|_| usage(format!("PACKFS_DEV_SPIN_US={v:?}: expected microseconds")))?,
-        _ => mountfs::transport::dev::DEFAULT_SPIN.as_micros() as u64,
+        _ => 0,
     };
     Ok((us > 0).then(|| std::time::Duration::from_micros(us)))
 }

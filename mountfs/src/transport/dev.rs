@@ -23,7 +23,10 @@
 //! while another one leads, and the leader reads again after answering).
 //! A request queued while the leader answers the previous one waits for
 //! that answer unless a backlog unparked a helper: the price of not having
-//! a second waiter for the kernel to wake.
+//! a second waiter for the kernel to wake. That price is why these threads
+//! are not the default (`mount --dev-spin 0`, `fuser`'s threads): a request
+//! that blocks on slow storage (a stalled remote server, seconds) holds up
+//! the one queued behind it, where `fuser`'s threads answer both at once.
 
 use super::abi::*;
 use super::dispatch::{dispatch, refused, Access};
@@ -35,11 +38,6 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// How long a leader spins by default (`mount --dev-spin`): longer than a
-/// one-thread reader takes between the answer to one request and its next
-/// one (docs/BENCHMARKS.md, "FUSE transports").
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// `FUSE_DEV_IOC_CLONE`, `_IOR(229, 0, uint32_t)`: attaches a new
 /// `/dev/fuse` descriptor to the connection of another.
