@@ -317,6 +317,23 @@ fn dev_transport_is_named_in_the_stats_and_a_bad_choice_is_a_usage_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("PACKFS_TRANSPORT"), "{err}");
+    // A spin that is not a number of microseconds is a usage error too,
+    // before anything is mounted.
+    let out = Command::new(packfs_bin())
+        .arg("mount")
+        .arg(&img)
+        .arg(dir.path())
+        .env_remove("PACKFS_TRANSPORT")
+        .env("PACKFS_DEV_SPIN_US", "fast")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("PACKFS_DEV_SPIN_US=\"fast\""), "{err}");
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains(dir.path().to_str().unwrap());
+    assert!(!mounted, "a refused PACKFS_DEV_SPIN_US left a mount");
 }
 
 /// The names of a process's threads.
