@@ -86,12 +86,7 @@ fn cache(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(1))
         .warm_up_time(Duration::from_millis(300));
     let payload = vec![7u8; 4096];
-    let load = |p: &[u8]| {
-        Ok::<_, ()>(Block {
-            data: p.to_vec(),
-            next: 0,
-        })
-    };
+    let load = |p: &[u8]| Ok::<_, ()>(Block::new(p.to_vec(), 0));
     let hot = BlockCache::new(64 << 20);
     hot.get_or_load(42, || load(&payload)).expect("load");
     g.bench_function("hit", |b| {

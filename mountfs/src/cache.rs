@@ -19,6 +19,20 @@
 //! * Bytes are charged after the decode, and only if the slot is still in its
 //!   shard (it may have been evicted while loading), so the accounting never
 //!   counts a block that is no longer reachable.
+//! * **Served blocks leave early** (when [`BlockCache::release_served`] is
+//!   on: a FUSE mount). A block counts the bytes the reader copied out of it
+//!   into answers; once that reaches its length, every byte of it sits in
+//!   the kernel's page cache, which is where a re-read is answered from, so
+//!   the block leaves the cache at once instead of waiting for the LRU. Its
+//!   buffer goes back to [`crate::buffers`] for the next decode. Without
+//!   this a cold pass fills the whole budget with second copies of what the
+//!   kernel already holds, each in fresh pages the daemon faults in and
+//!   zeroes, while a cache of served-out blocks recycles a few buffers. A
+//!   block still partly unread (a fragment block whose other files come
+//!   later in a shuffled pass) stays; a count that overshoots (the same
+//!   bytes served twice) releases a block early, which costs one decode,
+//!   never a wrong answer. Readers without a page cache in front (Python,
+//!   `packfs inspect`) leave this off: the cache is all they have.
 //! * **Namespaces.** A union of shard images (`crate::union`) gives every
 //!   shard a view of one cache ([`BlockCache::namespace`]): keys are
 //!   per-image offsets, so each view tags them with its namespace, and all
@@ -26,7 +40,7 @@
 
 use lru::LruCache;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const SHARDS: usize = 16;
@@ -39,6 +53,19 @@ const SHARDS: usize = 16;
 pub struct Block {
     pub data: Vec<u8>,
     pub next: u64,
+    /// Bytes of `data` copied into answers so far (see the module doc:
+    /// served blocks leave early). May exceed `data.len()`.
+    served: AtomicUsize,
+}
+
+impl Block {
+    pub fn new(data: Vec<u8>, next: u64) -> Block {
+        Block {
+            data,
+            next,
+            served: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Drop for Block {
@@ -66,6 +93,8 @@ pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Blocks that left because every byte of them had been served.
+    pub released: u64,
     pub bytes: u64,
     pub budget: u64,
 }
@@ -83,6 +112,8 @@ struct Core {
     hits: AtomicU64,
     misses: AtomicU64,
     evictions: AtomicU64,
+    released: AtomicU64,
+    release_served: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -127,6 +158,24 @@ impl BlockCache {
         self.core.peek((self.ns, key))
     }
 
+    /// Whether blocks leave once served in full (for every view of this
+    /// cache): on for a FUSE mount, whose answers the kernel's page cache
+    /// keeps; off (the default) for readers that have only this cache.
+    pub fn release_served(&self, on: bool) {
+        self.core.release_served.store(on, Ordering::Relaxed);
+    }
+
+    /// Records that `n` bytes of `block` (cached under `key`) were copied
+    /// into an answer; with [`BlockCache::release_served`] on, the call
+    /// that brings the count to the block's length takes the block out.
+    pub fn served(&self, key: u64, block: &Arc<Block>, n: usize) {
+        let before = block.served.fetch_add(n, Ordering::Relaxed);
+        let len = block.data.len();
+        if before < len && before + n >= len && self.core.release_served.load(Ordering::Relaxed) {
+            self.core.release((self.ns, key), block);
+        }
+    }
+
     pub fn stats(&self) -> CacheStats {
         self.core.stats()
     }
@@ -148,6 +197,8 @@ impl Core {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            release_served: AtomicBool::new(false),
         }
     }
 
@@ -220,11 +271,32 @@ impl Core {
         }
     }
 
+    /// Takes `block` out if it is what `key`'s slot holds (it may have
+    /// been evicted and loaded again since).
+    fn release(&self, key: Key, block: &Arc<Block>) {
+        let mut sh = lock(self.shard(key));
+        let Some(slot) = sh.lru.peek(&key).cloned() else {
+            return;
+        };
+        // Never wait for a slot's mutex under the shard lock (a loader
+        // holds it while decoding); a busy slot just stays.
+        let ours = match slot.value.try_lock() {
+            Ok(v) => v.as_ref().is_some_and(|b| Arc::ptr_eq(b, block)),
+            Err(_) => false,
+        };
+        if ours {
+            sh.lru.pop(&key);
+            sh.bytes -= slot.charged.load(Ordering::Relaxed);
+            self.released.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn stats(&self) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
             bytes: self.shards.iter().map(|s| lock(s).bytes as u64).sum(),
             budget: self.budget as u64,
         }
@@ -237,10 +309,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn block(n: usize) -> Block {
-        Block {
-            data: vec![7u8; n],
-            next: 0,
-        }
+        Block::new(vec![7u8; n], 0)
     }
 
     #[test]
@@ -319,6 +388,50 @@ mod tests {
             5
         );
         assert_eq!(c.stats().hits, 0);
+    }
+
+    #[test]
+    fn blocks_served_in_full_leave_only_when_release_is_on() {
+        let c = BlockCache::new(1 << 20);
+        let b = c.get_or_load(1, || Ok::<_, ()>(block(100))).unwrap();
+        // Off (the default): serving every byte keeps the block.
+        c.served(1, &b, 100);
+        assert!(c.peek(1).is_some());
+        c.release_served(true);
+        let b2 = c.get_or_load(2, || Ok::<_, ()>(block(100))).unwrap();
+        c.served(2, &b2, 60);
+        assert!(c.peek(2).is_some(), "left with 40 bytes unserved");
+        c.served(2, &b2, 40);
+        assert!(c.peek(2).is_none(), "served in full but still cached");
+        let s = c.stats();
+        assert_eq!((s.released, s.evictions), (1, 0));
+        // Block 1 is all that is charged now.
+        assert_eq!(s.bytes, (100 + std::mem::size_of::<Block>() + 64) as u64);
+        // The reader still holds its copy; the next ask decodes again.
+        assert_eq!(b2.data.len(), 100);
+        let loads = AtomicUsize::new(0);
+        c.get_or_load(2, || {
+            loads.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ()>(block(100))
+        })
+        .unwrap();
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_stale_copy_served_in_full_does_not_release_its_successor() {
+        let c = BlockCache::new(1 << 20);
+        c.release_served(true);
+        let old = c.get_or_load(5, || Ok::<_, ()>(block(10))).unwrap();
+        c.served(5, &old, 10);
+        // Loaded again after the release: a new block under the same key.
+        let new = c.get_or_load(5, || Ok::<_, ()>(block(10))).unwrap();
+        assert!(!Arc::ptr_eq(&old, &new));
+        // Bytes served from the old copy (counted past its length) must
+        // not take the new one out.
+        c.served(5, &old, 10);
+        assert!(c.peek(5).is_some());
+        assert_eq!(c.stats().released, 1);
     }
 
     #[test]

@@ -304,6 +304,12 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
             t.elapsed().as_secs_f64()
         );
     }
+    // Every answer lands in the kernel's page cache, so a block served in
+    // full is a second copy there (cache.rs: served blocks leave early);
+    // `--preload` asks for the daemon to hold the image, so it keeps them.
+    // `PACKFS_RELEASE_SERVED=0` keeps them too, for benchmarks to compare.
+    let keep = std::env::var_os("PACKFS_RELEASE_SERVED").is_some_and(|v| v == "0");
+    img.cache().release_served(!plan.preload && !keep);
     let opts = &plan.serve;
     let mut fs = mountfs::fs::PackFs::new(img, opts.readahead, opts.threads.clamp(1, 4));
     let recorder = plan
@@ -343,7 +349,7 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     }
     if let Some(path) = &plan.stats {
         let remote = remote.map(|r| r.snapshot());
-        super::stats::write(path, &fs.counters.snapshot(), remote.as_ref(), &served)?;
+        super::stats::write(path, &fs, remote.as_ref(), &served)?;
     }
     Ok(0)
 }

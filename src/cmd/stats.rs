@@ -2,7 +2,7 @@
 //! the mount ends and at once on SIGUSR1.
 
 use anyhow::Context;
-use mountfs::fs::{FsStats, PackFs};
+use mountfs::fs::PackFs;
 use mountfs::open::AnyImage;
 use mountfs::remote::{RemoteCounters, RemoteStats};
 use mountfs::transport::{Served, Shared};
@@ -50,7 +50,7 @@ pub fn spawn_writer(
                 return;
             }
             let r = remote.as_ref().map(|r| r.snapshot());
-            if let Err(e) = write(&path, &fs.counters.snapshot(), r.as_ref(), &served) {
+            if let Err(e) = write(&path, &fs, r.as_ref(), &served) {
                 log::error!("{e:#}");
             }
         })
@@ -65,15 +65,29 @@ pub fn spawn_writer(
 /// `"uring_requests"` counts those answered through the io_uring queues;
 /// under `dev`, `"dev_spin_us"` says how long packfs's own threads spin
 /// for the next request (0: `fuser`'s threads served, which never spin).
+/// `"cache"` is the block cache's: hits, misses, evictions, blocks
+/// `released` once served in full, bytes held and the budget.
 pub fn write(
     path: &Path,
-    stats: &FsStats,
+    fs: &PackFs<AnyImage>,
     remote: Option<&RemoteStats>,
     served: &Shared,
 ) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp~");
-    let mut value = serde_json::to_value(stats)?;
+    let mut value = serde_json::to_value(fs.counters.snapshot())?;
     if let Some(obj) = value.as_object_mut() {
+        let c = fs.image.cache().stats();
+        obj.insert(
+            "cache".into(),
+            serde_json::json!({
+                "hits": c.hits,
+                "misses": c.misses,
+                "evictions": c.evictions,
+                "released": c.released,
+                "bytes": c.bytes,
+                "budget": c.budget,
+            }),
+        );
         obj.insert("transport".into(), served.served().name().into());
         obj.insert(
             "uring_requests".into(),

@@ -382,6 +382,61 @@ impl Drop for PackfsMount {
     }
 }
 
+/// Mounts `img` with `args` and `--stats`, runs `work`, unmounts and
+/// returns the stats the daemon wrote.
+pub fn with_stats(img: &Path, args: &[&str], work: impl FnOnce(&Path)) -> serde_json::Value {
+    with_stats_env(img, args, &[], work)
+}
+
+/// [`with_stats`] with `env` set for the daemon, over the test's own
+/// environment (so the suite's rerun with `PACKFS_TRANSPORT=uring` serves
+/// these mounts through the queues). The mount goes away even when `work`
+/// panics, so a failed check leaves no mount behind.
+pub fn with_stats_env(
+    img: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    work: impl FnOnce(&Path),
+) -> serde_json::Value {
+    let dir = scratch();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let stats = dir.path().join("stats.json");
+    run(Command::new(packfs_bin())
+        .arg("mount")
+        .arg(img)
+        .arg(&mnt)
+        .arg("--stats")
+        .arg(&stats)
+        .args(args)
+        .envs(env.iter().copied()));
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(packfs_bin())
+                .arg("umount")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let mounted = Unmount(&mnt);
+    work(&mnt);
+    std::mem::forget(mounted);
+    run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&stats) {
+            return serde_json::from_str(&text).unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stats at {}",
+            stats.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Sends `sig` (as `kill` takes it, e.g. "-USR1") to `pid`.
 pub fn signal(sig: &str, pid: u32) {
     let st = Command::new("kill")

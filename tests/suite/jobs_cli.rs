@@ -3,10 +3,9 @@
 //! on a mountpoint that does not exist yet, dates in `ls -l` and `info`,
 //! and an error that states its cause once.
 
-use crate::common::{pack, packfs_bin, require_root, run, scratch};
+use crate::common::{pack, packfs_bin, require_root, run, scratch, with_stats};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 fn small_image(dir: &Path) -> std::path::PathBuf {
     let src = dir.join("src");
@@ -16,38 +15,6 @@ fn small_image(dir: &Path) -> std::path::PathBuf {
     let img = dir.join("img.sqfs");
     pack(&src, &img, &["--mtime", "1795427936"]);
     img
-}
-
-/// Stats written by a daemon when its mount ends (it may still be writing
-/// for a moment after `packfs umount` returns).
-fn read_stats(path: &Path) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            return serde_json::from_str(&text).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no stats at {}", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Mounts `img` (with `extra` options and `--stats`), runs `work` on the
-/// mountpoint, unmounts; returns the daemon's stats.
-fn with_stats(img: &Path, extra: &[&str], work: impl FnOnce(&Path)) -> serde_json::Value {
-    let dir = scratch();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let stats = dir.path().join("stats.json");
-    run(Command::new(packfs_bin())
-        .arg("mount")
-        .arg(img)
-        .arg(&mnt)
-        .arg("--stats")
-        .arg(&stats)
-        .args(extra));
-    work(&mnt);
-    run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
-    read_stats(&stats)
 }
 
 /// Looks up missing names `n` times each through a mount made with

@@ -351,3 +351,64 @@ fn daemon_memory_stays_within_the_cache_budget() {
         "daemon anonymous RSS {anon_kb} kB > 16 MiB budget + 16 MiB"
     );
 }
+
+/// Blocks served in full leave the daemon's cache, whose bytes the kernel's
+/// page cache now holds: a cold pass over a tree ends with the cache nearly
+/// empty; after the kernel drops its copies, a second pass decodes those
+/// blocks again and gets the same bytes; `--preload`, which asks the daemon
+/// to hold the image, keeps every block, as `PACKFS_RELEASE_SERVED=0` does.
+#[test]
+fn blocks_served_in_full_leave_the_cache_and_read_back_the_same() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // Small files share fragment blocks; the large ones have full blocks.
+    let mut files = Vec::new();
+    for i in 0..300u64 {
+        files.push((
+            format!("s{i:03}"),
+            bytes(i, 1000 + (i as usize * 131) % 40_000, true),
+        ));
+    }
+    for i in 0..3u64 {
+        files.push((format!("l{i}"), bytes(1000 + i, (1 << 20) + 777, true)));
+    }
+    for (name, data) in &files {
+        std::fs::write(src.join(name), data).unwrap();
+    }
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let read_all = |m: &Path| {
+        for (name, data) in &files {
+            assert!(std::fs::read(m.join(name)).unwrap() == *data, "{name}");
+        }
+    };
+    let decoded: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    let cache = |s: &serde_json::Value, k: &str| s["cache"][k].as_u64().unwrap();
+
+    let one = with_stats(&img, &[], |m| read_all(m));
+    assert!(cache(&one, "released") > 0, "{one}");
+    assert!(
+        cache(&one, "bytes") < decoded / 8,
+        "{} bytes still cached after serving {decoded}: {one}",
+        cache(&one, "bytes")
+    );
+    let two = with_stats(&img, &[], |m| {
+        read_all(m);
+        std::fs::write("/proc/sys/vm/drop_caches", "3").expect("dropping the page cache (root)");
+        read_all(m);
+    });
+    assert!(
+        cache(&two, "misses") > cache(&one, "misses"),
+        "the second pass found released blocks cached: {one} {two}"
+    );
+    let kept = with_stats(&img, &["--preload"], |m| read_all(m));
+    assert_eq!(cache(&kept, "released"), 0, "{kept}");
+    assert!(cache(&kept, "bytes") >= decoded, "{kept}");
+    // The switch benchmarks compare with.
+    let kept = with_stats_env(&img, &[], &[("PACKFS_RELEASE_SERVED", "0")], |m| {
+        read_all(m)
+    });
+    assert_eq!(cache(&kept, "released"), 0, "{kept}");
+    assert!(cache(&kept, "bytes") >= decoded, "{kept}");
+}

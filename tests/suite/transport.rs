@@ -62,51 +62,22 @@ impl Drop for Settings {
     }
 }
 
+/// The daemon environment of this module's mounts: the suite's own
+/// `PACKFS_TRANSPORT` and `PACKFS_DEV_SPIN_US` do not apply (each test says
+/// which transport and threads it wants; empty means the default).
+const ISOLATED: [(&str, &str); 2] = [("PACKFS_TRANSPORT", ""), ("PACKFS_DEV_SPIN_US", "")];
+
+/// [`with_stats`] in [`ISOLATED`]'s environment.
+fn stats_of(img: &Path, args: &[&str], work: impl FnOnce(&Path)) -> serde_json::Value {
+    with_stats_env(img, args, &ISOLATED, work)
+}
+
 fn image(dir: &Path) -> (PathBuf, PathBuf) {
     let src = dir.join("src");
     fixture_tree(&src, true);
     let img = dir.join("img.sqfs");
     pack(&src, &img, &[]);
     (src, img)
-}
-
-/// Mounts `img` with `args` and `--stats`, runs `work`, unmounts and
-/// returns the stats the daemon wrote.
-fn with_stats(img: &Path, args: &[&str], work: impl FnOnce(&Path)) -> serde_json::Value {
-    with_stats_env(img, args, &[], work)
-}
-
-/// [`with_stats`] with `env` set for the daemon.
-fn with_stats_env(
-    img: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-    work: impl FnOnce(&Path),
-) -> serde_json::Value {
-    let dir = scratch();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let stats = dir.path().join("stats.json");
-    run(Command::new(packfs_bin())
-        .arg("mount")
-        .arg(img)
-        .arg(&mnt)
-        .arg("--stats")
-        .arg(&stats)
-        .args(args)
-        .env_remove("PACKFS_DEV_SPIN_US")
-        .envs(env.iter().copied())
-        .env_remove("PACKFS_TRANSPORT"));
-    work(&mnt);
-    run(Command::new(packfs_bin()).arg("umount").arg(&mnt));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&stats) {
-            return serde_json::from_str(&text).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no stats at {}", stats.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `packfs mount --transport uring`, expected to fail before mounting:
@@ -147,7 +118,7 @@ fn uring_queues_answer_every_request_of_a_tree_walk() {
     let t = scratch();
     let (src, img) = image(t.path());
     let o = ManifestOptions::default();
-    let stats = with_stats(&img, &["--transport", "uring"], |mnt| {
+    let stats = stats_of(&img, &["--transport", "uring"], |mnt| {
         assert_same(
             "uring mount vs source",
             &manifest(mnt, &o),
@@ -165,7 +136,7 @@ fn uring_queues_answer_every_request_of_a_tree_walk() {
         "queues answered {uring} of {total}: {stats}"
     );
     // `auto` picks the queues when the kernel offers them.
-    let stats = with_stats(&img, &[], |mnt| {
+    let stats = stats_of(&img, &[], |mnt| {
         std::fs::read_dir(mnt).unwrap().for_each(drop);
     });
     assert_eq!(served(&stats).0, "uring", "{stats}");
@@ -234,7 +205,7 @@ fn a_cold_one_thread_read_through_the_queues_keeps_its_cpu() {
     let img = t.path().join("img.sqfs");
     pack(&src, &img, &[]);
     let (mut hops, mut sums) = (0, Vec::new());
-    let stats = with_stats(&img, &["--transport", "uring"], |mnt| {
+    let stats = stats_of(&img, &["--transport", "uring"], |mnt| {
         let files: Vec<PathBuf> = names.iter().map(|f| mnt.join(f)).collect();
         (hops, sums) = cpu_hops_reading(&files);
     });
@@ -261,7 +232,7 @@ fn auto_serves_through_dev_fuse_when_enable_uring_is_off() {
     let t = scratch();
     let (src, img) = image(t.path());
     let o = ManifestOptions::default();
-    let stats = with_stats(&img, &["--transport", "auto"], |mnt| {
+    let stats = stats_of(&img, &["--transport", "auto"], |mnt| {
         assert_same(
             "auto mount vs source",
             &manifest(mnt, &o),
@@ -286,7 +257,7 @@ fn auto_serves_through_dev_fuse_when_io_uring_is_disabled() {
     s.set(IO_URING_DISABLED, "2");
     let t = scratch();
     let (_src, img) = image(t.path());
-    let stats = with_stats(&img, &[], |mnt| {
+    let stats = stats_of(&img, &[], |mnt| {
         std::fs::read_dir(mnt).unwrap().for_each(drop);
     });
     assert_eq!(served(&stats).0, "dev", "{stats}");
@@ -302,7 +273,7 @@ fn dev_transport_is_named_in_the_stats_and_a_bad_choice_is_a_usage_error() {
     }
     let t = scratch();
     let (_src, img) = image(t.path());
-    let stats = with_stats(&img, &["--transport", "dev"], |mnt| {
+    let stats = stats_of(&img, &["--transport", "dev"], |mnt| {
         std::fs::read_dir(mnt).unwrap().for_each(drop);
     });
     assert_eq!(served(&stats), ("dev", 0, served(&stats).2), "{stats}");
@@ -394,7 +365,8 @@ fn dev_fuse_threads_serve_concurrent_readers_and_sleep_when_idle() {
         let case = format!("{flags:?} {env:?}");
         let mut args = vec!["--transport", "dev", "--threads", "4"];
         args.extend_from_slice(flags);
-        let stats = with_stats_env(&img, &args, env, |mnt| {
+        let env: Vec<_> = ISOLATED.iter().chain(env).copied().collect();
+        let stats = with_stats_env(&img, &args, &env, |mnt| {
             let pid = daemon_pid(mnt);
             // A new thread names itself once it runs: wait for that.
             let deadline = Instant::now() + Duration::from_secs(5);

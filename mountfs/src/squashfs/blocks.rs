@@ -55,10 +55,10 @@ impl Blocks {
                 })?;
                 out
             };
-            Ok(Block {
+            Ok(Block::new(
                 data,
-                next: pos + MetaHeader::SIZE as u64 + stored as u64,
-            })
+                pos + MetaHeader::SIZE as u64 + stored as u64,
+            ))
         })
     }
 
@@ -91,10 +91,7 @@ impl Blocks {
                 })?;
                 out
             };
-            Ok(Block {
-                data,
-                next: pos + stored as u64,
-            })
+            Ok(Block::new(data, pos + stored as u64))
         })
     }
 }

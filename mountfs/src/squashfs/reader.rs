@@ -254,6 +254,7 @@ impl SquashFs {
                         )));
                     }
                     out.extend_from_slice(&b.data[in_block..in_block + take]);
+                    self.blocks.cache.served(file.starts[i], &b, take);
                 }
             } else {
                 // The tail, in a fragment block.
@@ -288,6 +289,7 @@ impl SquashFs {
                         )));
                     }
                     out.extend_from_slice(&b.data[start + in_block..start + in_block + take]);
+                    self.blocks.cache.served(pos, &b, take);
                 }
             }
             at += take as u64;

@@ -307,7 +307,7 @@ impl ZipFs {
         self.cache.get_or_load(key(i, 0), || {
             let data = self.stream(i, n, data_off, None)?.next(n.size as usize)?;
             self.decoded.fetch_add(data.len() as u64, Ordering::Relaxed);
-            Ok(Block { data, next: 0 })
+            Ok(Block::new(data, 0))
         })
     }
 
@@ -372,7 +372,7 @@ impl ZipFs {
             }
             let b = self
                 .cache
-                .get_or_load(key(h.node, j), || Ok::<_, FsError>(Block { data, next: 0 }))?;
+                .get_or_load(key(h.node, j), || Ok::<_, FsError>(Block::new(data, 0)))?;
             if j == k {
                 return Ok(Some(b));
             }
@@ -445,11 +445,13 @@ impl ZipFs {
         }
         if n.size < SMALL {
             let b = self.whole(h.node, n, h.data_off)?;
-            return b
+            let out = b
                 .data
                 .get(offset as usize..end as usize)
                 .map(<[u8]>::to_vec)
-                .ok_or_else(|| FsError::corrupt("decoded member shorter than its size"));
+                .ok_or_else(|| FsError::corrupt("decoded member shorter than its size"))?;
+            self.cache.served(key(h.node, 0), &b, out.len());
+            return Ok(out);
         }
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut at = offset;
@@ -467,6 +469,7 @@ impl ZipFs {
                 )));
             }
             out.extend_from_slice(&b.data[s..e]);
+            self.cache.served(key(h.node, k), &b, e - s);
             at += (e - s) as u64;
         }
         Ok(out)
