@@ -32,6 +32,8 @@
 #   uring         the io_uring queues
 #   uring-nostay  the queues without the SCHED_IDLE submission that keeps a
 #                 woken caller on its CPU (PACKFS_URING_STAY=0)
+#   uring-keep    the queues, the daemon keeping blocks it has served in full
+#                 in its cache (PACKFS_RELEASE_SERVED=0; the default releases them)
 # IDLES (default "halt poll") picks the idle modes, BIG_MIB=0 skips the large file,
 # BIG_ROUNDS (default 1) repeats its reads, alternating transports.
 # and OUT_DIR/big.tsv the large file's read rate per transport, as `dd bs=1M` prints it (cold).
@@ -108,16 +110,17 @@ run_all() {
             printf '%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$idle" "$wl" "$th" "$(seconds erofs)" \
                 "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
             for side in $sides; do
-                local t=${side%%-*} stay=1 spin=0
+                local t=${side%%-*} stay=1 spin=0 release=1
                 case $side in
                     uring-nostay) stay=0 ;;
+                    uring-keep) release=0 ;;
                     dev-spin) spin=$spin_us ;;
                     dev-spin*) spin=${side#dev-spin} ;;
                 esac
                 local m=$work/m-packfs stats=$work/stats-$side.json
                 rm -f "$stats"
                 sync; echo 3 > /proc/sys/vm/drop_caches
-                PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+                PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
                 pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
                 c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
                 bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
