@@ -183,18 +183,20 @@ fn read_once(fd: &OwnedFd, buf: &mut [u8]) -> Got {
 }
 
 /// Reads without blocking for up to `spin`, while no other thread is
-/// answering, then sleeps until the device has a request (or is gone).
+/// answering, then sleeps until the device has a request: its length, or
+/// `None` when the connection is gone.
 /// Under concurrent load the CPU a spin would burn belongs to the callers,
 /// and their next requests come anyway, so a busy mount does not spin.
-fn lead(fd: &OwnedFd, buf: &mut [u8], spin: Duration, busy: &AtomicUsize) -> Got {
+fn lead(fd: &OwnedFd, buf: &mut [u8], spin: Duration, busy: &AtomicUsize) -> Option<usize> {
     let until = Instant::now() + spin;
     loop {
         match read_once(fd, buf) {
+            Got::Request(n) => return Some(n),
+            Got::Gone => return None,
             Got::Nothing if busy.load(Ordering::Relaxed) == 0 && Instant::now() < until => {
                 std::hint::spin_loop()
             }
             Got::Nothing => break,
-            got => return got,
         }
     }
     loop {
@@ -206,8 +208,9 @@ fn lead(fd: &OwnedFd, buf: &mut [u8], spin: Duration, busy: &AtomicUsize) -> Got
         // SAFETY: one valid pollfd. EINTR and spurious wakeups read again.
         unsafe { libc::poll(&mut p, 1, -1) };
         match read_once(fd, buf) {
+            Got::Request(n) => return Some(n),
+            Got::Gone => return None,
             Got::Nothing => continue,
-            got => return got,
         }
     }
 }
@@ -292,7 +295,7 @@ impl<I: Image> Thread<I> {
             let got = match read_once(&self.fd, &mut self.request) {
                 Got::Request(n) => {
                     self.baton.unpark_one();
-                    Got::Request(n)
+                    Some(n)
                 }
                 Got::Nothing if self.baton.try_lead() => {
                     let got = lead(&self.fd, &mut self.request, self.spin, &self.baton.busy);
@@ -311,20 +314,15 @@ impl<I: Image> Thread<I> {
                     }
                     continue;
                 }
-                Got::Gone => Got::Gone,
+                Got::Gone => None,
             };
-            match got {
-                Got::Request(n) => {
-                    self.baton.busy.fetch_add(1, Ordering::Relaxed);
-                    self.answer(n);
-                    self.baton.busy.fetch_sub(1, Ordering::Relaxed);
-                }
-                Got::Nothing => {}
-                Got::Gone => {
-                    self.baton.gone();
-                    return;
-                }
-            }
+            let Some(n) = got else {
+                self.baton.gone();
+                return;
+            };
+            self.baton.busy.fetch_add(1, Ordering::Relaxed);
+            self.answer(n);
+            self.baton.busy.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
