@@ -434,6 +434,57 @@ mod tests {
         assert_eq!(c.stats().released, 1);
     }
 
+    /// Releases racing loads, hits and evictions: every block read back
+    /// holds what was loaded under its key, and the byte count stays the
+    /// sum of the charges of the blocks still cached (a release or an
+    /// eviction of a block charged twice, or never, would break it).
+    #[test]
+    fn releases_racing_loads_and_evictions_keep_the_accounting() {
+        let c = Arc::new(BlockCache::new(16 * 8 * 1000));
+        c.release_served(true);
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                    for _ in 0..5000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let key = x % 48;
+                        let len = 500 + (key as usize * 37) % 1500;
+                        let b = c
+                            .get_or_load(key, || Ok::<_, ()>(Block::new(vec![key as u8; len], 0)))
+                            .unwrap();
+                        assert!(b.data.len() == len && b.data.iter().all(|&v| v == key as u8));
+                        c.served(key, &b, (x as usize >> 20) % (len / 2 + 1));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = c.stats();
+        assert!(s.released > 0 && s.evictions > 0, "{s:?}");
+        let charged: usize = c
+            .core
+            .shards
+            .iter()
+            .map(|sh| {
+                let sh = lock(sh);
+                let sum: usize = sh
+                    .lru
+                    .iter()
+                    .map(|(_, s)| s.charged.load(Ordering::Relaxed))
+                    .sum();
+                assert_eq!(sh.bytes, sum, "a shard's count is not its blocks' charges");
+                sum
+            })
+            .sum();
+        assert_eq!(s.bytes, charged as u64);
+    }
+
     #[test]
     fn tiny_budget_still_returns_blocks() {
         let c = BlockCache::new(1);
