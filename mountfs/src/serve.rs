@@ -141,7 +141,10 @@ fn mount_options(
 }
 
 /// Serves `image` at `mountpoint` until it is unmounted. `on_ready` runs once
-/// the kernel has initialised the connection.
+/// the kernel has initialised the connection. Whether blocks served in full
+/// leave the image's cache is the cache's setting
+/// ([`crate::cache::BlockCache::release_served`], which `packfs mount` turns
+/// on): the `Image` here may be any reader, with or without such a cache.
 pub fn serve<I: Image>(
     image: I,
     mountpoint: &Path,
