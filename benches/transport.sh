@@ -13,7 +13,8 @@
 # a release build (or PACKFS_BIN=path), mkfs.erofs (erofs-utils) and Linux 6.14+ for `uring`.
 #
 # Every packfs pass has a fresh mount (`packfs mount --transport T`), so its
-# cold pass starts with an empty block cache. Per pass, OUT_DIR/passes.tsv has:
+# cold pass starts with an empty block cache. Per pass, OUT_DIR/passes.tsv has its
+# round (see ROUNDS), idle mode, side, workload and threads, then:
 #   seconds        the pass, as `packfs bench` times it (--epochs 1, cold)
 #   fuse_requests  requests the daemon answered (`--stats`), 0 for kernel sides
 #   uring_requests of those, answered through the io_uring queues
@@ -36,6 +37,10 @@
 #                 in its cache (PACKFS_RELEASE_SERVED=0; the default releases them)
 # IDLES (default "halt poll") picks the idle modes, BIG_MIB=0 skips the large file,
 # BIG_ROUNDS (default 1) repeats its reads, alternating transports.
+# ROUNDS (default 1) repeats the whole set of passes (every idle mode, in turn), so that
+# each side's neighbours change; OUT_DIR/summary.tsv then has, per idle mode, workload,
+# threads and side, the median seconds over the rounds and the median of the per-round
+# ratios to EROFS (each round's side over the EROFS pass of that round).
 # and OUT_DIR/big.tsv the large file's read rate per transport, as `dd bs=1M` prints it (cold).
 set -euo pipefail
 raw=$(realpath "$1") out=$2
@@ -91,7 +96,7 @@ seconds() {
         "$work/pass.json" "$1"
 }
 
-printf 'idle\tside\tworkload\tthreads\tseconds\tfuse_requests\turing_requests\tdaemon_cpu_s\tmachine_cpu_s\thalts\n' \
+printf 'round\tidle\tside\tworkload\tthreads\tseconds\tfuse_requests\turing_requests\tdaemon_cpu_s\tmachine_cpu_s\thalts\n' \
     > "$out/passes.tsv"
 run_all() {
     local idle=$1
@@ -102,12 +107,12 @@ run_all() {
             # whose time in this invocation is not reported), then EROFS in a
             # bench of its own so that machine_cpu_s is EROFS's alone.
             bench_pass "$wl" "$th" --mountpoint "erofs=$work/m-erofs"
-            printf '%s\traw\t%s\t%s\t%s\t0\t0\t0\tNA\tNA\n' "$idle" "$wl" "$th" "$(seconds raw)" \
+            printf '%s\t%s\traw\t%s\t%s\t%s\t0\t0\t0\tNA\tNA\n' "$round" "$idle" "$wl" "$th" "$(seconds raw)" \
                 >> "$out/passes.tsv"
             b0=$(busy) h0=$(halts)
             bench_pass "$wl" "$th" --no-raw --mountpoint "erofs=$work/m-erofs"
             b1=$(busy) h1=$(halts)
-            printf '%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$idle" "$wl" "$th" "$(seconds erofs)" \
+            printf '%s\t%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$round" "$idle" "$wl" "$th" "$(seconds erofs)" \
                 "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
             for side in $sides; do
                 local t=${side%%-*} stay=1 spin=0 release=1
@@ -130,7 +135,7 @@ run_all() {
                 for _ in $(seq 100); do [ -s "$stats" ] && break; sleep 0.1; done
                 read -r req ureq tr < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["requests_total"], d["uring_requests"], d["transport"])' "$stats")
                 [ "$tr" = "$t" ] || { echo "transport.sh: asked for $t, served by $tr" >&2; exit 1; }
-                printf '%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\n' "$idle" "$side" "$wl" "$th" "$secs" \
+                printf '%s\t%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\n' "$round" "$idle" "$side" "$wl" "$th" "$secs" \
                     "$req" "$ureq" "$(echo "($c1 - $c0) / $hz" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
                     "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
             done
@@ -138,20 +143,40 @@ run_all() {
     done
 }
 
-for idle in $idles; do
-    if [ "$idle" = poll ]; then
-        exec {dma_fd}>/dev/cpu_dma_latency
-        printf '\0\0\0\0' >&"$dma_fd"
-    fi
-    run_all "$idle"
-    if [ -n "$dma_fd" ]; then
-        eval "exec $dma_fd>&-"
-        dma_fd=
-    fi
+for round in $(seq "${ROUNDS:-1}"); do
+    for idle in $idles; do
+        if [ "$idle" = poll ]; then
+            exec {dma_fd}>/dev/cpu_dma_latency
+            printf '\0\0\0\0' >&"$dma_fd"
+        fi
+        run_all "$idle"
+        if [ -n "$dma_fd" ]; then
+            eval "exec $dma_fd>&-"
+            dma_fd=
+        fi
+    done
 done
 
 umount "$work/m-erofs"
 column -t "$out/passes.tsv"
+# Medians over the rounds (see ROUNDS above).
+python3 - "$out/passes.tsv" > "$out/summary.tsv" <<'PY'
+import csv, statistics, sys
+from collections import defaultdict
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+erofs = {(r["round"], r["idle"], r["workload"], r["threads"]): float(r["seconds"])
+         for r in rows if r["side"] == "erofs"}
+secs, ratios = defaultdict(list), defaultdict(list)
+for r in rows:
+    k = (r["idle"], r["workload"], r["threads"], r["side"])
+    secs[k].append(float(r["seconds"]))
+    ratios[k].append(float(r["seconds"]) / erofs[(r["round"],) + k[:3]])
+print("idle\tworkload\tthreads\tside\trounds\tmedian_seconds\tmedian_ratio_to_erofs")
+for k in secs:
+    print("\t".join(k + (str(len(secs[k])), "%.3f" % statistics.median(secs[k]),
+                          "%.3f" % statistics.median(ratios[k]))))
+PY
+column -t "$out/summary.tsv"
 [ "$big_mib" -gt 0 ] || exit 0
 # One large file, read sequentially, cold, on each transport.
 mkdir -p "$work/big"
