@@ -23,7 +23,10 @@
 //! ([`Hops`]): a caller's next request arriving at another queue after an
 //! answer submitted without the switch is a hop. Without the switch every
 //! answer tells; with it, one submission in [`PROBE_EVERY`] goes without,
-//! to see whether callers would still hop.
+//! to see whether callers would still hop. Hops with more callers than
+//! queues do not count: no CPU sits idle to take a woken caller, so the
+//! hops are the scheduler balancing runnable threads, which the switch
+//! cannot prevent and only pays for.
 //!
 //! The window in between is bounded: a request from another thread on this
 //! CPU would otherwise wait for as long as the caller keeps the CPU busy
@@ -70,15 +73,21 @@ pub struct Hops {
     last: Vec<AtomicU64>,
     told: AtomicU32,
     hopped: AtomicU32,
+    /// The callers of the outcomes of the current decision, by position.
+    callers: Vec<AtomicU32>,
+    /// Queues (CPUs): more distinct callers than this, and none is idle.
+    queues: usize,
     on: AtomicBool,
 }
 
 impl Hops {
-    fn new() -> Hops {
+    fn new(queues: usize) -> Hops {
         Hops {
             last: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             told: AtomicU32::new(0),
             hopped: AtomicU32::new(0),
+            callers: (0..DECIDE_AFTER).map(|_| AtomicU32::new(0)).collect(),
+            queues,
             on: AtomicBool::new(false),
         }
     }
@@ -96,7 +105,7 @@ impl Hops {
         let slot = &self.last[tid as usize % SLOTS];
         let prev = slot.swap(u64::from(tid) << 32 | (q as u64) << 1, Ordering::Relaxed);
         if prev >> 32 == u64::from(tid) && prev & 1 == 1 {
-            self.outcome(((prev >> 1) & 0x7fff_ffff) as usize != q);
+            self.outcome(((prev >> 1) & 0x7fff_ffff) as usize != q, tid);
         }
     }
 
@@ -112,10 +121,23 @@ impl Hops {
         }
     }
 
-    fn outcome(&self, hop: bool) {
+    fn outcome(&self, hop: bool, tid: u32) {
         let hopped = self.hopped.fetch_add(u32::from(hop), Ordering::Relaxed) + u32::from(hop);
-        if self.told.fetch_add(1, Ordering::Relaxed) + 1 >= DECIDE_AFTER {
-            self.on.store(hopped * 4 >= DECIDE_AFTER, Ordering::Relaxed);
+        let n = self.told.fetch_add(1, Ordering::Relaxed);
+        self.callers[n as usize % self.callers.len()].store(tid, Ordering::Relaxed);
+        if n + 1 >= DECIDE_AFTER {
+            let mut seen: Vec<u32> = self
+                .callers
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            let idle_cpu_likely = seen.len() <= self.queues;
+            self.on.store(
+                hopped * 4 >= DECIDE_AFTER && idle_cpu_likely,
+                Ordering::Relaxed,
+            );
             self.told.store(0, Ordering::Relaxed);
             self.hopped.store(0, Ordering::Relaxed);
         }
@@ -178,7 +200,7 @@ impl Windows {
             return None;
         }
         let w = Arc::new(Windows {
-            hops: Hops::new(),
+            hops: Hops::new(queues),
             base: Instant::now(),
             slots: (0..queues)
                 .map(|_| Slot {
@@ -300,7 +322,7 @@ mod tests {
 
     #[test]
     fn the_switch_is_on_while_callers_hop_and_off_when_they_stay() {
-        let h = Hops::new();
+        let h = Hops::new(2);
         assert!(!h.on());
         requests(&h, 7, 40, |i| i % 2);
         assert!(h.on(), "a caller alternating between two queues");
@@ -321,6 +343,28 @@ mod tests {
         // Requests the kernel makes on its own (pid 0) are left out.
         requests(&h, 0, 40, |i| i % 2);
         assert!(!h.on());
+    }
+
+    /// More callers than queues keep every CPU busy: their hops are the
+    /// scheduler's balancing, and the switch stays off; as many callers as
+    /// queues, hopping, still turn it on.
+    #[test]
+    fn hops_of_more_callers_than_queues_leave_the_switch_off() {
+        let h = Hops::new(2);
+        for i in 0..64 {
+            for tid in 10..14 {
+                h.arrived((i + tid as usize) % 2, tid);
+                h.told(tid);
+            }
+        }
+        assert!(!h.on(), "four callers hopping over two queues");
+        for i in 0..64 {
+            for tid in 10..12 {
+                h.arrived((i + tid as usize) % 2, tid);
+                h.told(tid);
+            }
+        }
+        assert!(h.on(), "two callers hopping over two queues");
     }
 
     // The watchdog closes a window its thread cannot close itself: a thread
