@@ -77,6 +77,25 @@ fn dev_spin_of(flag: Option<u64>) -> anyhow::Result<Option<std::time::Duration>>
     Ok((us > 0).then(|| std::time::Duration::from_micros(us)))
 }
 
+/// Whether blocks served in full leave the cache (`mountfs::cache`): yes,
+/// unless `--preload` asks the daemon to hold the image or
+/// `PACKFS_RELEASE_SERVED=0` keeps them for a benchmark to compare.
+fn release_served_of(preload: bool) -> anyhow::Result<bool> {
+    let env = match std::env::var("PACKFS_RELEASE_SERVED") {
+        Err(_) => true,
+        Ok(v) => match v.as_str() {
+            "" | "1" => true,
+            "0" => false,
+            _ => {
+                return Err(usage(format!(
+                    "PACKFS_RELEASE_SERVED={v:?}: expected 0 or 1"
+                )))
+            }
+        },
+    };
+    Ok(env && !preload)
+}
+
 /// Everything a mount needs, checked: built by [`MountPlan::from_args`].
 struct MountPlan {
     mountpoint: PathBuf,
@@ -84,6 +103,8 @@ struct MountPlan {
     serve: ServeOptions,
     foreground: bool,
     preload: bool,
+    /// See [`release_served_of`].
+    release_served: bool,
     /// `--stats FILE`, absolute.
     stats: Option<PathBuf>,
     /// `--record-access FILE`, absolute.
@@ -167,6 +188,7 @@ impl MountPlan {
             },
             open,
             foreground,
+            release_served: release_served_of(preload)?,
             preload,
             // Relative to where `packfs mount` was started, not the daemon's cwd.
             stats: stats.map(|p| std::path::absolute(&p).unwrap_or(p)),
@@ -305,11 +327,8 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
         );
     }
     // Every answer lands in the kernel's page cache, so a block served in
-    // full is a second copy there (cache.rs: served blocks leave early);
-    // `--preload` asks for the daemon to hold the image, so it keeps them.
-    // `PACKFS_RELEASE_SERVED=0` keeps them too, for benchmarks to compare.
-    let keep = std::env::var_os("PACKFS_RELEASE_SERVED").is_some_and(|v| v == "0");
-    img.cache().release_served(!plan.preload && !keep);
+    // full is a second copy there (cache.rs: served blocks leave early).
+    img.cache().release_served(plan.release_served);
     let opts = &plan.serve;
     let mut fs = mountfs::fs::PackFs::new(img, opts.readahead, opts.threads.clamp(1, 4));
     let recorder = plan

@@ -437,6 +437,39 @@ pub fn with_stats_env(
     }
 }
 
+/// `packfs mount IMG DIR ARGS` on a fresh directory with `env` set (and
+/// the test's `PACKFS_TRANSPORT` and `PACKFS_DEV_SPIN_US` removed first),
+/// for a mount that should be refused: checks that nothing was mounted and
+/// returns its exit code and stderr.
+pub fn refused_mount(img: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = scratch();
+    let out = Command::new(packfs_bin())
+        .arg("mount")
+        .arg(img)
+        .arg(dir.path())
+        .args(args)
+        .env_remove("PACKFS_TRANSPORT")
+        .env_remove("PACKFS_DEV_SPIN_US")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains(dir.path().to_str().unwrap());
+    if mounted {
+        let _ = Command::new(packfs_bin())
+            .arg("umount")
+            .arg(dir.path())
+            .status();
+    }
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !mounted,
+        "a refused mount ({args:?} {env:?}) left a mount: {err}"
+    );
+    (out.status.code(), err)
+}
+
 /// Sends `sig` (as `kill` takes it, e.g. "-USR1") to `pid`.
 pub fn signal(sig: &str, pid: u32) {
     let st = Command::new("kill")

@@ -411,4 +411,8 @@ fn blocks_served_in_full_leave_the_cache_and_read_back_the_same() {
     });
     assert_eq!(cache(&kept, "released"), 0, "{kept}");
     assert!(cache(&kept, "bytes") >= decoded, "{kept}");
+    // Any other value is a usage error before anything is mounted.
+    let (code, err) = refused_mount(&img, &[], &[("PACKFS_RELEASE_SERVED", "no")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("PACKFS_RELEASE_SERVED=\"no\""), "{err}");
 }

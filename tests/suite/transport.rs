@@ -12,7 +12,6 @@
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -83,22 +82,7 @@ fn image(dir: &Path) -> (PathBuf, PathBuf) {
 /// `packfs mount --transport uring`, expected to fail before mounting:
 /// returns its exit code and stderr.
 fn uring_refused(img: &Path) -> (Option<i32>, String) {
-    let dir = scratch();
-    let out = Command::new(packfs_bin())
-        .arg("mount")
-        .arg(img)
-        .arg(dir.path())
-        .args(["--transport", "uring"])
-        .output()
-        .unwrap();
-    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .contains(dir.path().to_str().unwrap());
-    assert!(!mounted, "a refused --transport uring left a mount");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    refused_mount(img, &["--transport", "uring"], &[])
 }
 
 fn served(stats: &serde_json::Value) -> (&str, u64, u64) {
@@ -277,34 +261,14 @@ fn dev_transport_is_named_in_the_stats_and_a_bad_choice_is_a_usage_error() {
         std::fs::read_dir(mnt).unwrap().for_each(drop);
     });
     assert_eq!(served(&stats), ("dev", 0, served(&stats).2), "{stats}");
-    let dir = scratch();
-    let out = Command::new(packfs_bin())
-        .arg("mount")
-        .arg(&img)
-        .arg(dir.path())
-        .env("PACKFS_TRANSPORT", "carrier-pigeon")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, err) = refused_mount(&img, &[], &[("PACKFS_TRANSPORT", "carrier-pigeon")]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("PACKFS_TRANSPORT"), "{err}");
     // A spin that is not a number of microseconds is a usage error too,
     // before anything is mounted.
-    let out = Command::new(packfs_bin())
-        .arg("mount")
-        .arg(&img)
-        .arg(dir.path())
-        .env_remove("PACKFS_TRANSPORT")
-        .env("PACKFS_DEV_SPIN_US", "fast")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, err) = refused_mount(&img, &[], &[("PACKFS_DEV_SPIN_US", "fast")]);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("PACKFS_DEV_SPIN_US=\"fast\""), "{err}");
-    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .contains(dir.path().to_str().unwrap());
-    assert!(!mounted, "a refused PACKFS_DEV_SPIN_US left a mount");
 }
 
 /// The names of a process's threads.

@@ -126,14 +126,14 @@ impl Hops {
         let n = self.told.fetch_add(1, Ordering::Relaxed);
         self.callers[n as usize % self.callers.len()].store(tid, Ordering::Relaxed);
         if n + 1 >= DECIDE_AFTER {
-            let mut seen: Vec<u32> = self
-                .callers
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .collect();
+            // On a request's path: a fixed array, no allocation.
+            let mut seen = [0u32; DECIDE_AFTER as usize];
+            for (s, c) in seen.iter_mut().zip(&self.callers) {
+                *s = c.load(Ordering::Relaxed);
+            }
             seen.sort_unstable();
-            seen.dedup();
-            let idle_cpu_likely = seen.len() <= self.queues;
+            let distinct = 1 + seen.windows(2).filter(|w| w[0] != w[1]).count();
+            let idle_cpu_likely = distinct <= self.queues;
             self.on.store(
                 hopped * 4 >= DECIDE_AFTER && idle_cpu_likely,
                 Ordering::Relaxed,
