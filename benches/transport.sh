@@ -35,6 +35,8 @@
 #                 woken caller on its CPU (PACKFS_URING_STAY=0)
 #   uring-keep    the queues, the daemon keeping blocks it has served in full
 #                 in its cache (PACKFS_RELEASE_SERVED=0; the default releases them)
+#   uring-threadsN  the queues, each served by N threads holding one entry each
+#                 (PACKFS_URING_THREADS=N; see ARCHITECTURE "FUSE transports")
 # IDLES (default "halt poll") picks the idle modes, BIG_MIB=0 skips the large file,
 # BIG_ROUNDS (default 1) repeats its reads, alternating transports.
 # ROUNDS (default 1) repeats the whole set of passes (every idle mode, in turn), so that
@@ -115,9 +117,10 @@ run_all() {
             printf '%s\t%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$round" "$idle" "$wl" "$th" "$(seconds erofs)" \
                 "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
             for side in $sides; do
-                local t=${side%%-*} stay=1 spin=0 release=1
+                local t=${side%%-*} stay=1 spin=0 release=1 qthreads=
                 case $side in
                     uring-nostay) stay=0 ;;
+                    uring-threads*) qthreads=${side#uring-threads} ;;
                     uring-keep) release=0 ;;
                     dev-spin) spin=$spin_us ;;
                     dev-spin*) spin=${side#dev-spin} ;;
@@ -125,7 +128,7 @@ run_all() {
                 local m=$work/m-packfs stats=$work/stats-$side.json
                 rm -f "$stats"
                 sync; echo 3 > /proc/sys/vm/drop_caches
-                PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+                PACKFS_URING_THREADS=$qthreads PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
                 pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
                 c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
                 bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"

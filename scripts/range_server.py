@@ -18,8 +18,10 @@ Test switches:
   --fail STATUS[:N]  answer the first N requests (every request without :N)
                      with STATUS (say 503), then serve normally
   GET /_control/stall    later requests hang (no answer) until resumed
+  GET /_control/stall_next  the next GET alone hangs until resumed; others are answered
   GET /_control/resume   answer again
-  GET /_control/stats    {"get": N, "head": N, "bytes": N, "failed": N} as JSON
+  GET /_control/stats    {"get": N, "head": N, "bytes": N, "failed": N, "held": N} as JSON
+                         (held: requests hanging now)
   GET /_control/reset    zero the counters
 
 Prints "PORT <n>" on stdout once listening (use --port 0 for any free port).
@@ -35,8 +37,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"stall": False, "get": 0, "head": 0, "bytes": 0, "failed": 0}
+STATE = {"stall": False, "stall_next": False, "held": 0, "get": 0, "head": 0, "bytes": 0, "failed": 0}
 LOCK = threading.Lock()
+# Set by /_control/resume: releases a request held by stall_next.
+RESUMED = threading.Event()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -66,11 +70,15 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if what == "stall":
                 STATE["stall"] = True
+            elif what == "stall_next":
+                STATE["stall_next"] = True
             elif what == "resume":
                 STATE["stall"] = False
+                STATE["stall_next"] = False
+                RESUMED.set()
             elif what == "reset":
                 STATE.update(get=0, head=0, bytes=0, failed=0)
-            body = json.dumps({k: STATE[k] for k in ("get", "head", "bytes", "stall", "failed")})
+            body = json.dumps({k: STATE[k] for k in ("get", "head", "bytes", "stall", "failed", "held")})
         self.send_plain(200, body.encode(), "application/json")
 
     def do_HEAD(self):
@@ -82,6 +90,16 @@ class Handler(BaseHTTPRequestHandler):
         self.serve(head=False)
 
     def serve(self, head):
+        with LOCK:
+            hold = not head and STATE["stall_next"]
+            if hold:
+                STATE["stall_next"] = False
+                RESUMED.clear()
+                STATE["held"] += 1
+        if hold:
+            RESUMED.wait()
+            with LOCK:
+                STATE["held"] -= 1
         while STATE["stall"]:
             time.sleep(0.05)
         if self.latency:

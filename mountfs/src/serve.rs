@@ -27,6 +27,9 @@ pub struct ServeOptions {
     /// packfs's own threads spinning this long before they sleep
     /// ([`transport::dev`]).
     pub dev_spin: Option<Duration>,
+    /// Under io_uring: threads serving each CPU's queue, `None` for
+    /// [`uring::threads_per_queue`] of `threads`.
+    pub queue_threads: Option<usize>,
 }
 
 /// What one `-o` option of `packfs mount` does.
@@ -287,7 +290,11 @@ fn mount<I: Image>(
     }
     let dev = session.as_fd().try_clone_to_owned()?;
     // On an error the session is dropped, which unmounts.
-    let queues = uring::start(&dev, ops.clone(), served.clone(), access)?;
+    let cpus = transport::possible_cpus().map_err(std::io::Error::other)?;
+    let per_queue = opts
+        .queue_threads
+        .unwrap_or_else(|| uring::threads_per_queue(opts.threads, cpus.len()));
+    let queues = uring::start(&dev, &cpus, ops.clone(), served.clone(), access, per_queue)?;
     Ok((session, Serving::Uring(queues)))
 }
 
@@ -316,6 +323,7 @@ mod tests {
             negative_ttl: None,
             transport: Transport::Dev,
             dev_spin: None,
+            queue_threads: None,
         }
     }
 

@@ -77,6 +77,22 @@ fn dev_spin_of(flag: Option<u64>) -> anyhow::Result<Option<std::time::Duration>>
     Ok((us > 0).then(|| std::time::Duration::from_micros(us)))
 }
 
+/// `PACKFS_URING_THREADS`: threads per io_uring queue, for a benchmark to
+/// compare (`benches/transport.sh`); unset or empty, packfs picks
+/// (`mountfs::transport::uring::threads_per_queue`).
+fn queue_threads_of() -> anyhow::Result<Option<usize>> {
+    match std::env::var("PACKFS_URING_THREADS") {
+        Err(_) => Ok(None),
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=64).contains(&n) => Ok(Some(n)),
+            _ => Err(usage(format!(
+                "PACKFS_URING_THREADS={v:?}: expected threads per queue, 1 to 64"
+            ))),
+        },
+    }
+}
+
 /// Whether blocks served in full leave the cache (`mountfs::cache`): yes,
 /// unless `--preload` asks the daemon to hold the image or
 /// `PACKFS_RELEASE_SERVED=0` keeps them for a benchmark to compare.
@@ -185,6 +201,7 @@ impl MountPlan {
                     .then(|| std::time::Duration::from_secs(negative_ttl)),
                 transport,
                 dev_spin: dev_spin_of(dev_spin)?,
+                queue_threads: queue_threads_of()?,
             },
             open,
             foreground,

@@ -62,7 +62,8 @@ pub fn spawn_writer(
 /// reader polling for the file never sees half of it.
 /// A remote image adds `"remote"`: its requests, bytes and first-byte times.
 /// `"transport"` names how requests arrived (`uring` or `dev`) and
-/// `"uring_requests"` counts those answered through the io_uring queues;
+/// `"uring_requests"` counts those answered through the io_uring queues,
+/// `"uring_queue_threads"` the threads serving each of them;
 /// under `dev`, `"dev_spin_us"` says how long packfs's own threads spin
 /// for the next request (0: `fuser`'s threads served, which never spin).
 /// `"cache"` is the block cache's: hits, misses, evictions, blocks
@@ -93,6 +94,12 @@ pub fn write(
             "uring_requests".into(),
             served.uring_requests.load(Ordering::Relaxed).into(),
         );
+        if served.served() == Served::Uring {
+            obj.insert(
+                "uring_queue_threads".into(),
+                served.queue_threads.load(Ordering::Relaxed).into(),
+            );
+        }
         if served.served() == Served::Dev {
             obj.insert(
                 "dev_spin_us".into(),

@@ -110,6 +110,18 @@ impl RangeServer {
         assert_eq!(http(self.port, "GET", "/_control/stall").0, 200);
     }
 
+    /// The next GET alone hangs until [`RangeServer::resume`].
+    pub fn stall_next(&self) {
+        assert_eq!(http(self.port, "GET", "/_control/stall_next").0, 200);
+    }
+
+    /// Requests hanging now.
+    pub fn held(&self) -> u64 {
+        let (_, body) = http(self.port, "GET", "/_control/stats");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["held"].as_u64().unwrap()
+    }
+
     pub fn resume(&self) {
         assert_eq!(http(self.port, "GET", "/_control/resume").0, 200);
     }

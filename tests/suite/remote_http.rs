@@ -25,6 +25,44 @@ fn distinct_files(root: &Path, n: usize, size: usize) -> Vec<(PathBuf, Vec<u8>)>
         .collect()
 }
 
+/// `n` distinct files of `size` bytes packed without fragments (each file
+/// its own data blocks) into `img.sqfs`, served by a range server; the
+/// scratch directory holds both.
+struct Served {
+    dir: tempfile::TempDir,
+    files: Vec<(PathBuf, Vec<u8>)>,
+    server: RangeServer,
+}
+
+fn served_files(n: usize, size: usize) -> Served {
+    let dir = scratch();
+    let files = distinct_files(&dir.path().join("src"), n, size);
+    pack(
+        &dir.path().join("src"),
+        &dir.path().join("img.sqfs"),
+        &["--no-fragments"],
+    );
+    let server = RangeServer::start(dir.path(), &[]);
+    Served { dir, files, server }
+}
+
+/// `img.sqfs` of `server` mounted with 64 KiB ranges, a cache of two and
+/// `--remote-timeout` of `timeout` seconds: a read of a file not read
+/// before asks the server.
+fn small_ranges(server: &RangeServer, timeout: &str) -> PackfsMount {
+    PackfsMount::new(
+        Path::new(&server.url("img.sqfs")),
+        &[
+            "--range-size",
+            "64K",
+            "--range-cache",
+            "128K",
+            "--remote-timeout",
+            timeout,
+        ],
+    )
+}
+
 fn read(p: &Path) -> Result<Vec<u8>, i32> {
     std::fs::read(p).map_err(|e| e.raw_os_error().unwrap_or(0))
 }
@@ -103,12 +141,12 @@ fn http_mounts_equal_the_kernel_and_the_source_both_formats() {
 
 #[test]
 fn a_replaced_object_gives_eio_never_mixed_bytes() {
-    let t = scratch();
-    let src = t.path().join("src");
-    let files = distinct_files(&src, 40, 100_000);
+    let Served {
+        dir: t,
+        files,
+        server,
+    } = served_files(40, 100_000);
     let img = t.path().join("img.sqfs");
-    pack(&src, &img, &["--no-fragments"]);
-    let server = RangeServer::start(t.path(), &[]);
     // 64 KiB ranges and a cache of two: most of the image is not fetched yet.
     let m = PackfsMount::new(
         Path::new(&server.url("img.sqfs")),
@@ -150,29 +188,18 @@ fn timed_read(mp: &Path, rel: &Path) -> (Result<Vec<u8>, i32>, Duration) {
 
 #[test]
 fn a_stalled_or_dead_server_gives_eio_in_time_and_the_mount_recovers() {
-    let t = scratch();
-    let src = t.path().join("src");
-    let files = distinct_files(&src, 8, 300_000);
-    let img = t.path().join("img.sqfs");
-    pack(&src, &img, &["--no-fragments"]);
-    let mut server = RangeServer::start(t.path(), &[]);
-    let m = PackfsMount::new(
-        Path::new(&server.url("img.sqfs")),
-        &[
-            "--range-size",
-            "64K",
-            "--range-cache",
-            "128K",
-            "--remote-timeout",
-            "3",
-        ],
-    );
+    let Served {
+        dir: _t,
+        files,
+        mut server,
+    } = served_files(8, 300_000);
+    let m = small_ranges(&server, "3");
     // A read() may take two READs: the kernel's readahead READ fails, then
     // it reads the first page again with a READ of its own. Each may take
-    // the whole timeout, and under `--transport uring` the second waits
-    // for the first in its CPU's queue (one thread per queue): 6 s here,
-    // 7.01 s once in a loaded CI run, against a limit of 7 s. The bound
-    // that shows no read hangs is two timeouts and some slack.
+    // the whole timeout, and where an io_uring queue has one thread (many
+    // CPUs, few `--threads`) the second waits for the first in its CPU's
+    // queue: 6 s, 7.01 s once in a loaded CI run, against a limit of 7 s.
+    // The bound that shows no read hangs is two timeouts and some slack.
     let limit = Duration::from_secs(2 * 3 + 3);
     assert_eq!(read(&m.path().join(&files[0].0)), Ok(files[0].1.clone()));
 
@@ -211,6 +238,70 @@ fn a_stalled_or_dead_server_gives_eio_in_time_and_the_mount_recovers() {
     for (rel, data) in &files[4..] {
         assert_eq!(read(&m.path().join(rel)).as_ref(), Ok(data));
     }
+}
+
+/// Runs `f` on a thread of its own pinned to CPU 0.
+fn on_cpu0<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        // SAFETY: a zeroed cpu_set_t is empty; CPU 0 is in bounds.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+        f()
+    })
+}
+
+/// A read waiting on a request the server holds keeps no other reader
+/// waiting, not even one on the same CPU. Under `--transport uring` the
+/// kernel sends a CPU's requests to that CPU's queue; regression: one
+/// thread served a queue, answering its requests in turn, so every reader
+/// on that CPU waited for the held one.
+#[test]
+fn a_read_the_server_holds_does_not_hold_up_another_on_the_same_cpu() {
+    let Served {
+        dir: _t,
+        files,
+        server,
+    } = served_files(4, 300_000);
+    let m = small_ranges(&server, "60");
+    // Every lookup first, so that the held request is a read of data.
+    for (rel, _) in &files {
+        std::fs::metadata(m.path().join(rel)).unwrap();
+    }
+    server.stall_next();
+    let held = {
+        let p = m.path().join(&files[0].0);
+        on_cpu0(move || read(&p))
+    };
+    let until = Instant::now() + Duration::from_secs(20);
+    while server.held() == 0 {
+        assert!(
+            Instant::now() < until,
+            "the first read never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let other = {
+        let p = m.path().to_path_buf();
+        let rel = files[1].0.clone();
+        on_cpu0(move || timed_read(&p, &rel))
+    };
+    let (r, took) = other.join().unwrap();
+    assert_eq!(r.as_ref(), Ok(&files[1].1));
+    assert!(
+        took < Duration::from_secs(10),
+        "a read on the held read's CPU took {took:?}"
+    );
+    assert_eq!(server.held(), 1, "the held read was let go early");
+    server.resume();
+    assert_eq!(held.join().unwrap().as_ref(), Ok(&files[0].1));
 }
 
 #[test]

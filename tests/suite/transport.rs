@@ -126,6 +126,67 @@ fn uring_queues_answer_every_request_of_a_tree_walk() {
     assert_eq!(served(&stats).0, "uring", "{stats}");
 }
 
+/// CPUs the kernel may ever run (`/sys/devices/system/cpu/possible`, a
+/// list such as `0-3,8`): the io_uring queues, one per possible CPU.
+fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    s.trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// Each queue is served by enough threads that the queues together serve
+/// twice `--threads` requests at once (at most `--threads` per queue,
+/// at least one), or by `PACKFS_URING_THREADS`; the stats say how many,
+/// and that many threads answer.
+#[test]
+#[ignore = "switches enable_uring: run by scripts/uring_tests.sh"]
+fn uring_queues_get_their_threads_from_threads_or_the_environment() {
+    let s = Settings::take();
+    s.set(ENABLE_URING, "Y");
+    s.set(IO_URING_DISABLED, "0");
+    let t = scratch();
+    let (_src, img) = image(t.path());
+    let cpus = possible_cpus();
+    let rule = |threads: usize| (2 * threads).div_ceil(cpus).clamp(1, threads);
+    // (flags, daemon environment, threads per queue)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize);
+    let cases: [Case; 4] = [
+        (&["--threads", "1"], &[], 1),
+        (&["--threads", "4"], &[], rule(4)),
+        (&["--threads", "16"], &[], rule(16)),
+        (&["--threads", "1"], &[("PACKFS_URING_THREADS", "3")], 3),
+    ];
+    for (flags, env, per_queue) in cases {
+        let mut args = vec!["--transport", "uring"];
+        args.extend_from_slice(flags);
+        let env: Vec<_> = ISOLATED.iter().chain(env).copied().collect();
+        let mut answering = 0;
+        let stats = with_stats_env(&img, &args, &env, |mnt| {
+            std::fs::read_dir(mnt).unwrap().for_each(drop);
+            answering = thread_names(daemon_pid(mnt))
+                .iter()
+                .filter(|n| {
+                    // fuse-uring-CPU or fuse-uring-CPU.N, not fuse-uring-stay.
+                    n.strip_prefix("fuse-uring-")
+                        .is_some_and(|q| q.starts_with(|c: char| c.is_ascii_digit()))
+                })
+                .count();
+        });
+        let case = format!("{flags:?} {env:?}");
+        assert_eq!(
+            stats["uring_queue_threads"].as_u64(),
+            Some(per_queue as u64),
+            "{case}: {stats}"
+        );
+        assert_eq!(answering, cpus * per_queue, "{case}");
+    }
+}
+
 /// CPU changes of the calling thread over a one-thread read of `files`
 /// (each a LOOKUP and a READ through the queues), the page cache dropped
 /// first so that the daemon reads its image from the disk as in a real
@@ -269,6 +330,12 @@ fn dev_transport_is_named_in_the_stats_and_a_bad_choice_is_a_usage_error() {
     let (code, err) = refused_mount(&img, &[], &[("PACKFS_DEV_SPIN_US", "fast")]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("PACKFS_DEV_SPIN_US=\"fast\""), "{err}");
+    // So are threads per io_uring queue that are not a count from 1 to 64.
+    for bad in ["0", "many", "65"] {
+        let (code, err) = refused_mount(&img, &[], &[("PACKFS_URING_THREADS", bad)]);
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains("PACKFS_URING_THREADS"), "{err}");
+    }
 }
 
 /// The names of a process's threads.

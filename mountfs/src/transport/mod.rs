@@ -167,6 +167,8 @@ pub struct Shared {
     served: AtomicU8,
     /// Requests answered through the io_uring queues.
     pub uring_requests: AtomicU64,
+    /// Under io_uring: the threads serving each queue.
+    pub queue_threads: AtomicU64,
     /// Under `dev`: how long packfs's own threads spin (µs), 0 when
     /// `fuser`'s threads serve.
     pub dev_spin_us: AtomicU64,

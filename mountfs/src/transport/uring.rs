@@ -60,38 +60,67 @@ impl Queues {
     }
 }
 
-/// Starts a queue for every possible CPU on `dev` (the mount's `/dev/fuse`
-/// descriptor, after INIT negotiated `FUSE_OVER_IO_URING`) and returns once
-/// each has registered its entries, or the first error.
+/// Threads per queue for a mount served by `threads` threads on
+/// `/dev/fuse`: together at least twice as many, so that the queues serve
+/// at least as many requests at once as those threads even when callers
+/// crowd on some CPUs, and never more per queue than `threads` (the most
+/// callers one CPU can be expected to hold).
+pub fn threads_per_queue(threads: usize, queues: usize) -> usize {
+    let threads = threads.max(1);
+    (2 * threads).div_ceil(queues.max(1)).clamp(1, threads)
+}
+
+/// Starts a queue for every possible CPU (`cpus`) on `dev` (the mount's `/dev/fuse`
+/// descriptor, after INIT negotiated `FUSE_OVER_IO_URING`), each served by
+/// `per_queue` threads, and returns once each thread has registered its
+/// entries, or the first error.
+///
+/// One thread holds [`ENTRIES`] entries; several threads of one queue hold
+/// one entry each. The kernel hands a request to an entry that is offered,
+/// and a thread busy with a request offers none, so a request that waits
+/// on slow storage holds up only its own thread, not the CPU's next
+/// requests. With entries to spare, the kernel would hand those to the
+/// busy thread too.
 pub fn start<I: Image>(
     dev: &OwnedFd,
+    cpus: &[usize],
     ops: Arc<Ops<I>>,
     shared: Arc<Shared>,
     access: Option<Access>,
+    per_queue: usize,
 ) -> io::Result<Queues> {
-    let cpus = super::possible_cpus().map_err(io::Error::other)?;
+    let per_queue = per_queue.max(1);
+    let entries = if per_queue == 1 { ENTRIES } else { 1 };
+    let threads = cpus.len() * per_queue;
     let payload = super::largest_answer(&shared);
     let wanted = std::env::var_os("PACKFS_URING_STAY").is_none_or(|v| v != "0");
-    let windows = stay::Windows::new(cpus.len(), wanted);
+    let windows = stay::Windows::new(threads, cpus.len(), wanted);
     log::debug!(
-        "FUSE io_uring queues keep callers on their CPU: {}",
+        "FUSE io_uring queues: {per_queue} thread(s) each, keeping callers on their CPU: {}",
         windows.is_some()
     );
     let (ready_tx, ready_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
     for (q, &cpu) in cpus.iter().enumerate() {
-        let dev = dev.try_clone()?;
-        let stay = windows.clone().map(|w| (w, q));
-        let (ops, shared, ready, done) = (
-            ops.clone(),
-            shared.clone(),
-            ready_tx.clone(),
-            done_tx.clone(),
-        );
-        std::thread::Builder::new()
-            .name(format!("fuse-uring-{cpu}"))
-            .spawn(move || {
-                let q = Queue::new(cpu, dev, payload, ops, shared, access, stay);
+        for j in 0..per_queue {
+            let dev = dev.try_clone()?;
+            let stay = windows.clone().map(|w| Stay {
+                windows: w,
+                queue: q,
+                thread: q * per_queue + j,
+            });
+            let (ops, shared, ready, done) = (
+                ops.clone(),
+                shared.clone(),
+                ready_tx.clone(),
+                done_tx.clone(),
+            );
+            let name = match per_queue {
+                1 => format!("fuse-uring-{cpu}"),
+                _ => format!("fuse-uring-{cpu}.{j}"),
+            };
+            std::thread::Builder::new().name(name).spawn(move || {
+                let q = Queue::new(cpu, dev, entries, payload, ops, shared, access, stay);
                 match q {
                     Ok(mut q) => {
                         let _ = ready.send(Ok(()));
@@ -104,21 +133,25 @@ pub fn start<I: Image>(
                 }
                 let _ = done.send(());
             })?;
+        }
     }
     drop(ready_tx);
     // Built first so that an error below also stops the windows' watchdog.
     let queues = Queues {
         done: done_rx,
-        threads: cpus.len(),
+        threads,
         windows,
     };
-    for _ in &cpus {
+    for _ in 0..threads {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(io::Error::other("a FUSE io_uring queue thread died")),
         }
     }
+    shared
+        .queue_threads
+        .store(per_queue as u64, Ordering::Relaxed);
     shared.set_served(Served::Uring);
     Ok(queues)
 }
@@ -133,6 +166,14 @@ struct Entry {
     live: bool,
 }
 
+/// A queue thread's place in the `SCHED_IDLE` windows: callers' hops are
+/// counted by queue (CPU), windows by thread.
+struct Stay {
+    windows: Arc<stay::Windows>,
+    queue: usize,
+    thread: usize,
+}
+
 struct Queue<I: Image> {
     qid: u16,
     dev: OwnedFd,
@@ -141,9 +182,9 @@ struct Queue<I: Image> {
     ops: Arc<Ops<I>>,
     shared: Arc<Shared>,
     access: Option<Access>,
-    /// The `SCHED_IDLE` windows and this queue's slot in them, when the
-    /// process may use them (module `stay`).
-    stay: Option<(Arc<stay::Windows>, usize)>,
+    /// The `SCHED_IDLE` windows, when the process may use them (module
+    /// `stay`).
+    stay: Option<Stay>,
     /// Callers of the answers queued since the last submission.
     callers: Vec<u32>,
     submissions: u32,
@@ -164,24 +205,26 @@ fn pin_to(cpu: usize) {
 }
 
 impl<I: Image> Queue<I> {
-    /// Creates the ring and registers every entry; an error means the
+    /// Creates the ring and registers `n` entries; an error means the
     /// kernel refused (it answers a bad REGISTER at once).
+    #[allow(clippy::too_many_arguments)]
     fn new(
         cpu: usize,
         dev: OwnedFd,
+        n: usize,
         payload: usize,
         ops: Arc<Ops<I>>,
         shared: Arc<Shared>,
         access: Option<Access>,
-        stay: Option<(Arc<stay::Windows>, usize)>,
+        stay: Option<Stay>,
     ) -> io::Result<Queue<I>> {
         pin_to(cpu);
-        if let Some((w, q)) = &stay {
-            w.register(*q);
+        if let Some(s) = &stay {
+            s.windows.register(s.thread);
         }
         let qid = u16::try_from(cpu).map_err(|_| io::Error::other("CPU number too large"))?;
-        let ring = Ring::new(ENTRIES as u32)?;
-        let mut entries: Vec<Entry> = (0..ENTRIES)
+        let ring = Ring::new(n as u32)?;
+        let mut entries: Vec<Entry> = (0..n)
             .map(|_| {
                 let mut header = vec![0u8; HEADER_BYTES].into_boxed_slice();
                 let mut payload = vec![0u8; payload].into_boxed_slice();
@@ -212,7 +255,7 @@ impl<I: Image> Queue<I> {
             shared,
             access,
             stay,
-            callers: Vec::with_capacity(ENTRIES),
+            callers: Vec::with_capacity(n),
             submissions: 0,
         };
         for (i, e) in entries.iter_mut().enumerate() {
@@ -302,14 +345,14 @@ impl<I: Image> Queue<I> {
     /// the wait, and their callers' next requests tell whether they hopped.
     fn submit_and_wait(&mut self) -> io::Result<()> {
         let callers = std::mem::take(&mut self.callers);
-        if let Some((w, q)) = &self.stay {
+        if let Some(s) = &self.stay {
             self.submissions = self.submissions.wrapping_add(1);
             let probe = self.submissions.is_multiple_of(stay::PROBE_EVERY);
-            if self.ring.pending() > 0 && w.hops.on() && !probe {
+            if self.ring.pending() > 0 && s.windows.hops.on() && !probe {
                 let ring = &mut self.ring;
-                w.around(*q, || ring.submit_and_wait(0))?;
+                s.windows.around(s.thread, || ring.submit_and_wait(0))?;
             } else {
-                callers.iter().for_each(|&t| w.hops.told(t));
+                callers.iter().for_each(|&t| s.windows.hops.told(t));
             }
         }
         self.callers = callers;
@@ -324,8 +367,8 @@ impl<I: Image> Queue<I> {
         let commit_id = u64_at(&e.header, ENT_COMMIT_ID);
         let in_len = (u32_at(&e.header, ENT_PAYLOAD_SZ) as usize).min(e.payload.len());
         let op_in: [u8; 128] = e.header[OP_IN..OP_IN + 128].try_into().unwrap();
-        if let Some((w, q)) = &self.stay {
-            w.hops.arrived(*q, h.pid);
+        if let Some(s) = &self.stay {
+            s.windows.hops.arrived(s.queue, h.pid);
             self.callers.push(h.pid);
         }
         let r = if self.access.is_some_and(|a| refused(a, &h)) {
@@ -342,5 +385,24 @@ impl<I: Image> Queue<I> {
         put32(&mut e.header, ENT_PAYLOAD_SZ, body as u32);
         let sqe = self.command(CMD_COMMIT_AND_FETCH, i, commit_id, None);
         self.ring.push(&sqe);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_per_queue;
+
+    #[test]
+    fn queues_serve_twice_the_threads_at_most_threads_each() {
+        // Two CPUs, four threads: four per queue, eight in all.
+        assert_eq!(threads_per_queue(4, 2), 4);
+        // One CPU: never more per queue than the threads.
+        assert_eq!(threads_per_queue(4, 1), 4);
+        assert_eq!(threads_per_queue(16, 8), 4);
+        assert_eq!(threads_per_queue(5, 4), 3);
+        // More CPUs than twice the threads: one each.
+        assert_eq!(threads_per_queue(16, 128), 1);
+        assert_eq!(threads_per_queue(0, 2), 1);
+        assert_eq!(threads_per_queue(1, 0), 1);
     }
 }

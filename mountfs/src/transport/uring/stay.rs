@@ -192,17 +192,17 @@ pub struct Windows {
 }
 
 impl Windows {
-    /// Windows for `queues` queue threads, with their watchdog running, or
-    /// `None` when `wanted` is false or the process may not leave
-    /// `SCHED_IDLE` again.
-    pub fn new(queues: usize, wanted: bool) -> Option<Arc<Windows>> {
+    /// Windows for `threads` queue threads serving `queues` queues, with
+    /// their watchdog running, or `None` when `wanted` is false or the
+    /// process may not leave `SCHED_IDLE` again.
+    pub fn new(threads: usize, queues: usize, wanted: bool) -> Option<Arc<Windows>> {
         if !wanted || !permitted() {
             return None;
         }
         let w = Arc::new(Windows {
             hops: Hops::new(queues),
             base: Instant::now(),
-            slots: (0..queues)
+            slots: (0..threads)
                 .map(|_| Slot {
                     tid: AtomicI32::new(0),
                     opened: AtomicU64::new(0),
@@ -224,17 +224,17 @@ impl Windows {
         (self.base.elapsed().as_nanos() as u64).max(1)
     }
 
-    /// Called by queue thread `q` once, from that thread.
-    pub fn register(&self, q: usize) {
+    /// Called by queue thread `t` once, from that thread.
+    pub fn register(&self, t: usize) {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        self.slots[q].tid.store(tid, Ordering::Relaxed);
+        self.slots[t].tid.store(tid, Ordering::Relaxed);
     }
 
     /// Runs `submit` (a submission that wakes callers and does not wait) in
-    /// `SCHED_IDLE` for queue thread `q`, then returns to `SCHED_OTHER`.
-    pub fn around<T>(&self, q: usize, submit: impl FnOnce() -> T) -> T {
-        let slot = &self.slots[q];
+    /// `SCHED_IDLE` for queue thread `t`, then returns to `SCHED_OTHER`.
+    pub fn around<T>(&self, t: usize, submit: impl FnOnce() -> T) -> T {
+        let slot = &self.slots[t];
         slot.opened.store(self.now(), Ordering::Relaxed);
         if !self.busy.swap(true, Ordering::Relaxed) {
             let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
@@ -371,7 +371,7 @@ mod tests {
     // left in SCHED_IDLE is back in SCHED_OTHER within a few windows.
     #[test]
     fn a_window_left_open_is_closed_by_the_watchdog() {
-        let Some(w) = Windows::new(1, true) else {
+        let Some(w) = Windows::new(1, 1, true) else {
             assert!(
                 std::env::var_os("CI").is_none(),
                 "leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE 20 (run as root)"
