@@ -27,8 +27,14 @@ pub struct ServeOptions {
     /// packfs's own threads spinning this long before they sleep
     /// ([`transport::dev`]).
     pub dev_spin: Option<Duration>,
-    /// Under io_uring: threads serving each CPU's queue, `None` for
-    /// [`uring::threads_per_queue`] of `threads`.
+    /// Whether requests may wait on the network (a remote image): see
+    /// `queue_threads`.
+    pub remote: bool,
+    /// Under io_uring: threads serving each CPU's queue. `None` picks: one
+    /// for a local image (it answers its entries' requests in turn, which
+    /// costs the least), [`uring::threads_per_queue`] of `threads` for a
+    /// remote one, so that a request waiting on the network holds up no
+    /// other (docs/ARCHITECTURE.md, "FUSE transports").
     pub queue_threads: Option<usize>,
 }
 
@@ -291,9 +297,11 @@ fn mount<I: Image>(
     let dev = session.as_fd().try_clone_to_owned()?;
     // On an error the session is dropped, which unmounts.
     let cpus = transport::possible_cpus().map_err(std::io::Error::other)?;
-    let per_queue = opts
-        .queue_threads
-        .unwrap_or_else(|| uring::threads_per_queue(opts.threads, cpus.len()));
+    let per_queue = match (opts.queue_threads, opts.remote) {
+        (Some(n), _) => n,
+        (None, false) => 1,
+        (None, true) => uring::threads_per_queue(opts.threads, cpus.len()),
+    };
     let queues = uring::start(&dev, &cpus, ops.clone(), served.clone(), access, per_queue)?;
     Ok((session, Serving::Uring(queues)))
 }
@@ -323,6 +331,7 @@ mod tests {
             negative_ttl: None,
             transport: Transport::Dev,
             dev_spin: None,
+            remote: false,
             queue_threads: None,
         }
     }

@@ -201,6 +201,7 @@ impl MountPlan {
                     .then(|| std::time::Duration::from_secs(negative_ttl)),
                 transport,
                 dev_spin: dev_spin_of(dev_spin)?,
+                remote: open.is_remote(),
                 queue_threads: queue_threads_of()?,
             },
             open,

@@ -139,34 +139,44 @@ fn possible_cpus() -> usize {
         .sum()
 }
 
-/// Each queue is served by enough threads that the queues together serve
-/// twice `--threads` requests at once (at most `--threads` per queue,
-/// at least one), or by `PACKFS_URING_THREADS`; the stats say how many,
-/// and that many threads answer.
+/// A local image's queues have one thread each, whatever `--threads`; a
+/// remote image's get enough threads to serve twice `--threads` requests
+/// at once (at most `--threads` per queue, at least one), so that one
+/// waiting on the network holds up no other; `PACKFS_URING_THREADS`
+/// overrides both. The stats say how many, and that many threads answer.
 #[test]
 #[ignore = "switches enable_uring: run by scripts/uring_tests.sh"]
-fn uring_queues_get_their_threads_from_threads_or_the_environment() {
+fn uring_queues_get_their_threads_from_the_image_and_threads_or_the_environment() {
     let s = Settings::take();
     s.set(ENABLE_URING, "Y");
     s.set(IO_URING_DISABLED, "0");
     let t = scratch();
     let (_src, img) = image(t.path());
+    let server = crate::common::servers::RangeServer::start(t.path(), &[]);
+    let url = PathBuf::from(server.url("img.sqfs"));
     let cpus = possible_cpus();
     let rule = |threads: usize| (2 * threads).div_ceil(cpus).clamp(1, threads);
-    // (flags, daemon environment, threads per queue)
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize);
-    let cases: [Case; 4] = [
-        (&["--threads", "1"], &[], 1),
-        (&["--threads", "4"], &[], rule(4)),
-        (&["--threads", "16"], &[], rule(16)),
-        (&["--threads", "1"], &[("PACKFS_URING_THREADS", "3")], 3),
+    // (image, flags, daemon environment, threads per queue)
+    type Case<'a> = (&'a Path, &'a [&'a str], &'a [(&'a str, &'a str)], usize);
+    let cases: [Case; 6] = [
+        (&img, &["--threads", "16"], &[], 1),
+        (&img, &[], &[("PACKFS_URING_THREADS", "2")], 2),
+        (&url, &["--threads", "1"], &[], 1),
+        (&url, &["--threads", "4"], &[], rule(4)),
+        (&url, &["--threads", "16"], &[], rule(16)),
+        (
+            &url,
+            &["--threads", "4"],
+            &[("PACKFS_URING_THREADS", "1")],
+            1,
+        ),
     ];
-    for (flags, env, per_queue) in cases {
+    for (image, flags, env, per_queue) in cases {
         let mut args = vec!["--transport", "uring"];
         args.extend_from_slice(flags);
         let env: Vec<_> = ISOLATED.iter().chain(env).copied().collect();
         let mut answering = 0;
-        let stats = with_stats_env(&img, &args, &env, |mnt| {
+        let stats = with_stats_env(image, &args, &env, |mnt| {
             std::fs::read_dir(mnt).unwrap().for_each(drop);
             answering = thread_names(daemon_pid(mnt))
                 .iter()
@@ -177,7 +187,7 @@ fn uring_queues_get_their_threads_from_threads_or_the_environment() {
                 })
                 .count();
         });
-        let case = format!("{flags:?} {env:?}");
+        let case = format!("{image:?} {flags:?} {env:?}");
         assert_eq!(
             stats["uring_queue_threads"].as_u64(),
             Some(per_queue as u64),

@@ -60,8 +60,9 @@ impl Queues {
     }
 }
 
-/// Threads per queue for a mount served by `threads` threads on
-/// `/dev/fuse`: together at least twice as many, so that the queues serve
+/// Threads per queue for a mount whose requests may wait on the network,
+/// served by `threads` threads on `/dev/fuse`: together at least twice as
+/// many, so that the queues serve
 /// at least as many requests at once as those threads even when callers
 /// crowd on some CPUs, and never more per queue than `threads` (the most
 /// callers one CPU can be expected to hold).
