@@ -39,8 +39,9 @@
 #                 (PACKFS_URING_THREADS=N; see ARCHITECTURE "FUSE transports")
 # IDLES (default "halt poll") picks the idle modes, BIG_MIB=0 skips the large file,
 # BIG_ROUNDS (default 1) repeats its reads, alternating transports.
-# ROUNDS (default 1) repeats the whole set of passes (every idle mode, in turn), so that
-# each side's neighbours change; OUT_DIR/summary.tsv then has, per idle mode, workload,
+# ROUNDS (default 1) repeats the whole set of passes (every idle mode, in turn); each
+# round turns the order of EROFS and the packfs sides by one (the raw tree stays first),
+# so that each side's neighbours change; OUT_DIR/summary.tsv then has, per idle mode, workload,
 # threads and side, the median seconds over the rounds and the median of the per-round
 # ratios to EROFS (each round's side over the EROFS pass of that round).
 # and OUT_DIR/big.tsv the large file's read rate per transport, as `dd bs=1M` prints it (cold).
@@ -100,47 +101,66 @@ seconds() {
 
 printf 'round\tidle\tside\tworkload\tthreads\tseconds\tfuse_requests\turing_requests\tdaemon_cpu_s\tmachine_cpu_s\thalts\n' \
     > "$out/passes.tsv"
+# erofs_pass WORKLOAD THREADS: EROFS in a bench of its own, so that
+# machine_cpu_s is EROFS's alone.
+erofs_pass() {
+    local wl=$1 th=$2
+    b0=$(busy) h0=$(halts)
+    bench_pass "$wl" "$th" --no-raw --mountpoint "erofs=$work/m-erofs"
+    b1=$(busy) h1=$(halts)
+    printf '%s\t%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$round" "$idle" "$wl" "$th" "$(seconds erofs)" \
+        "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
+}
+# packfs_pass SIDE WORKLOAD THREADS: a fresh mount of the image for SIDE.
+packfs_pass() {
+    local side=$1 wl=$2 th=$3
+    local t=${side%%-*} stay=1 spin=0 release=1 qthreads=
+    case $side in
+        uring-nostay) stay=0 ;;
+        uring-keep) release=0 ;;
+        uring-threads*) qthreads=${side#uring-threads} ;;
+        dev-spin) spin=$spin_us ;;
+        dev-spin*) spin=${side#dev-spin} ;;
+    esac
+    local m=$work/m-packfs stats=$work/stats-$side.json
+    rm -f "$stats"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    PACKFS_URING_THREADS=$qthreads PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+    pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
+    c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
+    bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
+    c1=$(proc_cpu "$pid") b1=$(busy) h1=$(halts)
+    secs=$(seconds "packfs-$side")
+    "$bin" umount "$m"
+    for _ in $(seq 100); do [ -s "$stats" ] && break; sleep 0.1; done
+    read -r req ureq tr < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["requests_total"], d["uring_requests"], d["transport"])' "$stats")
+    [ "$tr" = "$t" ] || { echo "transport.sh: asked for $t, served by $tr" >&2; exit 1; }
+    printf '%s\t%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\n' "$round" "$idle" "$side" "$wl" "$th" "$secs" \
+        "$req" "$ureq" "$(echo "($c1 - $c0) / $hz" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
+        "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
+}
 run_all() {
     local idle=$1
+    # EROFS and the packfs sides in an order that turns by one side each
+    # round: a side's time depends on the pass before it (EROFS right after
+    # the raw tree's pass runs faster than elsewhere), so over ROUNDS equal
+    # to the number of sides each side follows each other once.
+    local order=(erofs $sides)
+    local k=$(((round - 1) % ${#order[@]}))
+    order=("${order[@]:k}" "${order[@]:0:k}")
     for wl in sequential shuffle; do
         for th in ${threads//,/ }; do
-            # The raw tree and kernel EROFS.
-            # The raw tree (the bench always needs a mount to compare: EROFS,
-            # whose time in this invocation is not reported), then EROFS in a
-            # bench of its own so that machine_cpu_s is EROFS's alone.
+            # The raw tree first (the bench always needs a mount to compare:
+            # EROFS, whose time in this invocation is not reported).
             bench_pass "$wl" "$th" --mountpoint "erofs=$work/m-erofs"
             printf '%s\t%s\traw\t%s\t%s\t%s\t0\t0\t0\tNA\tNA\n' "$round" "$idle" "$wl" "$th" "$(seconds raw)" \
                 >> "$out/passes.tsv"
-            b0=$(busy) h0=$(halts)
-            bench_pass "$wl" "$th" --no-raw --mountpoint "erofs=$work/m-erofs"
-            b1=$(busy) h1=$(halts)
-            printf '%s\t%s\terofs\t%s\t%s\t%s\t0\t0\t0\t%.2f\t%s\n' "$round" "$idle" "$wl" "$th" "$(seconds erofs)" \
-                "$(echo "($b1 - $b0) / $hz" | bc -l)" "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
-            for side in $sides; do
-                local t=${side%%-*} stay=1 spin=0 release=1 qthreads=
-                case $side in
-                    uring-nostay) stay=0 ;;
-                    uring-threads*) qthreads=${side#uring-threads} ;;
-                    uring-keep) release=0 ;;
-                    dev-spin) spin=$spin_us ;;
-                    dev-spin*) spin=${side#dev-spin} ;;
-                esac
-                local m=$work/m-packfs stats=$work/stats-$side.json
-                rm -f "$stats"
-                sync; echo 3 > /proc/sys/vm/drop_caches
-                PACKFS_URING_THREADS=$qthreads PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
-                pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
-                c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
-                bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
-                c1=$(proc_cpu "$pid") b1=$(busy) h1=$(halts)
-                secs=$(seconds "packfs-$side")
-                "$bin" umount "$m"
-                for _ in $(seq 100); do [ -s "$stats" ] && break; sleep 0.1; done
-                read -r req ureq tr < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["requests_total"], d["uring_requests"], d["transport"])' "$stats")
-                [ "$tr" = "$t" ] || { echo "transport.sh: asked for $t, served by $tr" >&2; exit 1; }
-                printf '%s\t%s\tpackfs-%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\n' "$round" "$idle" "$side" "$wl" "$th" "$secs" \
-                    "$req" "$ureq" "$(echo "($c1 - $c0) / $hz" | bc -l)" "$(echo "($b1 - $b0) / $hz" | bc -l)" \
-                    "$(delta "$h0" "$h1")" >> "$out/passes.tsv"
+            for side in "${order[@]}"; do
+                if [ "$side" = erofs ]; then
+                    erofs_pass "$wl" "$th"
+                else
+                    packfs_pass "$side" "$wl" "$th"
+                fi
             done
         done
     done
