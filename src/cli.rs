@@ -395,8 +395,9 @@ pub struct MountArgs {
     #[arg(long, value_parser = packfs_bench::size::parse_size)]
     pub cache_size: Option<u64>,
     /// FUSE session threads, each reading requests from its own /dev/fuse clone and
-    /// answering them (default: twice the cores, 4 to 16). Under io_uring, the CPUs'
-    /// queues of a remote image get twice as many in all, at most this many per queue.
+    /// answering them (default: twice the cores, 4 to 16). Under io_uring, when the image
+    /// is read over the network (a URL, NFS, Lustre...), the CPUs' queues get twice as
+    /// many in all, at most this many per queue.
     #[arg(short = 'j', long)]
     pub threads: Option<usize>,
     /// Stay in the foreground (logs on stderr) instead of daemonising.

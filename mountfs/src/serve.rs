@@ -27,14 +27,16 @@ pub struct ServeOptions {
     /// packfs's own threads spinning this long before they sleep
     /// ([`transport::dev`]).
     pub dev_spin: Option<Duration>,
-    /// Whether requests may wait on the network (a remote image): see
+    /// Whether reads of the image go over the network (a remote image, or
+    /// a file on NFS, Lustre, GPFS, another FUSE server...): see
     /// `queue_threads`.
-    pub remote: bool,
+    pub network: bool,
     /// Under io_uring: threads serving each CPU's queue. `None` picks: one
-    /// for a local image (it answers its entries' requests in turn, which
-    /// costs the least), [`uring::threads_per_queue`] of `threads` for a
-    /// remote one, so that a request waiting on the network holds up no
-    /// other (docs/ARCHITECTURE.md, "FUSE transports").
+    /// for an image on a local disk (it answers its entries' requests in
+    /// turn, which costs the least), [`uring::threads_per_queue`] of
+    /// `threads` where reads go over the network, so that a request
+    /// waiting there holds up no other (docs/ARCHITECTURE.md, "FUSE
+    /// transports").
     pub queue_threads: Option<usize>,
 }
 
@@ -297,7 +299,7 @@ fn mount<I: Image>(
     let dev = session.as_fd().try_clone_to_owned()?;
     // On an error the session is dropped, which unmounts.
     let cpus = transport::possible_cpus().map_err(std::io::Error::other)?;
-    let per_queue = match (opts.queue_threads, opts.remote) {
+    let per_queue = match (opts.queue_threads, opts.network) {
         (Some(n), _) => n,
         (None, false) => 1,
         (None, true) => uring::threads_per_queue(opts.threads, cpus.len()),
@@ -331,7 +333,7 @@ mod tests {
             negative_ttl: None,
             transport: Transport::Dev,
             dev_spin: None,
-            remote: false,
+            network: false,
             queue_threads: None,
         }
     }

@@ -36,6 +36,16 @@ impl OpenOptions {
         matches!(&self.source, Source::One(l) if l.is_remote())
     }
 
+    /// Whether reads of the image go over the network: a remote image, or
+    /// an image file on a network filesystem or behind another FUSE server.
+    fn over_network(&self) -> bool {
+        match &self.source {
+            Source::One(ImageLocation::Local(p)) => crate::machine::on_network_fs(p),
+            Source::One(_) => true,
+            Source::Union(images, _) => images.iter().any(|p| crate::machine::on_network_fs(p)),
+        }
+    }
+
     fn open(&self) -> anyhow::Result<OpenedImage> {
         Ok(match &self.source {
             Source::One(l) => AnyImage::open_location(l, self.cache_bytes, self.io, &self.remote)?,
@@ -201,7 +211,7 @@ impl MountPlan {
                     .then(|| std::time::Duration::from_secs(negative_ttl)),
                 transport,
                 dev_spin: dev_spin_of(dev_spin)?,
-                remote: open.is_remote(),
+                network: open.over_network(),
                 queue_threads: queue_threads_of()?,
             },
             open,

@@ -139,14 +139,16 @@ fn possible_cpus() -> usize {
         .sum()
 }
 
-/// A local image's queues have one thread each, whatever `--threads`; a
-/// remote image's get enough threads to serve twice `--threads` requests
-/// at once (at most `--threads` per queue, at least one), so that one
-/// waiting on the network holds up no other; `PACKFS_URING_THREADS`
-/// overrides both. The stats say how many, and that many threads answer.
+/// The queues of an image on a local disk have one thread each, whatever
+/// `--threads`; where reads go over the network (a remote image, or an
+/// image file behind another FUSE server, as on NFS or Lustre) they get
+/// enough threads to serve twice `--threads` requests at once (at most
+/// `--threads` per queue, at least one), so that one waiting there holds
+/// up no other; `PACKFS_URING_THREADS` overrides both. The stats say how
+/// many, and that many threads answer.
 #[test]
 #[ignore = "switches enable_uring: run by scripts/uring_tests.sh"]
-fn uring_queues_get_their_threads_from_the_image_and_threads_or_the_environment() {
+fn uring_queues_get_their_threads_from_the_storage_and_threads_or_the_environment() {
     let s = Settings::take();
     s.set(ENABLE_URING, "Y");
     s.set(IO_URING_DISABLED, "0");
@@ -154,12 +156,21 @@ fn uring_queues_get_their_threads_from_the_image_and_threads_or_the_environment(
     let (_src, img) = image(t.path());
     let server = crate::common::servers::RangeServer::start(t.path(), &[]);
     let url = PathBuf::from(server.url("img.sqfs"));
+    // The image as a file of another packfs mount: a FUSE filesystem.
+    let outer_src = t.path().join("outer");
+    std::fs::create_dir(&outer_src).unwrap();
+    std::fs::copy(&img, outer_src.join("img.sqfs")).unwrap();
+    let outer_img = t.path().join("outer.sqfs");
+    pack(&outer_src, &outer_img, &[]);
+    let outer = PackfsMount::new(&outer_img, &[]);
+    let behind_fuse = outer.path().join("img.sqfs");
     let cpus = possible_cpus();
     let rule = |threads: usize| (2 * threads).div_ceil(cpus).clamp(1, threads);
     // (image, flags, daemon environment, threads per queue)
     type Case<'a> = (&'a Path, &'a [&'a str], &'a [(&'a str, &'a str)], usize);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         (&img, &["--threads", "16"], &[], 1),
+        (&behind_fuse, &["--threads", "4"], &[], rule(4)),
         (&img, &[], &[("PACKFS_URING_THREADS", "2")], 2),
         (&url, &["--threads", "1"], &[], 1),
         (&url, &["--threads", "4"], &[], rule(4)),
