@@ -1,5 +1,7 @@
-//! FUSE over io_uring: one queue thread per possible CPU, pinned to it,
-//! each with its own ring holding [`ENTRIES`] registered entries. An entry
+//! FUSE over io_uring: a queue per possible CPU, served by threads pinned
+//! to it, each with its own ring holding registered entries ([`ENTRIES`]
+//! for a queue's only thread, one each where a queue has several: see
+//! [`start`]). An entry
 //! is a header buffer (`struct fuse_uring_req_header`) and a payload buffer
 //! the size of the largest request; the kernel fills one with a request and
 //! completes its command, the thread answers in the same buffers and one
@@ -62,19 +64,18 @@ impl Queues {
 
 /// Threads per queue for a mount whose requests may wait on the network,
 /// served by `threads` threads on `/dev/fuse`: together at least twice as
-/// many, so that the queues serve
-/// at least as many requests at once as those threads even when callers
-/// crowd on some CPUs, and never more per queue than `threads` (the most
-/// callers one CPU can be expected to hold).
+/// many, so that the queues serve at least as many requests at once as
+/// those threads even when callers crowd on some CPUs, and never more per
+/// queue than `threads` (the most callers one CPU can be expected to hold).
 pub fn threads_per_queue(threads: usize, queues: usize) -> usize {
     let threads = threads.max(1);
     (2 * threads).div_ceil(queues.max(1)).clamp(1, threads)
 }
 
-/// Starts a queue for every possible CPU (`cpus`) on `dev` (the mount's `/dev/fuse`
-/// descriptor, after INIT negotiated `FUSE_OVER_IO_URING`), each served by
-/// `per_queue` threads, and returns once each thread has registered its
-/// entries, or the first error.
+/// Starts a queue for every possible CPU (`cpus`) on `dev` (the mount's
+/// `/dev/fuse` descriptor, after INIT negotiated `FUSE_OVER_IO_URING`),
+/// each served by `per_queue` threads, and returns once each thread has
+/// registered its entries, or the first error.
 ///
 /// One thread holds [`ENTRIES`] entries; several threads of one queue hold
 /// one entry each. The kernel hands a request to an entry that is offered,
