@@ -55,3 +55,19 @@ pub fn on_network_fs(path: &std::path::Path) -> bool {
     // f_type is signed on some targets: compare its low 32 bits.
     NETWORK_FS.contains(&(i64::from(st.f_type as u32)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::on_network_fs;
+
+    #[test]
+    fn procfs_and_missing_paths_are_not_network_storage() {
+        // A FUSE mount is, checked by the io_uring transport tests with a
+        // packfs mount; here the answers that need no mount.
+        assert!(!on_network_fs(std::path::Path::new("/proc/self")));
+        assert!(!on_network_fs(std::path::Path::new(
+            "/nonexistent/packfs/image.sqfs"
+        )));
+        assert!(!on_network_fs(std::path::Path::new("bad\0path")));
+    }
+}
