@@ -63,7 +63,9 @@ pub fn spawn_writer(
 /// A remote image adds `"remote"`: its requests, bytes and first-byte times.
 /// `"transport"` names how requests arrived (`uring` or `dev`) and
 /// `"uring_requests"` counts those answered through the io_uring queues,
-/// `"uring_queue_threads"` the threads serving each of them;
+/// `"uring_queue_threads"` the threads serving each of them and
+/// `"uring_stay_submissions"` the answers submitted so as to keep their
+/// callers on their CPU;
 /// under `dev`, `"dev_spin_us"` says how long packfs's own threads spin
 /// for the next request (0: `fuser`'s threads served, which never spin).
 /// `"cache"` is the block cache's: hits, misses, evictions, blocks
@@ -98,6 +100,10 @@ pub fn write(
             obj.insert(
                 "uring_queue_threads".into(),
                 served.queue_threads.load(Ordering::Relaxed).into(),
+            );
+            obj.insert(
+                "uring_stay_submissions".into(),
+                served.stay_submissions.load(Ordering::Relaxed).into(),
             );
         }
         if served.served() == Served::Dev {

@@ -288,6 +288,42 @@ fn a_cold_one_thread_read_through_the_queues_keeps_its_cpu() {
         hops * 100 <= n * 15,
         "the reader changed CPU {hops} times in {n} files read through the queues"
     );
+    let stayed = |stats: &serde_json::Value| {
+        let (_, uring, _) = served(stats);
+        stats["uring_stay_submissions"].as_u64().unwrap() as f64 / uring as f64
+    };
+    let halting = stayed(&stats);
+    // With idle CPUs polling (/dev/cpu_dma_latency held at 0) a hop costs
+    // nothing to avoid: the switch stays off once the watchdog has seen
+    // the sleeping idle states' counters stand still.
+    let idle_states = std::path::Path::new("/sys/devices/system/cpu/cpu0/cpuidle/state1");
+    assert!(
+        idle_states.exists(),
+        "{}: this test needs cpuidle's sleeping idle states (a VM's haltpoll, intel_idle...)",
+        idle_states.display()
+    );
+    let polling = {
+        let mut dma = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")
+            .unwrap();
+        std::io::Write::write_all(&mut dma, &0i32.to_ne_bytes()).unwrap();
+        let stats = stats_of(&img, &["--transport", "uring"], |mnt| {
+            let files: Vec<PathBuf> = names.iter().map(|f| mnt.join(f)).collect();
+            cpu_hops_reading(&files);
+        });
+        drop(dma);
+        stayed(&stats)
+    };
+    eprintln!("submissions kept on the CPU: halting {halting:.3}, polling {polling:.3}");
+    assert!(
+        halting > 0.3,
+        "the switch was not used with idle CPUs halting: {halting:.3}"
+    );
+    assert!(
+        polling < 0.1,
+        "the switch was used with idle CPUs polling: {polling:.3}"
+    );
 }
 
 #[test]

@@ -169,6 +169,9 @@ pub struct Shared {
     pub uring_requests: AtomicU64,
     /// Under io_uring: the threads serving each queue.
     pub queue_threads: AtomicU64,
+    /// Under io_uring: submissions made in `SCHED_IDLE` to keep callers on
+    /// their CPU (`uring/stay.rs`).
+    pub stay_submissions: AtomicU64,
     /// Under `dev`: how long packfs's own threads spin (µs), 0 when
     /// `fuser`'s threads serve.
     pub dev_spin_us: AtomicU64,

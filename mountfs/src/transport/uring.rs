@@ -353,6 +353,7 @@ impl<I: Image> Queue<I> {
             if self.ring.pending() > 0 && s.windows.hops.on() && !probe {
                 let ring = &mut self.ring;
                 s.windows.around(s.thread, || ring.submit_and_wait(0))?;
+                self.shared.stay_submissions.fetch_add(1, Ordering::Relaxed);
             } else {
                 callers.iter().for_each(|&t| s.windows.hops.told(t));
             }

@@ -28,6 +28,14 @@
 //! hops are the scheduler balancing runnable threads, which the switch
 //! cannot prevent and only pays for.
 //!
+//! A hop costs only where the CPU it lands on was asleep: a vCPU that
+//! polls when idle (`/dev/cpu_dma_latency` held at 0, `idle=poll`) takes a
+//! woken caller at once, and there the switch's system calls are the whole
+//! cost. So the watchdog samples the usage counters of the CPUs' sleeping
+//! idle states (cpuidle states above `POLL`) while queues answer, and the
+//! switch stays off while they have not moved ([`Hops::set_sleeping`]);
+//! without cpuidle counters the CPUs are taken to sleep.
+//!
 //! The window in between is bounded: a request from another thread on this
 //! CPU would otherwise wait for as long as the caller keeps the CPU busy
 //! (a `SCHED_IDLE` thread gets almost no share of a busy CPU). A watchdog
@@ -78,6 +86,8 @@ pub struct Hops {
     /// Queues (CPUs): more distinct callers than this, and none is idle.
     queues: usize,
     on: AtomicBool,
+    /// Whether idle CPUs were last seen to sleep (module doc).
+    sleeping: AtomicBool,
 }
 
 impl Hops {
@@ -89,12 +99,22 @@ impl Hops {
             callers: (0..DECIDE_AFTER).map(|_| AtomicU32::new(0)).collect(),
             queues,
             on: AtomicBool::new(false),
+            sleeping: AtomicBool::new(true),
         }
     }
 
     /// Whether answers should be submitted with the switch.
     pub fn on(&self) -> bool {
         self.on.load(Ordering::Relaxed)
+    }
+
+    /// Whether idle CPUs sleep (see the module doc); while they do not,
+    /// the switch is off.
+    pub fn set_sleeping(&self, sleeping: bool) {
+        self.sleeping.store(sleeping, Ordering::Relaxed);
+        if !sleeping {
+            self.on.store(false, Ordering::Relaxed);
+        }
     }
 
     /// A request from thread `tid` arrived at queue `q`.
@@ -135,7 +155,9 @@ impl Hops {
             let distinct = 1 + seen.windows(2).filter(|w| w[0] != w[1]).count();
             let idle_cpu_likely = distinct <= self.queues;
             self.on.store(
-                hopped * 4 >= DECIDE_AFTER && idle_cpu_likely,
+                hopped * 4 >= DECIDE_AFTER
+                    && idle_cpu_likely
+                    && self.sleeping.load(Ordering::Relaxed),
                 Ordering::Relaxed,
             );
             self.told.store(0, Ordering::Relaxed);
@@ -189,6 +211,8 @@ pub struct Windows {
     parked: Mutex<bool>,
     wake: Condvar,
     stop: AtomicBool,
+    /// Usage counters of sleeping idle states, sampled by the watchdog.
+    idle_counters: Vec<std::path::PathBuf>,
 }
 
 impl Windows {
@@ -212,6 +236,7 @@ impl Windows {
             parked: Mutex::new(false),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
+            idle_counters: sleeping_idle_counters(),
         });
         let watch = w.clone();
         let spawned = std::thread::Builder::new()
@@ -267,8 +292,18 @@ impl Windows {
     fn watch(&self) {
         let window = WINDOW.as_nanos() as u64;
         let mut quiet = Duration::ZERO;
+        let mut ticks = 0u32;
+        let mut slept = None;
         while !self.stop.load(Ordering::Relaxed) {
             std::thread::sleep(WINDOW);
+            ticks = ticks.wrapping_add(1);
+            if ticks.is_multiple_of(SAMPLE_EVERY) && !self.idle_counters.is_empty() {
+                let now = sum_counters(&self.idle_counters);
+                if let (Some(before), Some(now)) = (slept, now) {
+                    self.hops.set_sleeping(now > before);
+                }
+                slept = now;
+            }
             let now = self.now();
             for s in &self.slots {
                 let opened = s.opened.load(Ordering::Relaxed);
@@ -302,9 +337,49 @@ impl Windows {
                     parked = self.wake.wait(parked).unwrap_or_else(|p| p.into_inner());
                 }
                 quiet = Duration::ZERO;
+                // The counters moved while parked: start afresh.
+                slept = None;
             }
         }
     }
+}
+
+/// Watchdog ticks between two samples of the idle counters.
+const SAMPLE_EVERY: u32 = 8;
+
+/// CPUs whose idle counters are sampled (the first ones: an idle CPU
+/// polls or sleeps alike on all of them).
+const SAMPLED_CPUS: usize = 8;
+
+/// The `usage` counters of the cpuidle states above `POLL` of the first
+/// [`SAMPLED_CPUS`] CPUs; empty without cpuidle.
+fn sleeping_idle_counters() -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for cpu in 0..SAMPLED_CPUS {
+        let dir = format!("/sys/devices/system/cpu/cpu{cpu}/cpuidle");
+        let Ok(states) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for st in states.flatten() {
+            let name = std::fs::read_to_string(st.path().join("name")).unwrap_or_default();
+            if st.file_name().to_string_lossy().starts_with("state") && name.trim() != "POLL" {
+                out.push(st.path().join("usage"));
+            }
+        }
+    }
+    out
+}
+
+/// The sum of the counters, `None` if one cannot be read.
+fn sum_counters(files: &[std::path::PathBuf]) -> Option<u64> {
+    files.iter().try_fold(0u64, |sum, f| {
+        let n = std::fs::read_to_string(f)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()?;
+        Some(sum + n)
+    })
 }
 
 #[cfg(test)]
@@ -317,6 +392,28 @@ mod tests {
         for i in 0..n {
             h.arrived(queue(i), tid);
             h.told(tid);
+        }
+    }
+
+    #[test]
+    fn the_switch_stays_off_while_idle_cpus_do_not_sleep() {
+        let h = Hops::new(2);
+        requests(&h, 7, 40, |i| i % 2);
+        assert!(h.on(), "a caller alternating between two queues");
+        h.set_sleeping(false);
+        assert!(!h.on(), "off as soon as idle CPUs are seen to poll");
+        requests(&h, 7, 40, |i| i % 2);
+        assert!(!h.on(), "hops to polling CPUs cost nothing to avoid");
+        h.set_sleeping(true);
+        requests(&h, 7, 40, |i| i % 2);
+        assert!(h.on(), "on again once idle CPUs sleep");
+    }
+
+    #[test]
+    fn this_machines_idle_counters_are_read_or_absent() {
+        let files = sleeping_idle_counters();
+        if !files.is_empty() {
+            assert!(sum_counters(&files).is_some(), "{files:?}");
         }
     }
 
