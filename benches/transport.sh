@@ -126,7 +126,7 @@ packfs_pass() {
     rm -f "$stats"
     sync; echo 3 > /proc/sys/vm/drop_caches
     PACKFS_URING_THREADS=$qthreads PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
-    pid=$(pgrep -f "packfs mount --transport $t --stats $stats" | head -1)
+    pid=$(pgrep -f " mount --transport $t --stats $stats" | head -1)
     c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
     bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
     c1=$(proc_cpu "$pid") b1=$(busy) h1=$(halts)
