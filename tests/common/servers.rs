@@ -117,27 +117,28 @@ impl RangeServer {
 
     /// Requests hanging now.
     pub fn held(&self) -> u64 {
-        let (_, body) = http(self.port, "GET", "/_control/stats");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["held"].as_u64().unwrap()
+        self.counters()["held"].as_u64().unwrap()
     }
 
     pub fn resume(&self) {
         assert_eq!(http(self.port, "GET", "/_control/resume").0, 200);
     }
 
+    /// `/_control/stats`, one snapshot of the counters.
+    fn counters(&self) -> serde_json::Value {
+        let (_, body) = http(self.port, "GET", "/_control/stats");
+        serde_json::from_str(&body).unwrap()
+    }
+
     /// (GET requests, bytes sent) so far.
     pub fn stats(&self) -> (u64, u64) {
-        let (_, body) = http(self.port, "GET", "/_control/stats");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let v = self.counters();
         (v["get"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
     }
 
     /// Requests answered with the `--fail` status so far.
     pub fn failed(&self) -> u64 {
-        let (_, body) = http(self.port, "GET", "/_control/stats");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v["failed"].as_u64().unwrap()
+        self.counters()["failed"].as_u64().unwrap()
     }
 
     /// Kills the server (connections refused until [`RangeServer::restart`]).

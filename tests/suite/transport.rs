@@ -126,19 +126,6 @@ fn uring_queues_answer_every_request_of_a_tree_walk() {
     assert_eq!(served(&stats).0, "uring", "{stats}");
 }
 
-/// CPUs the kernel may ever run (`/sys/devices/system/cpu/possible`, a
-/// list such as `0-3,8`): the io_uring queues, one per possible CPU.
-fn possible_cpus() -> usize {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    s.trim()
-        .split(',')
-        .map(|r| match r.split_once('-') {
-            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-            None => 1,
-        })
-        .sum()
-}
-
 /// The queues of an image on a local disk have one thread each, whatever
 /// `--threads`; where reads go over the network (a remote image, or an
 /// image file behind another FUSE server, as on NFS or Lustre) they get
@@ -164,8 +151,10 @@ fn uring_queues_get_their_threads_from_the_storage_and_threads_or_the_environmen
     pack(&outer_src, &outer_img, &[]);
     let outer = PackfsMount::new(&outer_img, &[]);
     let behind_fuse = outer.path().join("img.sqfs");
-    let cpus = possible_cpus();
-    let rule = |threads: usize| (2 * threads).div_ceil(cpus).clamp(1, threads);
+    // One queue per possible CPU; the rule itself has its unit test
+    // (`uring::threads_per_queue`), this test checks that mounts apply it.
+    let cpus = mountfs::transport::possible_cpus().unwrap().len();
+    let rule = |threads| mountfs::transport::uring::threads_per_queue(threads, cpus);
     // (image, flags, daemon environment, threads per queue)
     type Case<'a> = (&'a Path, &'a [&'a str], &'a [(&'a str, &'a str)], usize);
     let cases: [Case; 7] = [
