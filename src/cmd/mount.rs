@@ -46,6 +46,14 @@ impl OpenOptions {
         }
     }
 
+    /// The image as the user named it, for errors.
+    fn describe(&self) -> String {
+        match &self.source {
+            Source::One(l) => l.to_string(),
+            Source::Union(images, _) => format!("the union of {} images", images.len()),
+        }
+    }
+
     fn open(&self) -> anyhow::Result<OpenedImage> {
         Ok(match &self.source {
             Source::One(l) => AnyImage::open_location(l, self.cache_bytes, self.io, &self.remote)?,
@@ -347,7 +355,9 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     } = opened;
     if plan.preload {
         let t = std::time::Instant::now();
-        let (blocks, bytes) = img.preload()?;
+        let (blocks, bytes) = img
+            .preload()
+            .with_context(|| format!("--preload of {}", plan.open.describe()))?;
         log::info!(
             "preloaded {blocks} blocks ({}) in {:.2} s",
             packfs_bench::size::human(bytes),

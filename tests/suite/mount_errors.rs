@@ -134,3 +134,45 @@ fn a_mountpoint_with_contents_needs_nonempty_in_mount_and_in_run() {
         .success());
     assert_eq!(std::fs::read(mp.join("mine.txt")).unwrap(), b"mine");
 }
+
+// Regression: a `--preload` that met a corrupt block failed the mount with
+// the reader's message alone ("corrupt image: …"), naming no image.
+#[test]
+fn a_preload_that_meets_a_corrupt_block_names_the_image() {
+    let t = scratch();
+    let src = t.path().join("src");
+    for d in 0..20 {
+        let dir = src.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..50 {
+            std::fs::write(dir.join(format!("file{i}")), format!("{d} {i}")).unwrap();
+        }
+    }
+    let img = t.path().join("img.sqfs");
+    pack(&src, &img, &[]);
+    // The inode table's first metadata block claims 32,767 stored bytes.
+    // Opening reads only the root inode, in the table's last block, so the
+    // mount gets as far as the preload.
+    let mut b = std::fs::read(&img).unwrap();
+    let table = u64::from_le_bytes(b[64..72].try_into().unwrap()) as usize;
+    let end = u64::from_le_bytes(b[72..80].try_into().unwrap()) as usize;
+    let first = (u16::from_le_bytes([b[table], b[table + 1]]) & 0x7fff) as usize;
+    assert!(table + 2 + first < end, "the inode table fits one block");
+    b[table..table + 2].copy_from_slice(&0x7fffu16.to_le_bytes());
+    std::fs::write(&img, &b).unwrap();
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let o = packfs(&[
+        "mount".as_ref(),
+        "--preload".as_ref(),
+        img.as_os_str(),
+        mp.as_os_str(),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains(&format!("--preload of {}: corrupt image", img.display())),
+        "{e}"
+    );
+    assert_eq!(mounts_at(&mp), 0);
+}

@@ -16,6 +16,7 @@ use crate::cache::{Block, BlockCache};
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
 use packfs_format::codec::Compressor;
+use packfs_format::squashfs::inode::DirIndex;
 use packfs_format::squashfs::metadata::{data_stored_len, make_ref};
 use packfs_format::squashfs::superblock::Superblock;
 use packfs_format::squashfs::*;
@@ -362,6 +363,14 @@ impl SquashFs {
         while !c.at_area_end(self.sb.directory_table_start) {
             let r = make_ref(c.pos - self.sb.inode_table_start, c.off);
             let inode = inode::decode_inode(&mut c, &cx, r, true)?;
+            // An extended directory's index entries follow its record, so
+            // the next inode starts after them.
+            if let InodeKind::Dir(d) = &inode.kind {
+                for _ in 0..d.index_count {
+                    let e = DirIndex::decode(&mut c)?;
+                    c.skip(e.name_len)?;
+                }
+            }
             if let InodeKind::File(f) = &inode.kind {
                 let mut pos = f.blocks_start;
                 for &w in &f.block_sizes {
