@@ -64,7 +64,10 @@ W=${WORK:-/var/tmp/rlat/bench}; mkdir -p "$W"
 die() { echo "remote_latency: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (drop_caches, FUSE)"
 [ -x "$B" ] || die "no packfs binary at $B (set PACKFS)"
-for t in s3fs squashfuse_ll fusermount3 curl mountpoint unsquashfs; do
+# The tools every run uses, then those only the s3fs side does.
+tools="fusermount3 curl mountpoint unsquashfs"
+case " $SIDES " in *" s3fs "*) tools="$tools s3fs squashfuse_ll";; esac
+for t in $tools; do
   command -v $t > /dev/null || die "$t missing (apt-get install s3fs squashfuse squashfs-tools curl fuse3)"
 done
 [ -x $MOTO/bin/moto_server ] || die "no moto in $MOTO (see tests/common/servers.rs)"

@@ -37,6 +37,10 @@
 #                 in its cache (PACKFS_RELEASE_SERVED=0; the default releases them)
 #   uring-threadsN  the queues, each served by N threads holding one entry each
 #                 (PACKFS_URING_THREADS=N; see ARCHITECTURE "FUSE transports")
+#   uring-hot     the floor of any daemon on the queues: the whole image decoded
+#                 into the daemon's cache at mount (--preload --cache-size HOT_CACHE,
+#                 default 4G), then the page cache dropped, so that the pass is
+#                 FUSE requests answered from memory (no decoding, no image reads)
 # IDLES (default "halt poll") picks the idle modes, BIG_MIB=0 skips the large file,
 # BIG_ROUNDS (default 1) repeats its reads, alternating transports.
 # ROUNDS (default 1) repeats the whole set of passes (every idle mode, in turn); each
@@ -114,9 +118,10 @@ erofs_pass() {
 # packfs_pass SIDE WORKLOAD THREADS: a fresh mount of the image for SIDE.
 packfs_pass() {
     local side=$1 wl=$2 th=$3
-    local t=${side%%-*} stay=1 spin=0 release=1 qthreads=
+    local t=${side%%-*} stay=1 spin=0 release=1 qthreads= extra=()
     case $side in
         uring-nostay) stay=0 ;;
+        uring-hot) extra=(--preload --cache-size "${HOT_CACHE:-4G}") ;;
         uring-keep) release=0 ;;
         uring-threads*) qthreads=${side#uring-threads} ;;
         dev-spin) spin=$spin_us ;;
@@ -125,7 +130,10 @@ packfs_pass() {
     local m=$work/m-packfs stats=$work/stats-$side.json
     rm -f "$stats"
     sync; echo 3 > /proc/sys/vm/drop_caches
-    PACKFS_URING_THREADS=$qthreads PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" "$img" "$m"
+    PACKFS_URING_THREADS=$qthreads PACKFS_URING_STAY=$stay PACKFS_DEV_SPIN_US=$spin PACKFS_RELEASE_SERVED=$release "$bin" mount --transport "$t" --stats "$stats" \
+        "${extra[@]}" "$img" "$m"
+    # The preload read the image; the pass must not find it in the page cache.
+    [ ${#extra[@]} -eq 0 ] || { sync; echo 3 > /proc/sys/vm/drop_caches; }
     pid=$(pgrep -f " mount --transport $t --stats $stats" | head -1)
     c0=$(proc_cpu "$pid") b0=$(busy) h0=$(halts)
     bench_pass "$wl" "$th" --no-raw --mountpoint "packfs-$side=$m"
