@@ -403,7 +403,7 @@ pub struct MountArgs {
     /// Stay in the foreground (logs on stderr) instead of daemonising.
     #[arg(short, long)]
     pub foreground: bool,
-    /// Decode the whole image into the cache at mount (when it fits).
+    /// Decode the whole image into the cache at mount, up to 90% of --cache-size (a shard manifest or several images: every shard, in order, into the cache they share).
     #[arg(long)]
     pub preload: bool,
     /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf).

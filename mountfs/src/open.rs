@@ -264,12 +264,23 @@ impl AnyImage {
         }
     }
 
-    /// Decodes as much of the image into the cache as fits. Returns (blocks, bytes).
+    /// Decodes as much of the image into the cache as fits in about 90% of
+    /// its budget; a union's shards in shard order, each opened for it.
+    /// Returns (blocks, bytes).
     pub fn preload(&self) -> Result<(u64, u64)> {
         match self {
             AnyImage::SquashFs(s) => s.preload(),
             AnyImage::Zip(z) => z.preload(),
-            AnyImage::Union(_) => Ok((0, 0)),
+            AnyImage::Union(u) => {
+                let full = u.cache().budget() as u64 * 9 / 10;
+                let mut total = (0, 0);
+                u.each_shard(|shard| {
+                    let (blocks, bytes) = shard.preload()?;
+                    total = (total.0 + blocks, total.1 + bytes);
+                    Ok(u.cache().stats().bytes < full)
+                })?;
+                Ok(total)
+            }
         }
     }
 

@@ -511,6 +511,58 @@ fn a_lookup_opens_only_the_shards_on_its_path() {
     assert_eq!(fs.getattr(ROOT).unwrap().node, ROOT);
 }
 
+// `--preload` of a union used to do nothing (a documented limit); it now
+// opens every shard and decodes them into the cache they share, up to the
+// same 90% of its budget as one image.
+#[test]
+fn preload_of_a_union_decodes_every_shard_within_the_shared_budget() {
+    let t = scratch();
+    let src = t.path().join("src");
+    wide_tree(&src);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 4, &[]);
+    let fs = open_fs(&m);
+    let AnyImage::Union(u) = &*fs.image else {
+        panic!("a manifest opens a union")
+    };
+    let (blocks, decoded) = fs.image.preload().unwrap();
+    assert_eq!(u.opened(), 4, "every shard opened");
+    assert!(
+        blocks >= 4 && decoded > 0,
+        "{blocks} blocks, {decoded} bytes"
+    );
+    let before = fs.image.cache().stats();
+    assert_eq!(
+        super::reader_core::read_every_file(&fs),
+        1500 + 12 * 150 + 1
+    );
+    let after = fs.image.cache().stats();
+    // Metadata blocks may still be decoded on first use; data blocks may not.
+    assert!(
+        after.misses - before.misses < 40,
+        "{} misses after preload: {after:?}",
+        after.misses - before.misses
+    );
+
+    // A budget smaller than the shards (10 MiB of text in four shards, an
+    // 8 MiB cache): preload stops near 90% of the budget
+    // for all shards together, not for each.
+    let src = t.path().join("rand");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..40 {
+        std::fs::write(src.join(format!("r{i:02}")), bytes(i, 256 << 10, true)).unwrap();
+    }
+    let m = pack_shards(&src, &t.path().join("out-rand"), "sqfs", 4, &[]);
+    let small = PackFs::new(AnyImage::open(&m, 8 << 20).unwrap(), 0, 0);
+    let (_, decoded) = small.image.preload().unwrap();
+    let s = small.image.cache().stats();
+    assert!(
+        decoded < 10 << 20,
+        "preload decoded all {decoded} bytes: {s:?}"
+    );
+    assert!(s.bytes <= s.budget, "{s:?}");
+    assert!(s.bytes > s.budget / 2, "preload left room: {s:?}");
+}
+
 #[test]
 fn run_mounts_a_manifest() {
     let t = scratch();

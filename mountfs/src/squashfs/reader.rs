@@ -394,19 +394,22 @@ impl SquashFs {
     }
 
     /// Decodes every block of the image into the cache, in parallel, until
-    /// the cache budget is nearly used. Returns (blocks, decoded bytes).
+    /// the cache holds about 90% of its budget (counting what it held
+    /// before: a union's shards share one cache). Returns (blocks, decoded
+    /// bytes).
     pub fn preload(&self) -> Result<(u64, u64)> {
         use rayon::prelude::*;
         use std::sync::atomic::{AtomicU64, Ordering};
         let blocks = self.all_blocks()?;
-        let budget = self.blocks.cache.budget() as u64;
+        let cache = &self.blocks.cache;
+        let room = (cache.budget() as u64 * 9 / 10).saturating_sub(cache.stats().bytes);
         let loaded = AtomicU64::new(0);
         let count = AtomicU64::new(0);
         let bs = self.sb.block_size as usize;
         blocks
             .par_iter()
             .try_for_each(|&(pos, w)| {
-                if loaded.load(Ordering::Relaxed) + bs as u64 > budget * 9 / 10 {
+                if loaded.load(Ordering::Relaxed) + bs as u64 > room {
                     return Err(());
                 }
                 if w & DATA_UNCOMPRESSED != 0 {

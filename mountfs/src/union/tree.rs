@@ -145,6 +145,17 @@ impl<I: Image> UnionImage<I> {
         Ok(img)
     }
 
+    /// Calls `f` on each shard's image in shard order, opening it first,
+    /// while `f` returns true (for `--preload`, which opens every shard).
+    pub fn each_shard(&self, mut f: impl FnMut(&I) -> Result<bool>) -> Result<()> {
+        for s in 0..self.members.len() as u32 {
+            if !f(self.member(s)?)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The union node of shard `s`'s node `n`.
     fn node(&self, s: u32, n: NodeId) -> Result<NodeId> {
         if n == ROOT {

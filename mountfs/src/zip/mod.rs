@@ -380,9 +380,11 @@ impl ZipFs {
     }
 
     /// Decodes into the cache as much of the archive as fits in about 90% of
-    /// the budget (small compressed members only). Returns (blocks, bytes).
+    /// the budget, counting what the cache held before (a union's shards
+    /// share one cache); small compressed members only. Returns (blocks,
+    /// bytes).
     pub fn preload(&self) -> Result<(u64, u64)> {
-        let budget = self.cache.budget() as u64 * 9 / 10;
+        let budget = (self.cache.budget() as u64 * 9 / 10).saturating_sub(self.cache.stats().bytes);
         let (mut blocks, mut bytes) = (0u64, 0u64);
         for (i, n) in self.idx.nodes.iter().enumerate().skip(1) {
             if n.is_dir() || n.encrypted() || n.size == 0 {
