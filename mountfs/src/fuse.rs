@@ -66,7 +66,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         // by hard links, so link identity is preserved.
         ino: INodeNo(a.node),
         size: a.size,
-        blocks: a.blocks(),
+        blocks: a.blocks,
         atime: t,
         mtime: t,
         ctime: t,

@@ -51,13 +51,10 @@ pub struct Attr {
     pub mtime: i64,
     /// Device number for device nodes, in Linux `new_encode_dev` form.
     pub rdev: u32,
-}
-
-impl Attr {
-    /// 512-byte blocks, as `stat` reports them.
-    pub fn blocks(&self) -> u64 {
-        self.size.div_ceil(512)
-    }
+    /// `st_blocks`, 512-byte units, counted as the format's kernel driver
+    /// would (SquashFS: a regular file's size less its holes, plus its
+    /// xattrs; nothing else for other kinds).
+    pub blocks: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -218,7 +218,7 @@ fn stat_tuple(a: &Attr) -> StatTuple {
         a.size,
         a.mtime,
         a.rdev,
-        a.blocks(),
+        a.blocks,
     )
 }
 

@@ -183,6 +183,8 @@ pub struct Entry {
     pub rdev: u64,
     pub xattrs: BTreeMap<String, Vec<u8>>,
     pub hash: Option<blake3::Hash>,
+    /// `st_blocks`, when asked for (0 otherwise).
+    pub blocks: u64,
 }
 
 pub struct ManifestOptions {
@@ -190,6 +192,9 @@ pub struct ManifestOptions {
     pub xattrs: bool,
     pub dir_size: bool,
     pub owners: bool,
+    /// `st_blocks` (allocation differs between filesystems, so only for
+    /// comparing two readers of one image).
+    pub blocks: bool,
 }
 
 impl Default for ManifestOptions {
@@ -199,6 +204,7 @@ impl Default for ManifestOptions {
             xattrs: true,
             dir_size: false,
             owners: true,
+            blocks: false,
         }
     }
 }
@@ -286,6 +292,7 @@ pub fn manifest(root: &Path, o: &ManifestOptions) -> BTreeMap<PathBuf, Entry> {
                 rdev: m.rdev(),
                 xattrs,
                 hash,
+                blocks: if o.blocks { m.blocks() } else { 0 },
             },
         );
     }

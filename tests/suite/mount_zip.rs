@@ -135,6 +135,7 @@ fn core_manifest(img: &Path) -> BTreeMap<PathBuf, Entry> {
                     rdev: 0,
                     xattrs: BTreeMap::new(),
                     hash,
+                    blocks: 0,
                 },
             );
         }
@@ -148,6 +149,7 @@ fn opts() -> ManifestOptions {
         xattrs: false,
         dir_size: false,
         owners: true,
+        blocks: false,
     }
 }
 

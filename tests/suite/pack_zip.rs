@@ -55,6 +55,7 @@ fn mopts() -> ManifestOptions {
         xattrs: false,
         dir_size: false,
         owners: true,
+        blocks: false,
     }
 }
 

@@ -61,7 +61,8 @@ pub struct XattrIdEntry {
     /// Number of key/value pairs.
     pub count: u32,
     /// Bytes of names (with prefix and NUL) and values, as listxattr and
-    /// getxattr need them (mksquashfs records it; the kernel ignores it).
+    /// getxattr need them (mksquashfs records it; the kernel counts it in
+    /// `st_blocks`).
     pub size: u32,
 }
 

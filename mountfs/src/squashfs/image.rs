@@ -31,8 +31,19 @@ impl SquashFs {
         self.inode(self.ref_of(node)?, false)
     }
 
-    fn attr_of(&self, inode: &Inode) -> Attr {
-        Attr {
+    /// The inode's attributes. `blocks` is what the kernel's driver shows
+    /// (fs/squashfs/inode.c): a regular file's size less its holes in
+    /// 512-byte units, 0 for other kinds, plus one unit per started 512
+    /// bytes of xattrs (the xattr id entry's `size`).
+    fn attr_of(&self, inode: &Inode) -> Result<Attr> {
+        let data = match &inode.kind {
+            InodeKind::File(f) => f.size.saturating_sub(f.sparse).div_ceil(512),
+            _ => 0,
+        };
+        let xattrs = self
+            .xattr_bytes(inode.xattr)?
+            .map_or(0, |n| u64::from(n).div_ceil(512).max(1));
+        Ok(Attr {
             node: self.node_of(inode.inode_ref),
             ino: inode.number as u64,
             kind: kind_of(&inode.kind),
@@ -43,7 +54,8 @@ impl SquashFs {
             size: inode.size(),
             mtime: inode.mtime as i64,
             rdev: inode.rdev(),
-        }
+            blocks: data + xattrs,
+        })
     }
 }
 
@@ -80,7 +92,7 @@ impl Image for SquashFs {
     type Handle = OpenFile;
 
     fn getattr(&self, node: NodeId) -> Result<Attr> {
-        Ok(self.attr_of(&self.node_inode(node)?))
+        self.attr_of(&self.node_inode(node)?)
     }
 
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Attr> {
@@ -90,7 +102,7 @@ impl Image for SquashFs {
         };
         let e = self.lookup_raw(d, name)?.ok_or(FsError::NotFound)?;
         let inode = self.inode(e.inode_ref, false)?;
-        Ok(self.attr_of(&inode))
+        self.attr_of(&inode)
     }
 
     fn readdir(

@@ -11,7 +11,7 @@ use packfs_format::bytes::Input;
 use packfs_format::squashfs::inode::{InodeBody, InodeHeader};
 use packfs_format::squashfs::metadata::{block_count, split_ref};
 use packfs_format::squashfs::superblock::Superblock;
-use packfs_format::squashfs::{INVALID_FRAG, INVALID_XATTR};
+use packfs_format::squashfs::{INVALID_FRAG, INVALID_XATTR, METADATA_SIZE};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inode {
@@ -65,6 +65,9 @@ pub struct FileInode {
     pub block_sizes: Vec<u32>,
     /// Where the block size list starts (absolute block pos, offset).
     pub sizes_at: (u64, usize),
+    /// Bytes of the file in holes (size words of 0), as the extended inode
+    /// records them; 0 for a basic inode.
+    pub sparse: u64,
 }
 
 impl FileInode {
@@ -100,8 +103,6 @@ impl Inode {
 pub struct InodeContext<'a> {
     pub sb: &'a Superblock,
     pub tables: &'a Tables,
-    /// Image length, which bounds how many block size words a file can have.
-    pub image_len: u64,
 }
 
 /// Decodes the inode at `inode_ref`. With `with_blocks`, a regular file's
@@ -170,6 +171,7 @@ pub fn decode_inode(
                     fragment_offset: b.fragment_offset,
                     block_sizes: Vec::new(),
                     sizes_at: (c.pos, c.off),
+                    sparse: 0,
                 },
                 InodeBody::ExtFile(e) => {
                     nlink = e.nlink;
@@ -181,6 +183,7 @@ pub fn decode_inode(
                         fragment_offset: e.fragment_offset,
                         block_sizes: Vec::new(),
                         sizes_at: (c.pos, c.off),
+                        sparse: e.sparse,
                     }
                 }
                 _ => unreachable!("matched a file body above"),
@@ -255,14 +258,24 @@ fn read_block_sizes(c: &mut MetaCursor<'_>, n: usize) -> Result<Vec<u32>> {
     Ok(out)
 }
 
-/// Number of full (non-fragment) blocks of a file, validated against the
-/// image size so a corrupt size cannot make us allocate gigabytes.
+/// Number of full (non-fragment) blocks of a file, bounded by how many
+/// size words the inode table could hold, so that a corrupt size is an
+/// error at once. The bound is loose on purpose: the list sits in
+/// compressed metadata, where a sparse file's run of zero words takes
+/// almost nothing (a 1 GiB hole in 4 KiB blocks lists 1 MiB of words in a
+/// few hundred bytes). A metadata block holds at most 8 KiB and takes at
+/// least its 2-byte header, so the table holds at most `len / 2 * 8 KiB`
+/// bytes. Memory stays bounded anyway: [`read_block_sizes`] grows its list
+/// as words are actually read.
 pub fn full_block_count(cx: &InodeContext<'_>, f: &FileInode) -> Result<usize> {
     let n = block_count(f.size, cx.sb.block_size, f.has_fragment());
-    // Every block takes at least 4 bytes of block list in the inode table.
-    if n.saturating_mul(4) > cx.image_len {
+    let table = cx
+        .sb
+        .directory_table_start
+        .saturating_sub(cx.sb.inode_table_start);
+    if n.saturating_mul(4) > (table / 2).saturating_mul(METADATA_SIZE as u64) {
         return Err(FsError::corrupt(format!(
-            "file of {} bytes needs {n} blocks, more than the image can list",
+            "file of {} bytes needs {n} blocks, more than the inode table can list",
             f.size
         )));
     }

@@ -132,7 +132,6 @@ impl SquashFs {
         InodeContext {
             sb: &self.sb,
             tables: &self.tables,
-            image_len: self.blocks.src.len(),
         }
     }
 
@@ -167,6 +166,15 @@ impl SquashFs {
             self.sb.xattr_id_table_start,
             xattr_idx,
         )
+    }
+
+    /// Bytes of the inode's xattrs as its xattr id entry records them, or
+    /// `None` for an inode without xattrs or an image without the table.
+    pub fn xattr_bytes(&self, xattr_idx: u32) -> Result<Option<u32>> {
+        if xattr_idx == INVALID_XATTR || self.sb.xattr_id_table_start == INVALID_TABLE {
+            return Ok(None);
+        }
+        Ok(Some(self.tables.xattr_entry(&self.blocks, xattr_idx)?.size))
     }
 
     /// Fragment table entry `idx`: (absolute block position, size word).

@@ -135,7 +135,7 @@ pub fn put_attr(b: &mut [u8], a: &Attr) {
     b[..88].fill(0);
     put64(b, 0, a.node);
     put64(b, 8, a.size);
-    put64(b, 16, a.blocks());
+    put64(b, 16, a.blocks);
     for at in [24, 32, 40] {
         put64(b, at, a.mtime as u64);
     }
@@ -222,6 +222,7 @@ mod tests {
             size: 1000,
             mtime: 1_700_000_000,
             rdev: 0,
+            blocks: 2,
         };
         let mut b = [0u8; 128];
         put_entry(&mut b, Some(&a), Duration::from_millis(1500));

@@ -223,6 +223,11 @@ impl ZipFs {
             size: n.size,
             mtime: n.mtime,
             rdev: 0,
+            blocks: if n.is_dir() || n.is_symlink() {
+                0
+            } else {
+                n.size.div_ceil(512)
+            },
         }
     }
 
