@@ -12,6 +12,7 @@ use mountfs::readahead::StreamReadahead;
 use mountfs::source::FileSource;
 use mountfs::zip::ZipFs;
 use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -93,9 +94,7 @@ fn core_manifest(img: &Path) -> BTreeMap<PathBuf, Entry> {
     let mut stack = vec![(ROOT, PathBuf::new())];
     while let Some((dir, path)) = stack.pop() {
         for e in fs.list(dir).unwrap() {
-            let rel = path.join(std::ffi::OsStr::new(
-                &String::from_utf8(e.name.clone()).unwrap(),
-            ));
+            let rel = path.join(std::ffi::OsStr::from_bytes(&e.name));
             let a = fs.getattr(e.node).unwrap();
             assert_eq!(a.kind, e.kind);
             let (kind, bits) = match a.kind {
@@ -246,6 +245,44 @@ fn info_zip_archives_match_unzip() {
             .current_dir(&src));
         differential(&img, t.path());
     }
+}
+
+// Regression: a name that is not UTF-8 from a Unix host was shown as CP437
+// ("caf\xe9" as "cafΘ"), so packfs's own ZIP of such a tree read back
+// under other names, and Info-ZIP's did not match unzip, which keeps a
+// Unix host's bytes.
+#[test]
+fn non_utf8_names_from_a_unix_host_keep_their_bytes() {
+    let t = scratch();
+    let src = t.path().join("src");
+    let name = |b: &[u8]| src.join(std::ffi::OsStr::from_bytes(b));
+    std::fs::create_dir_all(name(b"d\xe4\xfe")).unwrap();
+    std::fs::write(name(b"caf\xe9"), b"latin-1 name").unwrap();
+    std::fs::write(name(b"d\xe4\xfe/\x80x"), b"under a latin-1 dir").unwrap();
+    std::fs::write(src.join("plain"), b"ascii").unwrap();
+    // (No 0xff byte: unzip drops it from names.)
+    let names = |m: BTreeMap<PathBuf, Entry>| m.into_keys().collect::<Vec<_>>();
+    let want = names(manifest(&src, &opts()));
+
+    let ours = t.path().join("packfs.zip");
+    pack(&src, &ours, &[]);
+    assert_eq!(names(core_manifest(&ours)), want, "packfs pack, read back");
+    let m = PackfsMount::new(&ours, &[]);
+    assert_eq!(
+        names(manifest(m.path(), &opts())),
+        want,
+        "packfs pack, mounted"
+    );
+    drop(m);
+
+    let info = t.path().join("info-zip.zip");
+    run(Command::new("zip")
+        .args(["-q", "-r", "-X", "-y"])
+        .arg(&info)
+        .arg(".")
+        .current_dir(&src));
+    assert_eq!(names(core_manifest(&info)), want, "zip -r, read back");
+    differential(&info, t.path());
 }
 
 #[test]

@@ -189,12 +189,10 @@ pub fn cp437_to_utf8(b: &[u8]) -> Vec<u8> {
 /// The entry's name as UTF-8 bytes (as far as the archive tells).
 ///
 /// Order: the UTF-8 flag; a valid Unicode Path extra; plain ASCII as is; a
-/// name from a Unix host that is valid UTF-8 as is (Info-ZIP zip on Linux
-/// writes UTF-8 names without the flag, and unzip extracts them unchanged);
-/// otherwise CP437. A Unix host's path is decoded component by component:
-/// its names are bytes chosen one directory at a time, so one name that is
-/// not UTF-8 must not change how the directories above it read (decoding
-/// the whole path as CP437 would show them under a second, made-up name).
+/// name from a Unix host as is, whatever its bytes: Unix names are bytes
+/// (Info-ZIP zip on Linux writes UTF-8 names without the flag, packfs
+/// writes names that are not UTF-8 raw, and unzip extracts both
+/// unchanged); any other host's name as CP437.
 pub fn decode_name(e: &CentralEntry) -> Vec<u8> {
     if e.flags & FLAG_UTF8 != 0 {
         return e.raw_name.clone();
@@ -206,15 +204,7 @@ pub fn decode_name(e: &CentralEntry) -> Vec<u8> {
         return e.raw_name.clone();
     }
     if matches!(e.host(), HOST_UNIX | HOST_OSX) {
-        let parts: Vec<Vec<u8>> = e
-            .raw_name
-            .split(|&b| b == b'/')
-            .map(|c| match std::str::from_utf8(c) {
-                Ok(_) => c.to_vec(),
-                Err(_) => cp437_to_utf8(c),
-            })
-            .collect();
-        return parts.join(&b'/');
+        return e.raw_name.clone();
     }
     cp437_to_utf8(&e.raw_name)
 }
@@ -368,13 +358,15 @@ mod tests {
         assert_eq!(decode_name(&e), "ä.t".as_bytes());
         e.flags = FLAG_UTF8;
         assert_eq!(decode_name(&e), vec![0x84, b'.', b't']);
-        // A Unix host's valid UTF-8 is kept.
-        let e = CentralEntry {
-            made_by: 3 << 8,
-            raw_name: "é".as_bytes().to_vec(),
-            ..Default::default()
-        };
-        assert_eq!(decode_name(&e), "é".as_bytes());
+        // A Unix host's bytes are kept, UTF-8 or not.
+        for raw in ["é".as_bytes(), b"caf\xe9/\xff".as_slice()] {
+            let e = CentralEntry {
+                made_by: 3 << 8,
+                raw_name: raw.to_vec(),
+                ..Default::default()
+            };
+            assert_eq!(decode_name(&e), raw);
+        }
     }
 
     #[test]
