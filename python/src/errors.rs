@@ -105,6 +105,13 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             format!("Invalid argument (not a symbolic link) {here}"),
             path,
         )),
+        // A valid request the entry cannot answer (reading a fifo or a
+        // device): the caller's mistake, not damage (EIO).
+        Error::Fs(FsError::Invalid(why)) => PyOSError::new_err((
+            libc::EINVAL,
+            format!("Invalid argument ({why}) {here}"),
+            path,
+        )),
         Error::SymlinkLoop => PyOSError::new_err((
             libc::ELOOP,
             format!("Too many levels of symbolic links {here}"),

@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use rayon::prelude::*;
 use std::mem::ManuallyDrop;
+use std::os::unix::ffi::OsStringExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 
@@ -239,7 +240,12 @@ fn open_disk_cache(
         Err(e) => {
             let msg = format!("disk_cache {}: {e}; not caching to disk", dir.display());
             let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
-            PyErr::warn(py, &cat, &std::ffi::CString::new(msg).unwrap_or_default(), 1)?;
+            PyErr::warn(
+                py,
+                &cat,
+                &std::ffi::CString::new(msg).unwrap_or_default(),
+                1,
+            )?;
             Ok(None)
         }
     }
@@ -267,7 +273,9 @@ impl NativeImage {
         disk_cache: Option<&Bound<'_, PyAny>>,
         disk_cache_size: Option<u64>,
     ) -> PyResult<Self> {
-        let location: String = String::from_utf8_lossy(&path_arg(location)?).into_owned();
+        // Bytes: a local path need not be UTF-8 (a URL always is).
+        let path = std::path::PathBuf::from(std::ffi::OsString::from_vec(path_arg(location)?));
+        let location = path.to_string_lossy().into_owned();
         let disk_cache = match disk_cache {
             Some(dir) => open_disk_cache(py, &path_arg(dir)?, disk_cache_size)?,
             None => None,
@@ -282,7 +290,7 @@ impl NativeImage {
         let opened = py
             .detach(|| {
                 let _call = Call::enter();
-                guarded(|| Ok(open::open(&location, &o)?))
+                guarded(|| Ok(open::open(&path, &o)?))
             })
             .map_err(|e| crate::errors::open_to_py(e, &location))?;
         Ok(NativeImage {

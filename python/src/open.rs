@@ -78,8 +78,8 @@ fn wrap(src: Box<dyn ImageSource>, counters: &Arc<StorageCounters>) -> Box<dyn I
 
 /// Opens `location` (a file, a shard manifest, `s3://BUCKET/KEY`,
 /// `http(s)://...`).
-pub fn open(location: &str, o: &Options) -> Result<Opened, FsError> {
-    let loc = ImageLocation::parse(location).map_err(FsError::Invalid)?;
+pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> {
+    let loc = ImageLocation::from_path(location).map_err(FsError::Invalid)?;
     let remote = RemoteOptions {
         endpoint: o.endpoint.clone(),
         profile: o.profile.clone(),
@@ -106,7 +106,11 @@ pub fn open(location: &str, o: &Options) -> Result<Opened, FsError> {
                         ImageLocation::Local(p) => open_image(p, IoMode::Pread)?,
                         _ => location::open_location(shard, IoMode::Pread, &shard_remote)?.source,
                     };
-                    AnyImage::from_source_with_cache(wrap(src, &storage2), &shard.to_string(), cache)
+                    AnyImage::from_source_with_cache(
+                        wrap(src, &storage2),
+                        &shard.to_string(),
+                        cache,
+                    )
                 }),
             };
             let u = open_manifest_bytes(&loc, &bytes, &remote, opts)?;

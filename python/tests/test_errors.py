@@ -71,6 +71,23 @@ def test_symlink_loops_end(tmp_path, packfs_bin):
             img.read(p)
         assert e.value.errno == errno.ELOOP, p
     assert not img.exists("a") and img.islink("a")
+    # A loop on the way: absent, as os.path.islink says (it raised ELOOP).
+    assert not img.islink("a/x") and not img.isdir("a/x")
+
+
+def test_reading_a_fifo_is_einval_naming_the_path(tmp_path, packfs_bin):
+    """Regression: it was OSError(EIO) naming the image, the errno kept
+    for damage, though the image is sound."""
+    d = tmp_path / "special"
+    d.mkdir()
+    os.mkfifo(d / "fifo")
+    out = tmp_path / "special.sqfs"
+    subprocess.run([packfs_bin, "pack", str(d), "-o", str(out), "-q"], check=True)
+    img = packfs.Image(out)
+    for call in (img.read, img.open):
+        with pytest.raises(OSError) as e:
+            call("fifo")
+        assert e.value.errno == errno.EINVAL and e.value.filename == "fifo", e.value
 
 
 # Damage through Python: truncations and byte flips of real images (the

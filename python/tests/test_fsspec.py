@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
 
 import pytest
 
@@ -38,6 +40,43 @@ def test_open_cat_ls_glob(images, tree):
         fs.cat("missing")
     with pytest.raises(ValueError):
         fs.open("a/new", "wb")
+
+
+def test_walks_do_not_descend_into_links_to_directories(tmp_path, packfs_bin):
+    """Regression: ``ls`` typed a link by its target, so ``find``, ``walk``,
+    ``du`` and ``glob('**')`` went through links to directories, 40 levels
+    deep through a link to its own directory (and endlessly with two such
+    links). fsspec's local filesystem is the reference."""
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "f").write_bytes(b"12345")
+    (src / "a" / "b" / "g").write_bytes(b"x")
+    os.symlink(".", src / "a" / "self")
+    os.symlink("b", src / "a" / "to_b")
+    os.symlink("f", src / "a" / "to_f")
+    os.symlink("nowhere", src / "a" / "dangling")
+    img = tmp_path / "links.sqfs"
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(img), "-q"], check=True)
+    fs = fsspec.filesystem("packfs", fo=str(img))
+    local = fsspec.filesystem("file")
+    root = src.as_posix()
+
+    def rel(paths: list) -> list:
+        # Local's lists hold the root itself too.
+        return sorted(p[len(root) + 1 :] for p in paths if p != root)
+
+    assert sorted(fs.find("", withdirs=True)) == rel(local.find(root, withdirs=True))
+    assert sorted(fs.glob("**")) == rel(local.glob(root + "/**"))
+
+    def listed(entries, name):
+        return {name(e): (e["type"], e["islink"], e.get("destination")) for e in entries}
+
+    assert listed(fs.ls("a"), lambda e: e["name"]) == listed(
+        local.ls(root + "/a", detail=True), lambda e: e["name"][len(root) + 1 :]
+    )
+    assert {e["name"]: e["size"] for e in fs.ls("a")}["a/to_f"] == 5
+    # info follows a link, as local's does for a path.
+    assert fs.info("a/to_b")["type"] == "directory" and fs.info("a/to_b")["islink"]
 
 
 def test_pandas_and_pyarrow_read_inside_an_image(images, tree):

@@ -271,6 +271,32 @@ def test_scandir_and_walk_like_os(images, tree):
     assert img.listdir(b"a") and all(isinstance(n, bytes) for n in img.listdir(b"a"))
 
 
+class BytesPath:
+    def __init__(self, p: bytes) -> None:
+        self.p = p
+
+    def __fspath__(self) -> bytes:
+        return self.p
+
+
+def test_path_likes_as_os_takes_them(images, tree, tmp_path):
+    """Regressions: a path-like giving bytes got str names back; a
+    DirEntry was no path-like; an image file whose name is not UTF-8 could
+    not be opened (its name was decoded lossily)."""
+    img = packfs.Image(images["packfs-sqfs"][0])
+    assert sorted(img.listdir(BytesPath(b"a"))) == sorted(os.listdir(os.fsencode(tree / "a")))
+    assert img.readlink(BytesPath(b"a/link_rel")) == b"hello.txt"
+    with img.scandir("a") as it:
+        hello = next(e for e in it if e.name == "hello.txt")
+    assert os.fspath(hello) == "a/hello.txt"
+    assert img.read(hello) == (tree / "a/hello.txt").read_bytes()
+    odd = os.path.join(os.fsencode(tmp_path), b"image-\xe9.sqfs")
+    with open(odd, "wb") as f:
+        f.write(images["packfs-sqfs"][0].read_bytes())
+    for location in (odd, os.fsdecode(odd)):
+        assert packfs.Image(location).read("a/hello.txt") == b"hello world\n"
+
+
 def test_s3_manifest_reads_as_one_tree(tree, packfs_bin, moto):
     # Shards packed straight to the bucket by the CLI; the manifest object
     # beside them names them relatively.

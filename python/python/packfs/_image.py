@@ -239,18 +239,23 @@ class Image:
             return _stat.S_ISLNK(self.lstat(path).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             return False
+        except OSError as e:
+            # A loop on the way to it: absent, as for ``isdir``/``exists``.
+            if e.errno == errno.ELOOP:
+                return False
+            raise
 
     def readlink(self, path: str | bytes | os.PathLike) -> str:
         """The target of the symlink ``path``, as stored (``bytes`` for a
         ``bytes`` path)."""
         target = self._native().readlink(path)
-        return os.fsencode(target) if isinstance(path, bytes) else target
+        return os.fsencode(target) if isinstance(os.fspath(path), bytes) else target
 
     def listdir(self, path: str | bytes | os.PathLike = "") -> list:
         """Names in the directory ``path`` (``bytes`` for a ``bytes`` path),
         in the image's order, without ``.`` and ``..``."""
         names = self._native().listdir(path)
-        if isinstance(path, bytes):
+        if isinstance(os.fspath(path), bytes):
             return [os.fsencode(n) for n in names]
         return names
 
@@ -370,6 +375,11 @@ class DirEntry:
         if self._lstat is None:
             self._lstat = self._image.stat(self.path, follow_symlinks=False)
         return self._lstat
+
+    def __fspath__(self) -> Any:
+        """The entry's path in the image, so that an entry can be passed
+        where a path is taken (``image.read(entry)``), as ``os.DirEntry``."""
+        return self.path
 
     def __repr__(self) -> str:
         return f"<packfs.DirEntry {self.name!r}>"

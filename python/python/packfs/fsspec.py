@@ -154,6 +154,22 @@ class PackFileSystem(AbstractFileSystem):
             info["destination"] = self.image.readlink(path)
         return info
 
+    def _entry_info(self, path: str) -> dict:
+        """A listed entry as fsspec's local filesystem lists one: typed by
+        the entry itself, so that a link to a directory is ``"other"`` and
+        ``walk``/``find``/``glob`` do not descend into it (two links to their
+        own directory would make a walk endless); its size is its target's."""
+        lst = self.image.lstat(path)
+        if not _stat.S_ISLNK(lst.st_mode):
+            return self._info(path, lst, False)
+        info = self._info(path, lst, True)
+        try:
+            info["size"] = self.image.stat(path).st_size
+        except OSError:
+            info["size"] = 0  # dangling, or a loop
+        info["destination"] = self.image.readlink(path)
+        return info
+
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list:
         path = self._strip_protocol(path)
         if not self.image.isdir(path):
@@ -164,7 +180,7 @@ class PackFileSystem(AbstractFileSystem):
             for e in it:
                 full = f"{path}/{e.name}" if path else e.name
                 if detail:
-                    out.append(self.info(full))
+                    out.append(self._entry_info(full))
                 else:
                     out.append(full)
         return out
