@@ -10,7 +10,8 @@
 //! are followed per call (then ELOOP), so a cycle of links ends.
 //!
 //! Paths are relative to the image root with or without a leading `/`;
-//! `""` and `"/"` are the root; a trailing `/` requires a directory.
+//! `""` and `"/"` are the root; `.` and a trailing `/` require a directory
+//! (and follow a symlink before them).
 
 use crate::errors::{Error, Result, MAX_SYMLINKS};
 use mountfs::fs::{Attr, FileKind, PackFs, ROOT};
@@ -18,19 +19,32 @@ use mountfs::open::AnyImage;
 use mountfs::FsError;
 use std::collections::VecDeque;
 
+/// One step of a path: a name to look up, or `Here` (a `.` component, or a
+/// trailing `/`), which names the entry reached so far and requires it to
+/// be a directory. `Here` counts as a further component, so a symlink
+/// before it is followed (`link/.`, `link/`), as the kernel does; in a
+/// symlink's target too (a target `f/` names a directory or nothing).
+enum Step {
+    Name(Vec<u8>),
+    Here,
+}
+
 /// The entry `path` names; `follow_last` follows a final symlink.
 pub fn resolve(fs: &PackFs<AnyImage>, path: &[u8], follow_last: bool) -> Result<Attr> {
     let root = fs.getattr(ROOT)?;
     // Entries from the root to where we are; `..` pops one.
     let mut stack: Vec<Attr> = vec![root];
-    let mut todo: VecDeque<Vec<u8>> = components(path).collect();
-    let must_be_dir = path.last() == Some(&b'/') && !todo.is_empty();
+    let mut todo: VecDeque<Step> = steps(path).collect();
     let mut links = 0u32;
-    while let Some(name) = todo.pop_front() {
+    while let Some(step) = todo.pop_front() {
         let here = stack.last().expect("the root is never popped");
         if here.kind != FileKind::Dir {
             return Err(FsError::NotDir.into());
         }
+        let name = match step {
+            Step::Here => continue,
+            Step::Name(name) => name,
+        };
         if name == b".." {
             if stack.len() > 1 {
                 stack.pop();
@@ -38,8 +52,7 @@ pub fn resolve(fs: &PackFs<AnyImage>, path: &[u8], follow_last: bool) -> Result<
             continue;
         }
         let a = fs.lookup(here.node, &name)?;
-        let last = todo.is_empty();
-        if a.kind == FileKind::Symlink && (!last || follow_last || must_be_dir) {
+        if a.kind == FileKind::Symlink && (!todo.is_empty() || follow_last) {
             links += 1;
             if links > MAX_SYMLINKS {
                 return Err(Error::SymlinkLoop);
@@ -52,23 +65,25 @@ pub fn resolve(fs: &PackFs<AnyImage>, path: &[u8], follow_last: bool) -> Result<
             if target.first() == Some(&b'/') {
                 stack.truncate(1);
             }
-            for c in components(&target).collect::<Vec<_>>().into_iter().rev() {
+            for c in steps(&target).collect::<Vec<_>>().into_iter().rev() {
                 todo.push_front(c);
             }
             continue;
         }
         stack.push(a);
     }
-    let found = stack.pop().expect("the stack holds at least the root");
-    if must_be_dir && found.kind != FileKind::Dir {
-        return Err(FsError::NotDir.into());
-    }
-    Ok(found)
+    Ok(stack.pop().expect("the stack holds at least the root"))
 }
 
-/// The names in `path`, without empty and `.` components.
-fn components(path: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
+/// The steps of `path`: its names, `Here` for each `.` and for a trailing
+/// `/`; empty components (`a//b`, a leading `/`) are nothing.
+fn steps(path: &[u8]) -> impl Iterator<Item = Step> + '_ {
+    let trailing = (path.last() == Some(&b'/')).then_some(Step::Here);
     path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty() && *c != b".")
-        .map(<[u8]>::to_vec)
+        .filter(|c| !c.is_empty())
+        .map(|c| match c {
+            b"." => Step::Here,
+            name => Step::Name(name.to_vec()),
+        })
+        .chain(trailing)
 }

@@ -310,3 +310,47 @@ def test_s3_manifest_reads_as_one_tree(tree, packfs_bin, moto):
     assert img.format == "union"
     assert_reads_as(img, tree)
     assert img.stats()["requests"] > 0
+
+
+def test_paths_resolve_as_the_kernel_resolves_them(tmp_path, packfs_bin):
+    """Regression: `.` components were dropped, so `f/.` named a file and
+    `link/.` the link itself; a link whose target ends in `/` reached a
+    file. Each call on the image must end as the same call on the raw tree
+    (same result kind, or the same errno)."""
+    src = tmp_path / "src"
+    (src / "d" / "e").mkdir(parents=True)
+    (src / "f").write_bytes(b"file")
+    (src / "d" / "g").write_bytes(b"in d")
+    os.symlink("d", src / "todir")
+    os.symlink("f/", src / "slashlink")
+    os.symlink("d/.", src / "dotlink")
+    os.symlink("f", src / "tofile")
+    img_path = tmp_path / "paths.sqfs"
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(img_path), "-q"], check=True)
+    img = packfs.Image(img_path)
+    names = ["f", "d", "todir", "slashlink", "dotlink", "tofile"]
+    paths = [p for n in names for p in (n, f"{n}/", f"{n}/.", f"{n}/./", f"{n}/..", f"{n}/g")]
+    paths += ["d/./e/..", ".", "./d", "d/e/../../f/."]
+
+    def outcome(call, *args):
+        try:
+            r = call(*args)
+        except OSError as e:
+            return ("error", e.errno)
+        if isinstance(r, os.stat_result):
+            return ("stat", stat.S_IFMT(r.st_mode), r.st_size if stat.S_ISREG(r.st_mode) else None)
+        return ("value", sorted(r) if isinstance(r, list) else r)
+
+    for p in paths:
+        raw = os.path.join(src, p)
+        for mine, theirs in [
+            (img.stat, os.stat),
+            (img.lstat, os.lstat),
+            (img.readlink, os.readlink),
+            (img.listdir, os.listdir),
+            (img.read, lambda q: open(q, "rb").read()),
+            (img.islink, os.path.islink),
+            (img.isdir, os.path.isdir),
+            (img.exists, os.path.exists),
+        ]:
+            assert outcome(mine, p) == outcome(theirs, raw), (p, theirs)
