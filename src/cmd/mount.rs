@@ -304,7 +304,8 @@ fn source_name(first: &Path, source: &Source) -> String {
 /// one that is not a directory, or, unless `nonempty`, one with contents
 /// (the mount would hide them).
 fn check_mountpoint(mp: &Path, nonempty: bool) -> anyhow::Result<()> {
-    if let Some(m) = crate::mountinfo::at(mp).filter(|m| m.is_fuse()) {
+    let mounted = crate::mountinfo::at(mp);
+    if let Some(m) = mounted.as_ref().filter(|m| m.is_fuse()) {
         bail!(
             "mountpoint {}: already mounted ({} from {}); unmount it first with `packfs umount {}`",
             mp.display(),
@@ -319,8 +320,13 @@ fn check_mountpoint(mp: &Path, nonempty: bool) -> anyhow::Result<()> {
     }
     let listed = std::fs::read_dir(mp).with_context(|| format!("mountpoint {}", mp.display()))?;
     if !nonempty && listed.into_iter().next().is_some() {
+        // Another filesystem mounted there (a kernel one: FUSE ones are
+        // refused above) is what makes it non-empty; say so.
+        let there = mounted
+            .map(|m| format!(" ({} from {} is mounted there)", m.fstype, m.source))
+            .unwrap_or_default();
         bail!(
-            "mountpoint {}: directory is not empty (pass --nonempty to mount over it; its contents are hidden until unmounted)",
+            "mountpoint {}: directory is not empty{there} (pass --nonempty to mount over it; its contents are hidden until unmounted)",
             mp.display()
         );
     }

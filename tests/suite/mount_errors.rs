@@ -3,7 +3,7 @@
 //! and names an option the command takes (`--nonempty`, for `mount` and
 //! `run` alike), never a FUSE tool's raw errno.
 
-use crate::common::{pack, packfs_bin, require_root, scratch};
+use crate::common::{pack, packfs_bin, require_root, scratch, KernelMount};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -175,4 +175,24 @@ fn a_preload_that_meets_a_corrupt_block_names_the_image() {
         "{e}"
     );
     assert_eq!(mounts_at(&mp), 0);
+}
+
+// A kernel mount at the mountpoint is not refused (mounting over it with
+// --nonempty is a choice), but the refusal for contents names it: the
+// message said only "not empty".
+#[test]
+fn a_kernel_mount_at_the_mountpoint_is_named_in_the_refusal() {
+    let t = scratch();
+    let img = image(t.path());
+    let Some(k) = KernelMount::new(&img) else {
+        return;
+    };
+    let o = packfs(&["mount".as_ref(), img.as_os_str(), k.path().as_os_str()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("not empty") && e.contains("squashfs from") && e.contains("--nonempty"),
+        "{e}"
+    );
+    assert_eq!(mounts_at(k.path()), 1, "a mount was stacked");
 }
