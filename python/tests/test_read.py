@@ -266,6 +266,21 @@ def test_scandir_and_walk_like_os(images, tree):
         (os.path.relpath(d, tree), sorted(ds), sorted(fs)) for d, ds, fs in os.walk(tree / "a")
     )
     assert mine == theirs
+    # A caller's edits of `dirnames` top-down, as os.walk takes them: a
+    # removed name is not entered, an added one is (it had been ignored).
+    def edited(walk, rel):
+        out, errors = [], []
+        for d, ds, fs in walk(errors.append):
+            out.append((rel(d), sorted(ds), sorted(fs)))
+            if "b" in ds:
+                ds.remove("b")
+                ds.append("link_dir")  # a link: not entered either way
+                ds.append("nope")  # missing: onerror
+        return sorted(out), sorted(e.errno for e in errors)
+
+    assert edited(lambda on: img.walk("a", onerror=on), lambda d: d) == edited(
+        lambda on: os.walk(tree / "a", onerror=on), lambda d: os.path.relpath(d, tree)
+    )
     bottom_up = [d for d, _, _ in img.walk("a", topdown=False)]
     assert bottom_up[-1] == "a" and bottom_up.index("a/b/c") < bottom_up.index("a/b")
     assert img.listdir(b"a") and all(isinstance(n, bytes) for n in img.listdir(b"a"))

@@ -281,7 +281,7 @@ class Image:
             if isinstance(item, tuple):  # bottom-up: yield after the children
                 yield item
                 continue
-            dirs, files, recurse = [], [], []
+            dirs, files = [], []
             try:
                 with self.scandir(item) as it:
                     entries = list(it)
@@ -290,21 +290,17 @@ class Image:
                     onerror(e)
                 continue
             for e in entries:
-                is_dir = e.is_dir()
-                (dirs if is_dir else files).append(e.name)
-                if is_dir and (followlinks or not e.is_symlink()):
-                    recurse.append(e.name)
+                (dirs if e.is_dir() else files).append(e.name)
+            # Names not descended into: links, unless followed.
+            links = set() if followlinks else {e.name for e in entries if e.is_symlink()}
             if topdown:
                 yield item, dirs, files
-                # The caller may prune `dirs`: recurse into what is left.
-                wanted = set(recurse)
-                recurse = [d for d in dirs if d in wanted]
-                for d in reversed(recurse):
-                    stack.append(_join(item, d))
             else:
                 stack.append((item, dirs, files))
-                for d in reversed(recurse):
-                    stack.append(_join(item, d))
+            # As os.walk: after a top-down yield, what the caller left in (or
+            # put into) `dirs`; a name that is no directory ends in onerror.
+            for d in reversed([d for d in dirs if d not in links]):
+                stack.append(_join(item, d))
 
 
 def _stat_result(t: tuple, blksize: int) -> os.stat_result:
