@@ -80,22 +80,37 @@ pub fn absolute_path(s: &str) -> Result<PathBuf, String> {
     Ok(p)
 }
 
-/// `run IMAGE:MOUNTPOINT`: split at the last colon (an image URL has its own).
+/// `run IMAGE:MOUNTPOINT`.
 #[derive(Clone, Debug)]
 pub struct MountSpec {
     pub image: String,
     pub mountpoint: PathBuf,
 }
 
+/// Either side of `IMAGE:MOUNTPOINT` may hold colons (an image URL has one,
+/// a path may), so the split is at the first colon whose left side names
+/// an image that is there (a file, or a URL) and whose right side can be a
+/// path; failing that, at the last colon, and the missing image is then
+/// reported by its name.
 pub fn mount_spec(s: &str) -> Result<MountSpec, String> {
-    match s.rsplit_once(':') {
-        Some((image, mp)) if !image.is_empty() && !mp.is_empty() && !mp.starts_with("//") => {
-            Ok(MountSpec {
-                image: image.to_string(),
-                mountpoint: PathBuf::from(mp),
-            })
-        }
-        _ => Err(format!(
+    let splits = || {
+        s.match_indices(':')
+            .map(|(i, _)| (&s[..i], &s[i + 1..]))
+            .filter(|(image, mp)| !image.is_empty() && !mp.is_empty() && !mp.starts_with("//"))
+    };
+    let names_an_image = |image: &str| {
+        mountfs::location::ImageLocation::parse(image).is_ok_and(|l| l.is_remote())
+            || std::path::Path::new(image).exists()
+    };
+    match splits()
+        .find(|(image, _)| names_an_image(image))
+        .or_else(|| splits().next_back())
+    {
+        Some((image, mp)) => Ok(MountSpec {
+            image: image.to_string(),
+            mountpoint: PathBuf::from(mp),
+        }),
+        None => Err(format!(
             "{s:?}: expected IMAGE:MOUNTPOINT (e.g. data.sqfs:/tmp/data); the command goes after --"
         )),
     }
@@ -125,5 +140,27 @@ mod tests {
         for bad in ["a.sqfs", "a.sqfs:", ":/tmp/d", "http://host/x.sqfs"] {
             assert!(mount_spec(bad).is_err(), "{bad}");
         }
+    }
+
+    // Regression: a colon in the mountpoint split it off as part of the
+    // image ("no such file: data.sqfs:/tmp/a").
+    #[test]
+    fn a_colon_in_the_mountpoint_or_the_image_name_splits_where_the_image_is() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().to_str().unwrap();
+        for name in ["data.sqfs", "a:b.sqfs"] {
+            std::fs::write(t.path().join(name), b"").unwrap();
+            let m = mount_spec(&format!("{dir}/{name}:/tmp/x:y")).unwrap();
+            assert_eq!(m.image, format!("{dir}/{name}"));
+            assert_eq!(m.mountpoint, PathBuf::from("/tmp/x:y"));
+        }
+        let m = mount_spec("s3://b/k.sqfs:/tmp/x:y").unwrap();
+        assert_eq!(
+            (m.image.as_str(), m.mountpoint.to_str()),
+            ("s3://b/k.sqfs", Some("/tmp/x:y"))
+        );
+        // No image there: the last colon, as before.
+        let m = mount_spec(&format!("{dir}/missing.sqfs:/tmp/d")).unwrap();
+        assert_eq!(m.image, format!("{dir}/missing.sqfs"));
     }
 }

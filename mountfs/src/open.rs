@@ -277,7 +277,9 @@ impl AnyImage {
                 u.each_shard(|shard| {
                     let (blocks, bytes) = shard.preload()?;
                     total = (total.0 + blocks, total.1 + bytes);
-                    Ok(u.cache().stats().bytes < full)
+                    // Decoded bytes too: blocks the cache evicted (its
+                    // shards fill unevenly) would let every shard go on.
+                    Ok(total.1 < full && u.cache().stats().bytes < full)
                 })?;
                 Ok(total)
             }
