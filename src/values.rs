@@ -98,8 +98,17 @@ pub fn mount_spec(s: &str) -> Result<MountSpec, String> {
             .map(|(i, _)| (&s[..i], &s[i + 1..]))
             .filter(|(image, mp)| !image.is_empty() && !mp.is_empty() && !mp.starts_with("//"))
     };
+    // A URL names an object only with a path after its host: the colon
+    // before a port (`http://host:8080/x.sqfs`) does not end it.
+    let url_with_path = |image: &str| {
+        image.split_once("://").is_some_and(|(_, rest)| {
+            rest.split_once('/')
+                .is_some_and(|(host, path)| !host.is_empty() && !path.is_empty())
+        })
+    };
     let names_an_image = |image: &str| {
-        mountfs::location::ImageLocation::parse(image).is_ok_and(|l| l.is_remote())
+        (url_with_path(image)
+            && mountfs::location::ImageLocation::parse(image).is_ok_and(|l| l.is_remote()))
             || std::path::Path::new(image).exists()
     };
     match splits()
@@ -154,11 +163,16 @@ mod tests {
             assert_eq!(m.image, format!("{dir}/{name}"));
             assert_eq!(m.mountpoint, PathBuf::from("/tmp/x:y"));
         }
-        let m = mount_spec("s3://b/k.sqfs:/tmp/x:y").unwrap();
-        assert_eq!(
-            (m.image.as_str(), m.mountpoint.to_str()),
-            ("s3://b/k.sqfs", Some("/tmp/x:y"))
-        );
+        for url in [
+            "s3://b/k.sqfs",
+            "http://host:8080/k.sqfs",
+            "https://h/a/k.sqfs",
+        ] {
+            for mp in ["/tmp/x:y", "/tmp/d"] {
+                let m = mount_spec(&format!("{url}:{mp}")).unwrap();
+                assert_eq!((m.image.as_str(), m.mountpoint.to_str()), (url, Some(mp)));
+            }
+        }
         // No image there: the last colon, as before.
         let m = mount_spec(&format!("{dir}/missing.sqfs:/tmp/d")).unwrap();
         assert_eq!(m.image, format!("{dir}/missing.sqfs"));
