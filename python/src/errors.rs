@@ -132,14 +132,10 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
 
 /// The exception for a failed open of the image at `location`.
 pub fn open_to_py(err: Error, location: &str) -> PyErr {
-    // mountfs prefixes some messages with the image's name; the exception
+    // mountfs names the image in some messages, first or after what kind
+    // of failure it is ("corrupt image: IMG: empty file"); the exception
     // carries it as `filename`, so once is enough.
-    let strip = |m: String| {
-        m.strip_prefix(location)
-            .and_then(|r| r.strip_prefix(": "))
-            .map(str::to_string)
-            .unwrap_or(m)
-    };
+    let strip = |m: String| m.replacen(&format!("{location}: "), "", 1);
     let loc = location.to_string();
     match err {
         Error::Fs(FsError::Io { source, .. }) => {

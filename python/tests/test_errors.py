@@ -51,8 +51,10 @@ def test_not_an_image(tmp_path):
     assert e.value.filename == str(tmp_path / "missing.sqfs")
     empty = tmp_path / "empty"
     empty.write_bytes(b"")
-    with pytest.raises(packfs.NotAnImageError):
+    with pytest.raises(packfs.NotAnImageError) as e:
         packfs.Image(empty)
+    # The image is named once, as `filename` (the message named it too).
+    assert e.value.filename == str(empty) and str(empty) not in e.value.strerror, e.value
     with pytest.raises(ValueError):
         packfs.Image("s3://bucket-without-key")
 
