@@ -143,6 +143,18 @@ impl BlockCache {
         self.core.budget
     }
 
+    /// How full `--preload` may make the cache: 90% of the budget, the
+    /// rest left to what reads bring in.
+    pub fn preload_limit(&self) -> u64 {
+        self.budget() as u64 * 9 / 10
+    }
+
+    /// What a preload may still decode: [`Self::preload_limit`] less what
+    /// the cache holds (a union's shards preload into one cache in turn).
+    pub fn preload_room(&self) -> u64 {
+        self.preload_limit().saturating_sub(self.stats().bytes)
+    }
+
     /// Returns the cached block for `key`, or runs `load` (once, whatever the
     /// number of concurrent callers) and caches its result.
     pub fn get_or_load<E>(

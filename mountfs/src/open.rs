@@ -272,14 +272,14 @@ impl AnyImage {
             AnyImage::SquashFs(s) => s.preload(),
             AnyImage::Zip(z) => z.preload(),
             AnyImage::Union(u) => {
-                let full = u.cache().budget() as u64 * 9 / 10;
+                let limit = u.cache().preload_limit();
                 let mut total = (0, 0);
                 u.each_shard(|shard| {
                     let (blocks, bytes) = shard.preload()?;
                     total = (total.0 + blocks, total.1 + bytes);
                     // Decoded bytes too: blocks the cache evicted (its
                     // shards fill unevenly) would let every shard go on.
-                    Ok(total.1 < full && u.cache().stats().bytes < full)
+                    Ok(total.1 < limit && u.cache().preload_room() > 0)
                 })?;
                 Ok(total)
             }

@@ -92,6 +92,12 @@ def packfs_bin() -> str:
     return str(target / "debug" / "packfs")
 
 
+def pack(packfs_bin: str, src: Path, out: Path) -> Path:
+    """``packfs pack SRC -o OUT`` (format from OUT's extension)."""
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(out), "-q"], check=True)
+    return out
+
+
 def mksquashfs(tree: Path, out: Path, comp: str, block: int) -> Path:
     need_tool("mksquashfs")
     subprocess.run(
@@ -110,12 +116,8 @@ def images(work, tree, packfs_bin) -> dict:
     for comp, block in [("gzip", 131072), ("xz", 1048576), ("lz4", 4096), ("zstd", 65536), ("lzo", 131072)]:
         p = mksquashfs(tree, work / f"mk-{comp}-{block}.sqfs", comp, block)
         out[f"mksquashfs-{comp}-{block}"] = (p, "squashfs")
-    p = work / "packfs.sqfs"
-    subprocess.run([packfs_bin, "pack", str(tree), "-o", str(p), "-q"], check=True)
-    out["packfs-sqfs"] = (p, "squashfs")
-    p = work / "packfs.zip"
-    subprocess.run([packfs_bin, "pack", str(tree), "-o", str(p), "-q"], check=True)
-    out["packfs-zip"] = (p, "zip")
+    out["packfs-sqfs"] = (pack(packfs_bin, tree, work / "packfs.sqfs"), "squashfs")
+    out["packfs-zip"] = (pack(packfs_bin, tree, work / "packfs.zip"), "zip")
     need_tool("zip")
     p = work / "infozip.zip"
     subprocess.run(["zip", "-q", "-r", "-y", str(p), "."], cwd=tree, check=True)

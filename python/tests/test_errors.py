@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import packfs
+from conftest import pack
 
 
 def test_missing_and_wrong_kinds(images):
@@ -65,8 +66,7 @@ def test_symlink_loops_end(tmp_path, packfs_bin):
     os.symlink("b", d / "a")
     os.symlink("a", d / "b")
     os.symlink("/self", d / "self")
-    out = tmp_path / "loops.sqfs"
-    subprocess.run([packfs_bin, "pack", str(d), "-o", str(out), "-q"], check=True)
+    out = pack(packfs_bin, d, tmp_path / "loops.sqfs")
     img = packfs.Image(out)
     for p in ("a", "b", "self", "a/x"):
         with pytest.raises(OSError) as e:
@@ -83,8 +83,7 @@ def test_reading_a_fifo_is_einval_naming_the_path(tmp_path, packfs_bin):
     d = tmp_path / "special"
     d.mkdir()
     os.mkfifo(d / "fifo")
-    out = tmp_path / "special.sqfs"
-    subprocess.run([packfs_bin, "pack", str(d), "-o", str(out), "-q"], check=True)
+    out = pack(packfs_bin, d, tmp_path / "special.sqfs")
     img = packfs.Image(out)
     for call in (img.read, img.open):
         with pytest.raises(OSError) as e:

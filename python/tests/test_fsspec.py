@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
 
 import pytest
 
@@ -12,6 +11,7 @@ import fsspec
 import pandas
 
 import packfs
+from conftest import pack
 from packfs.fsspec import PackFileSystem
 
 
@@ -55,8 +55,7 @@ def test_walks_do_not_descend_into_links_to_directories(tmp_path, packfs_bin):
     os.symlink("b", src / "a" / "to_b")
     os.symlink("f", src / "a" / "to_f")
     os.symlink("nowhere", src / "a" / "dangling")
-    img = tmp_path / "links.sqfs"
-    subprocess.run([packfs_bin, "pack", str(src), "-o", str(img), "-q"], check=True)
+    img = pack(packfs_bin, src, tmp_path / "links.sqfs")
     fs = fsspec.filesystem("packfs", fo=str(img))
     local = fsspec.filesystem("file")
     root = src.as_posix()

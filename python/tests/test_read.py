@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import packfs
-from conftest import need, need_tool
+from conftest import need, need_tool, pack
 
 IMAGE_NAMES = [
     "mksquashfs-gzip-131072",
@@ -340,8 +340,7 @@ def test_paths_resolve_as_the_kernel_resolves_them(tmp_path, packfs_bin):
     os.symlink("f/", src / "slashlink")
     os.symlink("d/.", src / "dotlink")
     os.symlink("f", src / "tofile")
-    img_path = tmp_path / "paths.sqfs"
-    subprocess.run([packfs_bin, "pack", str(src), "-o", str(img_path), "-q"], check=True)
+    img_path = pack(packfs_bin, src, tmp_path / "paths.sqfs")
     img = packfs.Image(img_path)
     names = ["f", "d", "todir", "slashlink", "dotlink", "tofile"]
     paths = [p for n in names for p in (n, f"{n}/", f"{n}/.", f"{n}/./", f"{n}/..", f"{n}/g")]

@@ -9,7 +9,7 @@ import pytest
 
 import packfs
 import packfs.torch
-from conftest import need
+from conftest import need, pack
 
 try:
     import torch
@@ -21,8 +21,6 @@ except ImportError:  # scripts/python_tests.sh installs torch
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory, packfs_bin):
     need(torch is not None, "torch is not installed (scripts/python_tests.sh installs it)")
-    import subprocess
-
     root = tmp_path_factory.mktemp("folder")
     tree = root / "tree" / "train"
     want = {}
@@ -34,8 +32,7 @@ def folder(tmp_path_factory, packfs_bin):
             p.write_bytes(data)
             want[data] = c
         (tree / c / "notes.txt").write_text("not a sample")
-    img = root / "folder.sqfs"
-    subprocess.run([packfs_bin, "pack", str(root / "tree"), "-o", str(img), "-q"], check=True)
+    img = pack(packfs_bin, root / "tree", root / "folder.sqfs")
     return img, want
 
 

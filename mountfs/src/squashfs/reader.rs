@@ -409,8 +409,7 @@ impl SquashFs {
         use rayon::prelude::*;
         use std::sync::atomic::{AtomicU64, Ordering};
         let blocks = self.all_blocks()?;
-        let cache = &self.blocks.cache;
-        let room = (cache.budget() as u64 * 9 / 10).saturating_sub(cache.stats().bytes);
+        let room = self.blocks.cache.preload_room();
         let loaded = AtomicU64::new(0);
         let count = AtomicU64::new(0);
         let bs = self.sb.block_size as usize;

@@ -389,13 +389,13 @@ impl ZipFs {
     /// share one cache); small compressed members only. Returns (blocks,
     /// bytes).
     pub fn preload(&self) -> Result<(u64, u64)> {
-        let budget = (self.cache.budget() as u64 * 9 / 10).saturating_sub(self.cache.stats().bytes);
+        let room = self.cache.preload_room();
         let (mut blocks, mut bytes) = (0u64, 0u64);
         for (i, n) in self.idx.nodes.iter().enumerate().skip(1) {
             if n.is_dir() || n.encrypted() || n.size == 0 {
                 continue;
             }
-            if bytes + n.size > budget {
+            if bytes + n.size > room {
                 break;
             }
             let off = self.data_off(i as u32, n)?;
