@@ -32,6 +32,8 @@ pub struct Cli {
 pub struct RemoteArgs {
     /// S3 endpoint, e.g. https://lumidata.eu (default: $AWS_ENDPOINT_URL, the
     /// profile's endpoint_url, else AWS).
+    // The URL is help text, not a rustdoc link.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint: Option<String>,
     /// Profile in ~/.aws/credentials and ~/.aws/config (default: $AWS_PROFILE;

@@ -1,9 +1,9 @@
 //! packfs write side: packs a directory tree into a standard SquashFS 4.0
 //! image (readable by the Linux kernel, unsquashfs and squashfuse).
 //!
-//! Pipeline: [`walk`] scans the tree into a compact description, then
-//! [`squashfs`] writes data (in parallel, deterministically), inodes,
-//! directories and tables into a temporary file that [`output`] renames into
+//! Pipeline: `walk` scans the tree into a compact description, then
+//! `squashfs` writes data (in parallel, deterministically), inodes,
+//! directories and tables into a temporary file that `output` renames into
 //! place only on success.
 
 mod detach;

@@ -3,7 +3,7 @@
 //!
 //! # The split rule
 //! Every entry but the root, in depth-first pre-order with siblings by name
-//! bytes ([`Tree::pre_order`], the ZIP writer's entry order and, for files,
+//! bytes (`Tree::pre_order`, the ZIP writer's entry order and, for files,
 //! the SquashFS writer's data order), gets a weight: a regular file its size
 //! plus `entry_cost`, anything else (directories, symlinks, further names of
 //! a hard-linked file) `entry_cost`. The sequence is cut into N contiguous

@@ -26,7 +26,7 @@ impl Remote {
     }
 
     /// The lengths of objects `keys` of this remote's bucket, HEADs sent
-    /// [`CONCURRENT_HEADS`] at a time; each error names its object.
+    /// `CONCURRENT_HEADS` at a time; each error names its object.
     pub fn lengths_of(&self, keys: &[String]) -> Vec<Result<u64, RemoteError>> {
         let secs = self.opts.timeout.as_secs();
         let mut out = Vec::with_capacity(keys.len());

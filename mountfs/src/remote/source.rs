@@ -40,7 +40,7 @@ pub fn piece_size(range: u64) -> u64 {
 /// one range into the next (a sequential reader) and hints widened by a
 /// sequential stream fetch whole ranges, with readahead, as before. A range
 /// already cached or in flight always serves. Pieces share the range
-/// cache's budget, LRU and single flight (keys with [`PIECE`] set). An
+/// cache's budget, LRU and single flight (keys with `PIECE` set). An
 /// object that fits in the cache is fetched in whole ranges only: every
 /// byte fetched stays, and fewer requests are better.
 ///

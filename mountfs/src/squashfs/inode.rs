@@ -265,7 +265,7 @@ fn read_block_sizes(c: &mut MetaCursor<'_>, n: usize) -> Result<Vec<u32>> {
 /// almost nothing (a 1 GiB hole in 4 KiB blocks lists 1 MiB of words in a
 /// few hundred bytes). A metadata block holds at most 8 KiB and takes at
 /// least its 2-byte header, so the table holds at most `len / 2 * 8 KiB`
-/// bytes. Memory stays bounded anyway: [`read_block_sizes`] grows its list
+/// bytes. Memory stays bounded anyway: `read_block_sizes` grows its list
 /// as words are actually read.
 pub fn full_block_count(cx: &InodeContext<'_>, f: &FileInode) -> Result<usize> {
     let n = block_count(f.size, cx.sb.block_size, f.has_fragment());

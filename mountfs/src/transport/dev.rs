@@ -1,6 +1,6 @@
 //! packfs's own `/dev/fuse` threads, for kernels without FUSE over io_uring
 //! (or with it switched off), that spin for a bounded time before they
-//! sleep. Requests are decoded and answered by [`super::dispatch`], as the
+//! sleep. Requests are decoded and answered by `super::dispatch`, as the
 //! io_uring queues do; `fuser` only mounts and answers INIT.
 //!
 //! Why not `fuser`'s threads with a spin added: every thread blocked in a

@@ -1,5 +1,5 @@
 //! FUSE over io_uring: a queue per possible CPU, served by threads pinned
-//! to it, each with its own ring holding registered entries ([`ENTRIES`]
+//! to it, each with its own ring holding registered entries (`ENTRIES`
 //! for a queue's only thread, one each where a queue has several: see
 //! [`start`]). An entry
 //! is a header buffer (`struct fuse_uring_req_header`) and a payload buffer
@@ -10,7 +10,7 @@
 //! caller runs on, so it is served there without a cross-CPU wakeup.
 //!
 //! FORGET and INTERRUPT stay on `/dev/fuse`, read by `fuser`'s threads.
-//! Requests are decoded and answered by [`super::dispatch`], through the
+//! Requests are decoded and answered by `super::dispatch`, through the
 //! same [`Ops`] as the `/dev/fuse` transports.
 
 mod stay;
@@ -77,7 +77,7 @@ pub fn threads_per_queue(threads: usize, queues: usize) -> usize {
 /// each served by `per_queue` threads, and returns once each thread has
 /// registered its entries, or the first error.
 ///
-/// One thread holds [`ENTRIES`] entries; several threads of one queue hold
+/// One thread holds `ENTRIES` entries; several threads of one queue hold
 /// one entry each. The kernel hands a request to an entry that is offered,
 /// and a thread busy with a request offers none, so a request that waits
 /// on slow storage holds up only its own thread, not the CPU's next

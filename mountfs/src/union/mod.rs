@@ -1,17 +1,17 @@
 //! One read-only tree over several images (the shards of a split, or any
-//! images given together), as one more [`Image`]: the filesystem core, the
+//! images given together), as one more [`Image`](crate::image::Image): the filesystem core, the
 //! cache and the FUSE adapter do not know they serve a union.
 //!
 //! # Node ids and inode numbers
 //! With S shards, node `n >= 2` of shard `s` is `(n - 2) * S + s + 2`
-//! ([`UnionImage::node`]); node 1 is the union's root. `st_ino` is
+//! (`UnionImage::node`); node 1 is the union's root. `st_ino` is
 //! interleaved the same way (`ino * S + s`). No table maps
 //! ids, and every id names one shard's node.
 //!
 //! # Merged directories
 //! A directory held by several shards shows once: its node, inode number
 //! and attributes are those of the first shard (in manifest or command-line
-//! order) holding it. Only such directories need state: a [`MergedDir`]
+//! order) holding it. Only such directories need state: a `MergedDir`
 //! (its path, its node in each shard holding it, its parent's inode) is
 //! recorded when a lookup or a listing first meets it. A directory held by
 //! one shard is served by that shard alone, since a shard that holds an
@@ -41,7 +41,7 @@
 //! A path that is a directory in one shard and not in another, or a
 //! non-directory in two, is a conflict. [`OnConflict::Error`] (the default)
 //! refuses to mount plain images with one (checked at open by a merge pass
-//! over the directories present in several images, [`open`]); a manifest's
+//! over the directories present in several images, `open`); a manifest's
 //! shards come from one source tree and cannot conflict. `First` and `Last`
 //! pick the first or last shard holding the path; when that is a directory,
 //! the directories of the other shards merge with it and their

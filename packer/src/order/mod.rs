@@ -28,7 +28,7 @@ pub enum DataOrder {
     #[default]
     Path,
     /// Files grouped by name suffix, then chained by content fingerprint so
-    /// that similar tails share fragment blocks (see [`similarity`]).
+    /// that similar tails share fragment blocks (see `similarity`).
     Similarity,
     /// The profile's files first, in its order, then the rest in `rest`'s
     /// order (never itself a profile).

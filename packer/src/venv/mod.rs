@@ -11,10 +11,10 @@
 //! (`bin/python3 -> /usr/bin/python3.11`, `pyvenv.cfg`'s `home`) lives outside
 //! the venv and cannot be packed: it must exist wherever the image is used.
 //!
-//! [`prepare`] scans the tree ([`scan`]), and with a mount path writes the
+//! [`prepare`] scans the tree (`scan`), and with a mount path writes the
 //! rewritten files into a *staging tree* (mode, owner and mtime of the
 //! original, new content and size), plus, with `--compile`, the `.pyc` files
-//! that are missing or stale ([`compile`]). The packer lays the staging tree
+//! that are missing or stale (`compile`). The packer lays the staging tree
 //! over the source (see [`crate::PackOptions::overlay`]): the source itself
 //! is never written. `.py` files are never rewritten, so their mtimes and
 //! sizes, which `.pyc` headers are checked against, stay as they are.
