@@ -33,17 +33,39 @@
 //!   bytes served twice) releases a block early, which costs one decode,
 //!   never a wrong answer. Readers without a page cache in front (Python,
 //!   `packfs inspect`) leave this off: the cache is all they have.
+//! * **Readahead does not bring a served block back.** A readahead job
+//!   runs late when every CPU is busy (several readers on few cores): by
+//!   then its reader may have read the block, served it in full and so
+//!   released it, and the job would decode it again into a cache entry no
+//!   one reads, since the kernel answers those pages itself.
+//!   Each shard remembers its last [`RECENT_RELEASES`] releases, and
+//!   [`BlockCache::get_or_load_ahead`] (the readahead's way in) skips a
+//!   block released in the last [`AHEAD_QUIET_MS`]; a reader's own
+//!   [`BlockCache::get_or_load`] always loads. The bound in time keeps a
+//!   later pass over the same data, after the kernel dropped its pages,
+//!   from losing its readahead.
 //! * **Namespaces.** A union of shard images (`crate::union`) gives every
 //!   shard a view of one cache ([`BlockCache::namespace`]): keys are
 //!   per-image offsets, so each view tags them with its namespace, and all
 //!   views share one budget (N shards must not mean N budgets).
 
 use lru::LruCache;
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 const SHARDS: usize = 16;
+
+/// Releases each shard remembers, so that readahead does not decode a
+/// block its reader has just served (module doc).
+pub const RECENT_RELEASES: usize = 64;
+
+/// How long after its release a block is left to readers (module doc):
+/// far longer than a readahead job waits for a worker, far shorter than
+/// the time between two passes over a dataset.
+pub const AHEAD_QUIET_MS: u64 = 2000;
 
 /// A decoded block. `next` is the position just past the block on disk,
 /// which metadata readers need to continue into the following block.
@@ -86,6 +108,9 @@ type Key = (u32, u64);
 struct Shard {
     lru: LruCache<Key, Arc<Slot>>,
     bytes: usize,
+    /// The last [`RECENT_RELEASES`] blocks released from this shard, with
+    /// when (milliseconds on [`Core::clock`]), oldest first.
+    released: VecDeque<(Key, u64)>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +120,8 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Blocks that left because every byte of them had been served.
     pub released: u64,
+    /// Readahead loads skipped because the block had just been released.
+    pub ahead_skipped: u64,
     pub bytes: u64,
     pub budget: u64,
 }
@@ -113,7 +140,12 @@ struct Core {
     misses: AtomicU64,
     evictions: AtomicU64,
     released: AtomicU64,
+    ahead_skipped: AtomicU64,
     release_served: AtomicBool,
+    /// The time base of [`Shard::released`].
+    clock: Instant,
+    /// [`AHEAD_QUIET_MS`], shorter in tests.
+    ahead_quiet_ms: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -165,6 +197,22 @@ impl BlockCache {
         self.core.get_or_load((self.ns, key), load)
     }
 
+    /// [`BlockCache::get_or_load`] for readahead: `None`, without loading,
+    /// when the block was released in the last [`AHEAD_QUIET_MS`] (its
+    /// reader has had every byte of it; module doc).
+    pub fn get_or_load_ahead<E>(
+        &self,
+        key: u64,
+        load: impl FnOnce() -> Result<Block, E>,
+    ) -> Option<Result<Arc<Block>, E>> {
+        let key = (self.ns, key);
+        if self.core.just_released(key) {
+            self.core.ahead_skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.core.get_or_load(key, load))
+    }
+
     /// Returns the block if it is cached, without loading or waiting.
     pub fn peek(&self, key: u64) -> Option<Arc<Block>> {
         self.core.peek((self.ns, key))
@@ -201,6 +249,7 @@ impl Core {
                     Mutex::new(Shard {
                         lru: LruCache::unbounded(),
                         bytes: 0,
+                        released: VecDeque::with_capacity(RECENT_RELEASES),
                     })
                 })
                 .collect(),
@@ -210,8 +259,29 @@ impl Core {
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             released: AtomicU64::new(0),
+            ahead_skipped: AtomicU64::new(0),
             release_served: AtomicBool::new(false),
+            clock: Instant::now(),
+            ahead_quiet_ms: AHEAD_QUIET_MS,
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// Whether `key` left its shard as served in full in the last
+    /// [`AHEAD_QUIET_MS`] and has not been loaded again since.
+    fn just_released(&self, key: Key) -> bool {
+        let now = self.now_ms();
+        let sh = lock(self.shard(key));
+        !sh.lru.contains(&key)
+            && sh
+                .released
+                .iter()
+                .rev()
+                .take_while(|&&(_, at)| now.saturating_sub(at) < self.ahead_quiet_ms)
+                .any(|&(k, _)| k == key)
     }
 
     fn shard(&self, key: Key) -> &Mutex<Shard> {
@@ -300,6 +370,11 @@ impl Core {
             sh.lru.pop(&key);
             sh.bytes -= slot.charged.load(Ordering::Relaxed);
             self.released.fetch_add(1, Ordering::Relaxed);
+            if sh.released.len() == RECENT_RELEASES {
+                sh.released.pop_front();
+            }
+            let now = self.now_ms();
+            sh.released.push_back((key, now));
         }
     }
 
@@ -309,6 +384,7 @@ impl Core {
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             released: self.released.load(Ordering::Relaxed),
+            ahead_skipped: self.ahead_skipped.load(Ordering::Relaxed),
             bytes: self.shards.iter().map(|s| lock(s).bytes as u64).sum(),
             budget: self.budget as u64,
         }
@@ -495,6 +571,68 @@ mod tests {
             })
             .sum();
         assert_eq!(s.bytes, charged as u64);
+    }
+
+    #[test]
+    fn readahead_skips_a_block_just_served_in_full_but_a_reader_loads_it() {
+        let c = BlockCache {
+            core: Arc::new(Core {
+                ahead_quiet_ms: 300,
+                ..Core::new(1 << 20)
+            }),
+            ns: 0,
+        };
+        c.release_served(true);
+        let loads = AtomicUsize::new(0);
+        let load = || {
+            loads.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, ()>(block(100))
+        };
+        let b = c.get_or_load(7, load).unwrap();
+        c.served(7, &b, 100);
+        assert_eq!(c.stats().released, 1);
+        // A late readahead job: nothing loaded.
+        assert!(c.get_or_load_ahead(7, load).is_none());
+        assert_eq!(
+            (loads.load(Ordering::Relaxed), c.stats().ahead_skipped),
+            (1, 1)
+        );
+        // Other keys, and other namespaces' key 7, are not affected.
+        assert!(c.get_or_load_ahead(8, load).is_some());
+        assert!(c.namespace(1).get_or_load_ahead(7, load).is_some());
+        assert_eq!(loads.load(Ordering::Relaxed), 3);
+        // A reader asking again is served.
+        let b = c.get_or_load(7, load).unwrap();
+        assert_eq!(loads.load(Ordering::Relaxed), 4);
+        // Cached again: readahead finds it without loading.
+        assert!(c.get_or_load_ahead(7, load).is_some());
+        assert_eq!(loads.load(Ordering::Relaxed), 4);
+        // Released again, then quiet long enough: readahead loads it.
+        c.served(7, &b, 100);
+        assert!(c.get_or_load_ahead(7, load).is_none());
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        assert!(c.get_or_load_ahead(7, load).is_some());
+        assert_eq!(loads.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn only_the_last_releases_of_a_shard_are_remembered() {
+        let c = BlockCache::new(64 << 20);
+        c.release_served(true);
+        // Keys of one shard: the first and RECENT_RELEASES more.
+        let shard = |k: u64| c.core.shard((0, k)) as *const _;
+        let keys: Vec<u64> = (0..)
+            .filter(|&k| shard(k) == shard(0))
+            .take(RECENT_RELEASES + 1)
+            .collect();
+        for &k in &keys {
+            let b = c.get_or_load(k, || Ok::<_, ()>(block(10))).unwrap();
+            c.served(k, &b, 10);
+        }
+        let loaded = |k| c.get_or_load_ahead(k, || Ok::<_, ()>(block(10))).is_some();
+        assert!(loaded(keys[0]), "the oldest release is forgotten");
+        assert!(!loaded(keys[RECENT_RELEASES]));
+        assert!(!loaded(keys[1]));
     }
 
     #[test]

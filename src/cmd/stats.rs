@@ -87,6 +87,7 @@ pub fn write(
                 "misses": c.misses,
                 "evictions": c.evictions,
                 "released": c.released,
+                "ahead_skipped": c.ahead_skipped,
                 "bytes": c.bytes,
                 "budget": c.budget,
             }),

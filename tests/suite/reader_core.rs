@@ -257,6 +257,54 @@ fn stepping_to_the_next_fragment_decodes_the_following_ones() {
     assert_eq!(settle(&fs, base + 4, 0.3), base + 3);
 }
 
+/// A readahead job that runs after its reader has been served the whole
+/// block decodes nothing. Behind busy CPUs a job can run late: its reader
+/// has read the block, the mount's cache has let it go as served in full
+/// (the kernel answers those pages now), and the job decoded it again into
+/// a block no one read. A sorted four-thread pass of the Linux tree decoded
+/// 400-900 blocks twice that way and ended holding 2-3x the cache bytes.
+#[test]
+fn readahead_after_the_reader_was_served_decodes_nothing() {
+    // Shared units (fragment blocks): fragment 3 holds files 48..64.
+    let files = Fragments::new();
+    let (fs, n) = files.open();
+    fs.image.cache().release_served(true);
+    for i in 48..64 {
+        read_fragment_file(&fs, &n, i);
+    }
+    let base = misses(&fs);
+    assert_eq!(fs.image.cache().stats().released, 1);
+    fs.image.prefetch_unit(3);
+    assert_eq!(misses(&fs), base, "a served fragment block decoded again");
+    assert_eq!(fs.image.cache().stats().ahead_skipped, 1);
+    // The reader itself is always served.
+    read_fragment_file(&fs, &n, 50);
+    assert_eq!(misses(&fs), base + 1);
+
+    // A file's own blocks (file-window readahead).
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let data = bytes(2, 8 << 17, true); // 8 blocks
+    std::fs::write(src.join("big"), &data).unwrap();
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let sq = SquashFs::open(
+        Box::new(MemSource(std::fs::read(&img).unwrap())),
+        Arc::new(BlockCache::new(64 << 20)),
+    )
+    .unwrap();
+    let fs = PackFs::new(sq, 0, 0);
+    fs.image.cache().release_served(true);
+    let node = fs.resolve(b"big").unwrap().node;
+    assert_eq!(fs.read(node, 0, 8 << 17).unwrap(), data);
+    let base = fs.image.cache().stats().misses;
+    let h = fs.image.open(node).unwrap();
+    fs.image.prefetch(&h, 0, 8 << 17);
+    let s = fs.image.cache().stats();
+    assert_eq!((s.misses, s.ahead_skipped), (base, 8), "{s:?}");
+}
+
 /// A file's first read schedules its next blocks in the background (a whole
 /// file is what datasets and imports read); a read that is not the start
 /// and does not continue the last one does not.

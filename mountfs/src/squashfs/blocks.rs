@@ -65,33 +65,44 @@ impl Blocks {
     /// Decodes (through the cache) a data or fragment block stored at `pos`
     /// with size word `word`, expected to expand to at most `limit` bytes.
     pub fn data_block(&self, pos: u64, word: u32, limit: usize) -> Result<Arc<Block>> {
-        self.cache.get_or_load(pos, || {
-            let stored = data_stored_len(word) as usize;
-            // Neither a compressed block (the writer stores a block raw
-            // when compression does not shrink it) nor a raw one can be
-            // longer than a block; refusing here bounds the read buffer.
-            if stored > limit {
-                return Err(FsError::corrupt(format!(
-                    "block at offset {pos} is stored in {stored} bytes, more than the {limit}-byte block size"
-                )));
-            }
-            // The hint lets stream readahead see this block (and run ahead
-            // of a sequential pass) before the read below waits for it.
-            self.src.will_need(pos, stored);
-            let raw = self.src.read_vec(pos, stored)?;
-            let data = if data_is_raw(word) {
-                raw
-            } else {
-                let mut out = crate::buffers::take(limit + 1);
-                let r = decompress(self.compressor, &raw, &mut out, limit);
-                crate::buffers::recycle(raw);
-                r.map_err(|source| FsError::BadBlock {
-                    what: format!("data block at offset {pos}"),
-                    source,
-                })?;
-                out
-            };
-            Ok(Block::new(data, pos + stored as u64))
-        })
+        self.cache
+            .get_or_load(pos, || self.load_data(pos, word, limit))
+    }
+
+    /// [`Blocks::data_block`] for readahead: nothing when the block's reader
+    /// has just been served all of it (`BlockCache::get_or_load_ahead`).
+    pub fn data_block_ahead(&self, pos: u64, word: u32, limit: usize) {
+        let _ = self
+            .cache
+            .get_or_load_ahead(pos, || self.load_data(pos, word, limit));
+    }
+
+    fn load_data(&self, pos: u64, word: u32, limit: usize) -> Result<Block> {
+        let stored = data_stored_len(word) as usize;
+        // Neither a compressed block (the writer stores a block raw
+        // when compression does not shrink it) nor a raw one can be
+        // longer than a block; refusing here bounds the read buffer.
+        if stored > limit {
+            return Err(FsError::corrupt(format!(
+                "block at offset {pos} is stored in {stored} bytes, more than the {limit}-byte block size"
+            )));
+        }
+        // The hint lets stream readahead see this block (and run ahead
+        // of a sequential pass) before the read below waits for it.
+        self.src.will_need(pos, stored);
+        let raw = self.src.read_vec(pos, stored)?;
+        let data = if data_is_raw(word) {
+            raw
+        } else {
+            let mut out = crate::buffers::take(limit + 1);
+            let r = decompress(self.compressor, &raw, &mut out, limit);
+            crate::buffers::recycle(raw);
+            r.map_err(|source| FsError::BadBlock {
+                what: format!("data block at offset {pos}"),
+                source,
+            })?;
+            out
+        };
+        Ok(Block::new(data, pos + stored as u64))
     }
 }

@@ -333,7 +333,7 @@ impl SquashFs {
         for i in first..(first + count).min(f.block_sizes.len()) {
             let w = f.block_sizes[i];
             if w & DATA_SIZE_MASK != 0 && w & DATA_UNCOMPRESSED == 0 {
-                let _ = self.data_block(file.starts[i], w, bs);
+                self.blocks.data_block_ahead(file.starts[i], w, bs);
             } else if w & DATA_UNCOMPRESSED != 0 {
                 self.blocks
                     .src
@@ -356,7 +356,8 @@ impl SquashFs {
                     .will_need(pos, (word & DATA_SIZE_MASK) as usize);
             }
             Ok((pos, word)) => {
-                let _ = self.data_block(pos, word, self.sb.block_size as usize);
+                self.blocks
+                    .data_block_ahead(pos, word, self.sb.block_size as usize);
             }
             Err(_) => {}
         }

@@ -309,11 +309,14 @@ impl ZipFs {
 
     /// A small compressed member (or a symlink target), decoded whole.
     fn whole(&self, i: u32, n: &Node, data_off: u64) -> Result<Arc<Block>> {
-        self.cache.get_or_load(key(i, 0), || {
-            let data = self.stream(i, n, data_off, None)?.next(n.size as usize)?;
-            self.decoded.fetch_add(data.len() as u64, Ordering::Relaxed);
-            Ok(Block::new(data, 0))
-        })
+        self.cache
+            .get_or_load(key(i, 0), || self.decode_whole(i, n, data_off))
+    }
+
+    fn decode_whole(&self, i: u32, n: &Node, data_off: u64) -> Result<Block> {
+        let data = self.stream(i, n, data_off, None)?.next(n.size as usize)?;
+        self.decoded.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(Block::new(data, 0))
     }
 
     /// Chunk `k` of a large compressed member (see the module doc).
@@ -599,7 +602,10 @@ impl Image for ZipFs {
             self.src
                 .will_need(h.data_off + offset, (end - offset) as usize);
         } else if n.size < SMALL {
-            let _ = self.whole(h.node, n, h.data_off);
+            // Not a member its reader has just had in full (cache.rs).
+            let _ = self
+                .cache
+                .get_or_load_ahead(key(h.node, 0), || self.decode_whole(h.node, n, h.data_off));
         } else {
             for k in offset / CHUNK..end.div_ceil(CHUNK) {
                 // Never wait for a reader that holds the decoder; errors are
