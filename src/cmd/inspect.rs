@@ -410,8 +410,20 @@ pub fn extract(
                         1 << 20,
                         std::fs::File::create(&p).with_context(|| p.display().to_string())?,
                     );
-                    bytes += fs.read_all(attr.node, |b| f.write_all(b))?;
-                    f.flush().with_context(|| p.display().to_string())?;
+                    let copied = fs
+                        .read_all(attr.node, |b| f.write_all(b))
+                        .map_err(anyhow::Error::from)
+                        .and_then(|n| {
+                            f.flush().with_context(|| p.display().to_string())?;
+                            Ok(n)
+                        });
+                    // A file that could not be read to its end (damage, an
+                    // encrypted member) is not left behind half written.
+                    let n = copied.inspect_err(|_| {
+                        drop(f);
+                        let _ = std::fs::remove_file(&p);
+                    })?;
+                    bytes += n;
                     files += 1;
                 }
                 FileKind::Symlink => {

@@ -285,6 +285,62 @@ fn non_utf8_names_from_a_unix_host_keep_their_bytes() {
     differential(&info, t.path());
 }
 
+/// A large stored member whose bytes do not match its CRC-32 is EIO
+/// through the mount, `packfs cat` and `packfs extract` (which leaves no
+/// partial file), as `unzip -t` reports it: its damaged bytes were served
+/// with no error.
+#[test]
+fn a_damaged_large_stored_member_is_an_error_on_every_path() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // Random bytes: packfs stores them, and Info-ZIP with -0.
+    std::fs::write(src.join("photo.jpg"), bytes(5, 3_000_000, false)).unwrap();
+    let ours = t.path().join("packfs.zip");
+    pack(&src, &ours, &[]);
+    let info = t.path().join("info-zip.zip");
+    run(Command::new("zip")
+        .args(["-q", "-0", "-X"])
+        .arg(&info)
+        .arg("photo.jpg")
+        .current_dir(&src));
+    for img in [&ours, &info] {
+        let mut b = std::fs::read(img).unwrap();
+        b[2_000_000] ^= 1;
+        std::fs::write(img, &b).unwrap();
+        let out = Command::new("unzip").arg("-tq").arg(img).output().unwrap();
+        assert!(!out.status.success(), "unzip -t accepts {}", img.display());
+
+        let m = PackfsMount::new(img, &[]);
+        let err = match std::fs::read(m.path().join("photo.jpg")) {
+            Ok(d) => panic!("{}: {} bytes read, no error", img.display(), d.len()),
+            Err(e) => e,
+        };
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{}", img.display());
+        drop(m);
+        let out = Command::new(packfs_bin())
+            .arg("cat")
+            .arg(img)
+            .arg("photo.jpg")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "cat of {}", img.display());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("CRC-32 mismatch"), "{stderr}");
+        let dest = t.path().join("out");
+        let out = Command::new(packfs_bin())
+            .arg("extract")
+            .arg(img)
+            .arg("-o")
+            .arg(&dest)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "extract of {}", img.display());
+        assert!(!dest.join("photo.jpg").exists(), "a partial file is left");
+        let _ = std::fs::remove_dir_all(&dest);
+    }
+}
+
 #[test]
 fn bsdtar_archives_match_unzip() {
     let t = scratch();

@@ -114,7 +114,12 @@ use std::sync::{Arc, Mutex};
 pub const CHUNK: u64 = 256 << 10;
 /// Compressed members smaller than this are decoded whole.
 pub const SMALL: u64 = 1 << 20;
+/// Flags in a node's cached data offset: its CRC-32 matched (stored
+/// members), or a read found it wrong, so that every later read of the
+/// member fails, not only the one that reached its end (the kernel retries
+/// a failed readahead READ page by page, out of order).
 const VERIFIED: u64 = 1 << 63;
+const CRC_BAD: u64 = 1 << 62;
 /// Longest symlink target accepted.
 const MAX_LINK: u64 = 4096;
 
@@ -143,6 +148,28 @@ pub struct ZipFile {
     data_off: u64,
     /// The live decoder of a large compressed member.
     stream: Mutex<Option<Stream>>,
+    /// The CRC-32 of a large stored member, as far as it has been read in
+    /// order from its start (see [`StoredCheck`]).
+    check: Mutex<StoredCheck>,
+}
+
+/// A large stored member's CRC-32, checked by reading it in order.
+///
+/// A member under [`SMALL`] is checked whole at open; a compressed one by
+/// its decoder. A stored member of [`SMALL`] or more is too large to read
+/// twice, so its CRC-32 is computed over what readers are served while
+/// they read it in order from offset 0 (a whole-file read: `cat`,
+/// `extract`, a copy, the kernel's sequential reads through a mount), and
+/// the read that reaches its end fails if it does not match. A read from
+/// offset 0 starts over; one anywhere else out of order stops the check
+/// for that run (random readers are served unchecked, as the data of a
+/// SquashFS image always is).
+#[derive(Default)]
+struct StoredCheck {
+    /// Where the next in-order read starts.
+    next: u64,
+    /// `None`: out of order since the last read from 0.
+    crc: Option<crc32fast::Hasher>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -250,7 +277,7 @@ impl ZipFs {
 
     /// The member's data offset, from its local header (cached).
     fn data_off(&self, i: u32, n: &Node) -> Result<u64> {
-        let cached = n.data_off.load(Ordering::Acquire) & !VERIFIED;
+        let cached = n.data_off.load(Ordering::Acquire) & !(VERIFIED | CRC_BAD);
         if cached != 0 {
             return Ok(cached);
         }
@@ -451,6 +478,9 @@ impl ZipFs {
         if n.method == METHOD_STORED {
             let mut out = vec![0u8; (end - offset) as usize];
             self.src.read_at(h.data_off + offset, &mut out)?;
+            if n.data_off.load(Ordering::Acquire) & VERIFIED == 0 {
+                self.check_stored(h, n, offset, &out)?;
+            }
             return Ok(out);
         }
         if n.size < SMALL {
@@ -483,6 +513,54 @@ impl ZipFs {
             at += (e - s) as u64;
         }
         Ok(out)
+    }
+
+    /// Adds `data`, read at `offset`, to a large stored member's CRC-32
+    /// run ([`StoredCheck`]); fails the read that completes a run whose
+    /// CRC-32 is not the archive's.
+    fn check_stored(&self, h: &ZipFile, n: &Node, offset: u64, data: &[u8]) -> Result<()> {
+        if n.data_off.load(Ordering::Acquire) & CRC_BAD != 0 {
+            return Err(FsError::corrupt(format!(
+                "{}: CRC-32 mismatch (expected {:08x})",
+                self.path_of(h.node),
+                n.crc
+            )));
+        }
+        let mut c = lock(&h.check);
+        if offset == 0 {
+            *c = StoredCheck {
+                next: 0,
+                crc: Some(crc32fast::Hasher::new()),
+            };
+        }
+        if offset != c.next {
+            c.crc = None;
+            return Ok(());
+        }
+        let Some(crc) = c.crc.as_mut() else {
+            return Ok(());
+        };
+        crc.update(data);
+        c.next = offset + data.len() as u64;
+        if c.next < n.size {
+            return Ok(());
+        }
+        let got = c.crc.take().map_or(0, |h| h.finalize());
+        if got != n.crc {
+            n.data_off.fetch_or(CRC_BAD, Ordering::AcqRel);
+            log::error!(
+                "zip: {}: CRC-32 mismatch (archive says {:08x}, data has {got:08x})",
+                self.path_of(h.node),
+                n.crc
+            );
+            return Err(FsError::corrupt(format!(
+                "{}: CRC-32 mismatch (expected {:08x}, got {got:08x})",
+                self.path_of(h.node),
+                n.crc
+            )));
+        }
+        n.data_off.fetch_or(VERIFIED, Ordering::AcqRel);
+        Ok(())
     }
 
     fn open_node(&self, i: u32, n: &Node) -> Result<ZipFile> {
@@ -520,6 +598,7 @@ impl ZipFs {
             node: i,
             data_off,
             stream: Mutex::new(None),
+            check: Mutex::new(StoredCheck::default()),
         })
     }
 }

@@ -378,6 +378,41 @@ fn crc_mismatch_encryption_and_unknown_method_are_errors() {
     assert_eq!(f.open(n.node).unwrap_err().errno(), libc::EIO);
 }
 
+/// A stored member of 1 MiB or more is too large to check at open; a read
+/// of it in order from its start checks its CRC-32, and the read that
+/// reaches the end fails on a mismatch (it served damaged bytes silently:
+/// `packfs extract` wrote them and exited 0).
+#[test]
+fn a_large_stored_member_read_in_order_is_crc_checked() {
+    let d = data(3, 3 << 20);
+    let mut bad = e("bad", &d);
+    bad.method = 0;
+    bad.bad_crc = true;
+    let mut good = e("good", &d);
+    good.method = 0;
+    let f = fs(zip(&[bad, good]));
+    let err = cat(&f, "bad").unwrap_err();
+    assert!(matches!(err, FsError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("bad: CRC-32 mismatch"), "{err}");
+    assert_eq!(cat(&f, "good").unwrap(), d);
+    // Found wrong, the member fails every later read: the kernel retries a
+    // failed readahead READ page by page, out of order.
+    let n = f.resolve(b"bad").unwrap().node;
+    assert!(matches!(f.read(n, 1 << 20, 4096), Err(FsError::Corrupt(_))));
+    // Out of order before its end was reached: served unchecked, as the
+    // data of a SquashFS image is.
+    let f = fs(zip(&[{
+        let mut bad = e("bad", &d);
+        bad.method = 0;
+        bad.bad_crc = true;
+        bad
+    }]));
+    let n = f.resolve(b"bad").unwrap().node;
+    assert_eq!(f.read(n, 1 << 20, 4096).unwrap(), d[1 << 20..][..4096]);
+    assert_eq!(f.read(n, (3 << 20) - 10, 10).unwrap(), d[(3 << 20) - 10..]);
+    assert!(matches!(cat(&f, "bad"), Err(FsError::Corrupt(_))));
+}
+
 #[test]
 fn truncated_and_corrupted_archives_never_panic() {
     let img = zip(&[
