@@ -436,8 +436,9 @@ pub struct MountArgs {
     #[arg(long, value_name = "MICROS")]
     pub dev_spin: Option<u64>,
     /// When the mount ends, write what it served (FUSE requests by kind,
-    /// negative lookups, bytes read, the block cache's hits, misses and
-    /// blocks released once served; for a remote image, its requests, bytes
+    /// negative lookups, bytes read, the block cache's hits, misses, blocks
+    /// released once served and readahead loads skipped as just released;
+    /// for a remote image, its requests, bytes
     /// fetched and time to first byte) to FILE as JSON; also at once on
     /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
     #[arg(long, value_name = "FILE")]

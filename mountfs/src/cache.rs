@@ -40,7 +40,8 @@
 //!   one reads, since the kernel answers those pages itself.
 //!   Each shard remembers its last [`RECENT_RELEASES`] releases, and
 //!   [`BlockCache::get_or_load_ahead`] (the readahead's way in) skips a
-//!   block released in the last [`AHEAD_QUIET_MS`]; a reader's own
+//!   block among them released in the last [`AHEAD_QUIET_MS`] and not in
+//!   the cache now; a reader's own
 //!   [`BlockCache::get_or_load`] always loads. The bound in time keeps a
 //!   later pass over the same data, after the kernel dropped its pages,
 //!   from losing its readahead.
@@ -59,8 +60,9 @@ use std::time::Instant;
 const SHARDS: usize = 16;
 
 /// Releases each shard remembers, so that readahead does not decode a
-/// block its reader has just served (module doc).
-pub const RECENT_RELEASES: usize = 64;
+/// block its reader has just served (module doc): 4,096 blocks in all,
+/// 512 MiB at the default block size, about a second of a cold pass.
+pub const RECENT_RELEASES: usize = 256;
 
 /// How long after its release a block is left to readers (module doc):
 /// far longer than a readahead job waits for a worker, far shorter than
@@ -144,8 +146,10 @@ struct Core {
     release_served: AtomicBool,
     /// The time base of [`Shard::released`].
     clock: Instant,
-    /// [`AHEAD_QUIET_MS`], shorter in tests.
+    /// [`AHEAD_QUIET_MS`].
     ahead_quiet_ms: u64,
+    /// Added to the clock: tests move time on without sleeping.
+    skew_ms: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -263,15 +267,16 @@ impl Core {
             release_served: AtomicBool::new(false),
             clock: Instant::now(),
             ahead_quiet_ms: AHEAD_QUIET_MS,
+            skew_ms: AtomicU64::new(0),
         }
     }
 
     fn now_ms(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        self.clock.elapsed().as_millis() as u64 + self.skew_ms.load(Ordering::Relaxed)
     }
 
-    /// Whether `key` left its shard as served in full in the last
-    /// [`AHEAD_QUIET_MS`] and has not been loaded again since.
+    /// Whether `key` is among its shard's remembered releases of the last
+    /// [`AHEAD_QUIET_MS`] and not in the cache now.
     fn just_released(&self, key: Key) -> bool {
         let now = self.now_ms();
         let sh = lock(self.shard(key));
@@ -575,13 +580,7 @@ mod tests {
 
     #[test]
     fn readahead_skips_a_block_just_served_in_full_but_a_reader_loads_it() {
-        let c = BlockCache {
-            core: Arc::new(Core {
-                ahead_quiet_ms: 300,
-                ..Core::new(1 << 20)
-            }),
-            ns: 0,
-        };
+        let c = BlockCache::new(1 << 20);
         c.release_served(true);
         let loads = AtomicUsize::new(0);
         let load = || {
@@ -610,7 +609,9 @@ mod tests {
         // Released again, then quiet long enough: readahead loads it.
         c.served(7, &b, 100);
         assert!(c.get_or_load_ahead(7, load).is_none());
-        std::thread::sleep(std::time::Duration::from_millis(350));
+        c.core.skew_ms.store(AHEAD_QUIET_MS - 1, Ordering::Relaxed);
+        assert!(c.get_or_load_ahead(7, load).is_none());
+        c.core.skew_ms.store(AHEAD_QUIET_MS + 1, Ordering::Relaxed);
         assert!(c.get_or_load_ahead(7, load).is_some());
         assert_eq!(loads.load(Ordering::Relaxed), 5);
     }

@@ -69,7 +69,9 @@ pub fn spawn_writer(
 /// under `dev`, `"dev_spin_us"` says how long packfs's own threads spin
 /// for the next request (0: `fuser`'s threads served, which never spin).
 /// `"cache"` is the block cache's: hits, misses, evictions, blocks
-/// `released` once served in full, bytes held and the budget.
+/// `released` once served in full, readahead loads skipped because the
+/// block had just been released (`ahead_skipped`), bytes held and the
+/// budget.
 pub fn write(
     path: &Path,
     fs: &PackFs<AnyImage>,

@@ -262,7 +262,7 @@ fn stepping_to_the_next_fragment_decodes_the_following_ones() {
 /// has read the block, the mount's cache has let it go as served in full
 /// (the kernel answers those pages now), and the job decoded it again into
 /// a block no one read. A sorted four-thread pass of the Linux tree decoded
-/// 400-900 blocks twice that way and ended holding 2-3x the cache bytes.
+/// about 200-900 blocks twice that way and ended holding 2-3x the cache bytes.
 #[test]
 fn readahead_after_the_reader_was_served_decodes_nothing() {
     // Shared units (fragment blocks): fragment 3 holds files 48..64.
