@@ -37,6 +37,10 @@ pub fn detect(src: &dyn ImageSource, name: &str) -> Result<Format> {
         packfs_format::squashfs::MAGIC => Ok(Format::SquashFs),
         // A ZIP starts with its first member, or with its end record when empty.
         packfs_format::zip::SIG_LOCAL | packfs_format::zip::SIG_EOCD => Ok(Format::Zip),
+        // The marker that starts the first part of a split ZIP archive.
+        0x0807_4b50 => Err(FsError::Unsupported(format!(
+            "{name}: the first part of a split ZIP archive (join the parts: zip -s 0 LAST.zip --out JOINED.zip)"
+        ))),
         _ => Err(FsError::UnknownFormat(name.to_string())),
     }
 }
@@ -244,14 +248,24 @@ impl AnyImage {
             Ok(Format::Union) => unreachable!("detect never answers Union"),
             // Anything else may still be a zip: self-extracting archives and
             // zips with data in front start with something other than "PK".
-            // A read that fails while looking is that failure, not "not an
-            // image": whether it is one could not be told.
-            Err(unknown @ FsError::UnknownFormat(_)) => ZipFs::open(src, cache)
-                .map(AnyImage::Zip)
-                .map_err(|e| match e {
-                    io @ FsError::Io { .. } => io,
-                    _ => unknown,
-                }),
+            // With an end record that ends the file, it is one, and what is
+            // wrong with it (a split archive's last part, missing leading
+            // bytes) is the error, not "unrecognised magic"; a record with
+            // bytes after it may be a chance match inside other data. A read
+            // that fails while looking is that failure: whether it is an
+            // image could not be told.
+            Err(unknown @ FsError::UnknownFormat(_)) => {
+                let Some(exact) = crate::zip::format::end_record(&*src)? else {
+                    return Err(unknown);
+                };
+                ZipFs::open(src, cache)
+                    .map(AnyImage::Zip)
+                    .map_err(|e| match e {
+                        io @ FsError::Io { .. } => io,
+                        e if exact => named(name)(e),
+                        _ => unknown,
+                    })
+            }
             Err(e) => Err(e),
         }
     }

@@ -183,6 +183,44 @@ fn a_directory_and_a_file_of_zeros_are_told_apart() {
     );
 }
 
+/// A file that does not start like a ZIP but ends with a ZIP end record is
+/// a ZIP with something wrong, and that is the error: a split archive's
+/// parts and an archive missing its first bytes were all "not a SquashFS
+/// or ZIP image (unrecognised magic)".
+#[test]
+fn a_split_or_cut_zip_says_what_is_wrong_with_it() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("noise"), bytes(9, 300_000, false)).unwrap();
+    let split = t.path().join("split.zip");
+    run(Command::new("zip")
+        .args(["-q", "-0", "-s", "64k", "-r"])
+        .arg(&split)
+        .arg(".")
+        .current_dir(&src));
+    let last = split.to_str().unwrap();
+    failed(&ls(last, &[]), last, &["multi-disk (spanned) ZIP"]);
+    let first = t.path().join("split.z01");
+    let first = first.to_str().unwrap();
+    failed(
+        &ls(first, &[]),
+        first,
+        &["first part of a split ZIP archive"],
+    );
+
+    let whole = t.path().join("whole.zip");
+    run(Command::new("zip")
+        .args(["-q", "-r"])
+        .arg(&whole)
+        .arg(".")
+        .current_dir(&src));
+    let cut = t.path().join("cut.zip");
+    std::fs::write(&cut, &std::fs::read(&whole).unwrap()[1000..]).unwrap();
+    let c = cut.to_str().unwrap();
+    failed(&ls(c, &[]), c, &["corrupt image", "central directory"]);
+}
+
 #[test]
 fn a_5xx_is_retried_within_the_timeout() {
     let t = scratch();

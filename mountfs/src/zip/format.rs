@@ -31,6 +31,24 @@ pub struct Eocd {
     pub comment_len: u16,
 }
 
+/// Whether the last 64 KiB of `src` hold an end of central directory
+/// record: `Some(true)` when its comment ends the file, `Some(false)` when
+/// bytes follow it (tolerated, but as likely a chance match inside other
+/// data). A file that does not start like a ZIP (a self-extractor, data in
+/// front, a split archive's last part) may be one only if they do.
+pub fn end_record(src: &dyn ImageSource) -> Result<Option<bool>> {
+    let len = src.len();
+    if len < EOCD_LEN as u64 {
+        return Ok(None);
+    }
+    let tail_len = len.min(EOCD_SEARCH);
+    let tail = src.read_vec(len - tail_len, tail_len as usize)?;
+    let found = find_eocd(&tail, len - tail_len)
+        .map(|(pos, clen)| pos + EOCD_LEN as u64 + clen as u64 == len);
+    crate::buffers::recycle(tail);
+    Ok(found)
+}
+
 /// Reads the end records and locates the central directory.
 pub fn read_eocd(src: &dyn ImageSource) -> Result<Eocd> {
     let len = src.len();
