@@ -77,6 +77,27 @@ def test_symlink_loops_end(tmp_path, packfs_bin):
     assert not img.islink("a/x") and not img.isdir("a/x")
 
 
+def test_walk_lists_an_entry_whose_type_cannot_be_told(tmp_path):
+    # A link in an encrypted ZIP: its target cannot be read (EACCES), so
+    # whether it leads to a directory cannot be told. os.walk lists such an
+    # entry as a file; Image.walk raised PermissionError out of the walk.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"x")
+    (src / "d").mkdir()
+    (src / "d" / "g").write_bytes(b"y")
+    os.symlink("d", src / "link")
+    z = tmp_path / "enc.zip"
+    subprocess.run(["zip", "-q", "-r", "-y", "-P", "secret", str(z), "."], cwd=src, check=True)
+    img = packfs.Image(z)
+    with pytest.raises(PermissionError):
+        img.stat("link")
+    errors = []
+    got = sorted((d, sorted(ds), sorted(fs)) for d, ds, fs in img.walk("", onerror=errors.append))
+    assert got == [("", ["d"], ["f", "link"]), ("d", [], ["g"])], got
+    assert errors == []
+
+
 def test_reading_a_fifo_is_einval_naming_the_path(tmp_path, packfs_bin):
     """Regression: it was OSError(EIO) naming the image, the errno kept
     for damage, though the image is sound."""

@@ -290,7 +290,13 @@ class Image:
                     onerror(e)
                 continue
             for e in entries:
-                (dirs if e.is_dir() else files).append(e.name)
+                # As os.walk: an entry whose type cannot be told (a link to
+                # an encrypted ZIP member) is listed as a file.
+                try:
+                    is_dir = e.is_dir()
+                except OSError:
+                    is_dir = False
+                (dirs if is_dir else files).append(e.name)
             # Names not descended into: links, unless followed.
             links = set() if followlinks else {e.name for e in entries if e.is_symlink()}
             if topdown:
