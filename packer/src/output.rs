@@ -4,7 +4,7 @@
 
 use crate::PackError;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tempfile::NamedTempFile;
 
@@ -16,6 +16,43 @@ pub struct Target {
     name: String,
     /// OUT's directory is on Lustre: see [`crate::lustre`].
     lustre: bool,
+    /// The image's permission bits, and the owner to give it back (root
+    /// replacing another user's image): what OUT had when it existed, as
+    /// writing over it in place would keep; else `0o666` less the umask,
+    /// as any new file gets.
+    mode: u32,
+    owner: Option<(u32, u32)>,
+}
+
+/// The process's umask, read without changing it (`umask(2)` can only set
+/// it, and the pack's threads may be creating files meanwhile).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// What OUT is when it is not a file an image may replace: a device, a
+/// fifo or a socket (or a link to one), which a rename would silently
+/// replace with a regular file (`-o /dev/sdX` would fill memory).
+fn special(m: &fs::Metadata) -> Option<&'static str> {
+    let t = m.file_type();
+    if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_fifo() {
+        Some("a fifo")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        None
+    }
 }
 
 /// Checks SRC and OUT before any work is done: SRC must be a directory, OUT's
@@ -56,9 +93,16 @@ pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError>
             src: src.into(),
         });
     }
-    match fs::symlink_metadata(out) {
-        Ok(_) if !force => return Err(PackError::OutputExists { path: out.into() }),
-        Ok(m) if m.is_dir() => {
+    let existing = fs::symlink_metadata(out).ok();
+    if let Some(kind) = fs::metadata(out).ok().as_ref().and_then(special) {
+        return Err(PackError::InvalidOption(format!(
+            "{}: output is {kind}; packfs writes images to regular files",
+            out.display()
+        )));
+    }
+    match &existing {
+        Some(_) if !force => return Err(PackError::OutputExists { path: out.into() }),
+        Some(m) if m.is_dir() => {
             return Err(PackError::io(out)(std::io::Error::new(
                 std::io::ErrorKind::IsADirectory,
                 "output is a directory",
@@ -66,11 +110,17 @@ pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError>
         }
         _ => {}
     }
+    let (mode, owner) = match existing.filter(|m| m.is_file()) {
+        Some(m) => (m.mode() & 0o7777, Some((m.uid(), m.gid()))),
+        None => (0o666 & !umask(), None),
+    };
     Ok(Target {
         final_path: out.into(),
         lustre: crate::lustre::is_lustre(&dir),
         dir,
         name: name.to_string_lossy().into_owned(),
+        mode,
+        owner,
     })
 }
 
@@ -89,7 +139,16 @@ impl Target {
     /// On Lustre the file is created without data objects, so that
     /// [`Target::stripe`] can still choose its layout.
     pub fn create_temp(&self) -> Result<NamedTempFile, PackError> {
-        let prefix = format!(".{}.tmp-", self.name);
+        // The temporary name must fit NAME_MAX (255 bytes) where OUT does.
+        let mut stem = self.name.as_str();
+        if stem.len() > 200 {
+            let mut end = 200;
+            while !stem.is_char_boundary(end) {
+                end -= 1;
+            }
+            stem = &stem[..end];
+        }
+        let prefix = format!(".{stem}.tmp-");
         let mut b = tempfile::Builder::new();
         b.prefix(&prefix).rand_bytes(6);
         let made = if self.lustre {
@@ -140,8 +199,13 @@ impl Target {
     /// Syncs the temporary file and renames it to the final name.
     pub fn commit(&self, tmp: NamedTempFile) -> Result<(), PackError> {
         let out = &self.final_path;
-        // tempfile creates 0600; an image is an ordinary readable file.
-        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o644))
+        // tempfile creates 0600: the image gets the mode OUT had, or a new
+        // file's (module doc of `Target`), and root gives a replaced image
+        // back to its owner.
+        if let Some((uid, gid)) = self.owner {
+            let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(uid), Some(gid));
+        }
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(self.mode))
             .map_err(PackError::output(out, "setting the image's mode"))?;
         // Delayed allocation and network filesystems report a full disk or
         // a failed write only here.

@@ -687,6 +687,70 @@ fn bad_input_is_reported_and_leaves_nothing_behind() {
     );
 }
 
+/// The image's mode follows the umask, as any new file's (it was always
+/// 0644: a private tree packed under umask 077 came out world-readable);
+/// `--force` keeps the mode and owner of the image it replaces; a device,
+/// fifo or socket (or a link to one) is refused, not replaced by a regular
+/// file; an output name of up to 255 bytes works (its temporary file's name
+/// was 12 bytes longer).
+#[test]
+fn the_output_gets_a_files_mode_and_must_be_a_regular_file() {
+    let work = scratch();
+    let src = work.path().join("src");
+    write(&src.join("a"), b"secret");
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+
+    let private = work.path().join("private.sqfs");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077; exec \"$0\" pack -q -o \"$1\" \"$2\"")
+        .arg(crate::common::packfs_bin())
+        .arg(&private)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(&private), 0o600);
+
+    let forced = PackOptions {
+        force: true,
+        ..Default::default()
+    };
+    let old = work.path().join("old.sqfs");
+    fs::write(&old, b"old").unwrap();
+    fs::set_permissions(&old, fs::Permissions::from_mode(0o640)).unwrap();
+    // As root, another user's image stays theirs.
+    let other = is_root() && lchown(&old, 4321, 4322);
+    pack_squashfs(&src, &old, &forced).unwrap();
+    assert_eq!(mode(&old), 0o640);
+    if other {
+        let m = fs::metadata(&old).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4321, 4322));
+    }
+
+    let fifo = work.path().join("fifo");
+    assert!(mknod(&fifo, libc::S_IFIFO | 0o644, 0, 0));
+    let link = work.path().join("link-to-fifo");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    for p in [&fifo, &link] {
+        let e = pack_squashfs(&src, p, &forced).unwrap_err();
+        assert!(e.to_string().contains("output is a fifo"), "{e}");
+    }
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    let long = work.path().join(format!("{}.sqfs", "o".repeat(250)));
+    pack_squashfs(&src, &long, &PackOptions::default()).unwrap();
+    assert_eq!(&fs::read(&long).unwrap()[..4], b"hsqs");
+}
+
 /// SquashFS holds at most 65,535 distinct uids and gids together (the id
 /// count is 16 bits). One more is a clear error naming the file that would
 /// need it, before any data is written, and nothing under the output name.
