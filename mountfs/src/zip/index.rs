@@ -290,17 +290,23 @@ fn entry_node(
     let is_dir = is_dir_name
         || ftype == libc::S_IFDIR
         || (unix.is_none() && e.external & 0x10 != 0 && e.size == 0);
+    // A link with an empty target is an empty file, as `unzip` makes it:
+    // the kernel resolves "" to the link's own directory, so a mount would
+    // hold an endless `link/link/...`.
     let kind = if is_dir {
         libc::S_IFDIR
-    } else if ftype == libc::S_IFLNK {
+    } else if ftype == libc::S_IFLNK && e.size > 0 {
         libc::S_IFLNK
     } else {
         libc::S_IFREG
     };
     let perm = match unix.map(|m| m & 0o7777) {
+        _ if ftype == libc::S_IFLNK && kind == libc::S_IFREG => 0o644,
         Some(p) if p != 0 || ftype != 0 => p,
         _ if kind == libc::S_IFDIR => 0o755,
         _ if kind == libc::S_IFLNK => 0o777,
+        // The DOS read-only attribute, as unzip applies it.
+        _ if unix.is_none() && e.external & 0x01 != 0 => 0o444,
         _ => 0o644,
     };
     let (uid, gid) = e.uid_gid.unwrap_or(default_owner);
@@ -534,6 +540,12 @@ mod tests {
             assert_eq!(n.mode, want, "{name}");
             assert_eq!(is_dir, want & S_IFMT == libc::S_IFDIR, "{name}");
         }
+        // A link with an empty target (size 0) is an empty file, as unzip
+        // makes it: the kernel resolves "" to the link's own directory.
+        let mut empty = unix("e", libc::S_IFLNK | 0o777);
+        empty.size = 0;
+        empty.csize = 0;
+        assert_eq!(node_of(&empty).0.mode, libc::S_IFREG | 0o644);
     }
 
     #[test]
@@ -544,6 +556,8 @@ mod tests {
             // The DOS directory attribute counts only on an empty entry.
             (dos("da", 0x10, 0), libc::S_IFDIR | 0o755),
             (dos("da5", 0x10, 5), libc::S_IFREG | 0o644),
+            // Read-only, as unzip makes it.
+            (dos("ro", 0x01, 5), libc::S_IFREG | 0o444),
             // A Unix host with no mode recorded is treated the same.
             (unix("u", 0), libc::S_IFREG | 0o644),
         ];
