@@ -189,7 +189,7 @@ pub enum Command {
         image: PathBuf,
         /// The directory (or file) in the image to list.
         #[arg(default_value = "/")]
-        path: String,
+        path: PathBuf,
         /// One line per entry: mode, owner, size, date, name (and a symlink's target).
         #[arg(short, long)]
         long: bool,
@@ -202,7 +202,7 @@ pub enum Command {
         /// The image: a file, s3://BUCKET/KEY or http(s)://HOST/PATH.
         image: PathBuf,
         /// The file's path in the image.
-        path: String,
+        path: PathBuf,
     },
     /// Extract the image (or a subtree) into a directory.
     Extract {
@@ -213,7 +213,7 @@ pub enum Command {
         output: PathBuf,
         /// Subtree to extract.
         #[arg(long, default_value = "/")]
-        path: String,
+        path: PathBuf,
     },
     /// Mount an image read-only (returns once the mount is ready unless --foreground).
     /// A shard manifest, or several images, mount as one tree.

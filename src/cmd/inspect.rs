@@ -30,9 +30,10 @@ fn open_image(image: &Path, remote: &RemoteArgs) -> anyhow::Result<mountfs::open
     )?)
 }
 
-fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &str) -> anyhow::Result<Attr> {
-    fs.resolve(path.as_bytes())
-        .with_context(|| format!("{}: {path}", image.display()))
+/// A path in the image, as bytes: names need not be UTF-8.
+fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &Path) -> anyhow::Result<Attr> {
+    fs.resolve(path.as_os_str().as_bytes())
+        .with_context(|| format!("{}: {}", image.display(), path.display()))
 }
 
 pub fn info(image: &Path, remote: &RemoteArgs) -> anyhow::Result<i32> {
@@ -177,7 +178,7 @@ fn mode_string(a: &Attr) -> String {
 
 pub fn ls(
     image: &Path,
-    path: &str,
+    path: &Path,
     long: bool,
     recursive: bool,
     remote: &RemoteArgs,
@@ -186,7 +187,12 @@ pub fn ls(
     let at = resolve(&fs, image, path)?;
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
-    let mut stack = vec![(path.trim_end_matches('/').to_string(), at)];
+    // Names are written as their bytes, as `ls` writes them to a pipe.
+    let mut top = path.as_os_str().as_bytes();
+    while let [rest @ .., b'/'] = top {
+        top = rest;
+    }
+    let mut stack = vec![(top.to_vec(), at)];
     while let Some((dir, a)) = stack.pop() {
         if a.kind != FileKind::Dir {
             print_entry(&fs, &mut out, &dir, &a, long)?;
@@ -195,16 +201,12 @@ pub fn ls(
         let entries = fs.list(a.node)?;
         let mut subdirs = Vec::new();
         for e in entries {
-            let name = String::from_utf8_lossy(&e.name).into_owned();
-            let full = if recursive {
-                format!("{dir}/{name}")
-            } else {
-                name.clone()
-            };
+            let under = [&dir[..], b"/", &e.name].concat();
+            let full = if recursive { &under } else { &e.name };
             let attr = fs.getattr(e.node)?;
-            print_entry(&fs, &mut out, &full, &attr, long)?;
+            print_entry(&fs, &mut out, full, &attr, long)?;
             if recursive && attr.kind == FileKind::Dir {
-                subdirs.push((format!("{dir}/{name}"), attr));
+                subdirs.push((under, attr));
             }
         }
         stack.extend(subdirs.into_iter().rev());
@@ -216,12 +218,13 @@ pub fn ls(
 fn print_entry(
     fs: &PackFs<AnyImage>,
     out: &mut impl Write,
-    name: &str,
+    name: &[u8],
     a: &Attr,
     long: bool,
 ) -> anyhow::Result<()> {
     if !long {
-        writeln!(out, "{name}")?;
+        out.write_all(name)?;
+        out.write_all(b"\n")?;
         return Ok(());
     }
     let size = match a.kind {
@@ -231,14 +234,9 @@ fn print_entry(
         }
         _ => a.size.to_string(),
     };
-    let target = if a.kind == FileKind::Symlink {
-        format!(" -> {}", String::from_utf8_lossy(&fs.readlink(a.node)?))
-    } else {
-        String::new()
-    };
-    writeln!(
+    write!(
         out,
-        "{} {:>3} {:>5} {:>5} {:>10} {} {name}{target}",
+        "{} {:>3} {:>5} {:>5} {:>10} {} ",
         mode_string(a),
         a.nlink,
         a.uid,
@@ -246,19 +244,29 @@ fn print_entry(
         size,
         crate::date::format(a.mtime, false)
     )?;
+    out.write_all(name)?;
+    if a.kind == FileKind::Symlink {
+        out.write_all(b" -> ")?;
+        out.write_all(&fs.readlink(a.node)?)?;
+    }
+    out.write_all(b"\n")?;
     Ok(())
 }
 
-pub fn cat(image: &Path, path: &str, remote: &RemoteArgs) -> anyhow::Result<i32> {
+pub fn cat(image: &Path, path: &Path, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let fs = open(image, remote)?;
     let a = resolve(&fs, image, path)?;
     if a.kind != FileKind::File {
-        bail!("{}: {path}: not a regular file", image.display());
+        bail!(
+            "{}: {}: not a regular file",
+            image.display(),
+            path.display()
+        );
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     fs.read_all(a.node, |b| out.write_all(b))
-        .with_context(|| format!("{}: {path}", image.display()))?;
+        .with_context(|| format!("{}: {}", image.display(), path.display()))?;
     out.flush()?;
     Ok(0)
 }
@@ -358,14 +366,14 @@ fn make_node(p: &Path, attr: &Attr) -> anyhow::Result<bool> {
 
 pub fn extract(
     image: &Path,
-    path: &str,
+    path: &Path,
     output: &Path,
     remote: &RemoteArgs,
 ) -> anyhow::Result<i32> {
     let fs = open(image, remote)?;
     let top = resolve(&fs, image, path)?;
     if top.kind != FileKind::Dir {
-        bail!("{}: {path}: not a directory", image.display());
+        bail!("{}: {}: not a directory", image.display(), path.display());
     }
     match std::fs::read_dir(output) {
         Ok(mut d) => {

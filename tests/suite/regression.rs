@@ -114,6 +114,57 @@ fn a_listing_piped_into_head_ends_quietly() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
 }
 
+/// Bug: `ls`, `cat` and `extract --path` took the path in the image as a
+/// UTF-8 string, so a name that is not UTF-8 could not be given (clap
+/// refused the argument), and `ls` printed such names with U+FFFD instead
+/// of their bytes. They are bytes now, as in the mount.
+#[test]
+fn paths_and_names_that_are_not_utf8_keep_their_bytes_on_the_command_line() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch();
+    let src = dir.path().join("src");
+    let d = src.join(OsStr::from_bytes(b"d\xe9"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(OsStr::from_bytes(b"f\xff")), b"bytes").unwrap();
+    std::os::unix::fs::symlink(OsStr::from_bytes(b"f\xff"), d.join("link")).unwrap();
+    let img = dir.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let packfs = |args: &[&OsStr]| {
+        let out = Command::new(packfs_bin()).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let i = img.as_os_str();
+    let p = |b: &'static [u8]| OsStr::from_bytes(b);
+    assert_eq!(packfs(&[p(b"cat"), i, p(b"d\xe9/f\xff")]), b"bytes");
+    assert_eq!(packfs(&[p(b"ls"), i, p(b"/")]), b"d\xe9\n");
+    assert_eq!(packfs(&[p(b"ls"), i, p(b"d\xe9")]), b"f\xff\nlink\n");
+    let long = packfs(&[p(b"ls"), p(b"-l"), i, p(b"d\xe9")]);
+    assert!(
+        long.ends_with(b" link -> f\xff\n"),
+        "{}",
+        String::from_utf8_lossy(&long)
+    );
+    let out = dir.path().join("out");
+    packfs(&[
+        p(b"extract"),
+        i,
+        p(b"-o"),
+        out.as_os_str(),
+        p(b"--path"),
+        p(b"d\xe9"),
+    ]);
+    assert_eq!(
+        std::fs::read(out.join(OsStr::from_bytes(b"f\xff"))).unwrap(),
+        b"bytes"
+    );
+}
+
 /// Bug (adf1fe3): image-order readahead kept one global high-water mark, so
 /// a second sequential reader lower in the image than the first got no
 /// window at all. It gets its own, whatever the first one was handed.
