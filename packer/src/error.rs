@@ -31,7 +31,7 @@ pub enum PackError {
     FileVanished { path: PathBuf },
     /// A regular file the walk found is something else (a FIFO, a symlink,
     /// a directory) when its data is read.
-    #[error("{path}: no longer a regular file (replaced during the pack)", path = path.display())]
+    #[error("{path}: replaced during the pack (not the file the scan found)", path = path.display())]
     FileReplaced { path: PathBuf },
     #[error("{path}: name is longer than 256 bytes", path = path.display())]
     NameTooLong { path: PathBuf },

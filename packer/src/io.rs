@@ -40,7 +40,7 @@
 
 use crate::PackError;
 use rayon::prelude::*;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -157,7 +157,11 @@ fn will_need(h: &Hint) {
 /// `fcntl(F_SETLEASE)` holder gets up to `/proc/sys/fs/lease-break-time`
 /// seconds to let go): only a regular file has leases, so that case opens
 /// again, waiting for the lease like any reader.
-pub fn open_source(path: &Path) -> Result<std::fs::File, PackError> {
+///
+/// `walked` is the file's `st_ino` at the walk (0: not known): another file
+/// now under the name (replaced by a rename, as editors and `cp` to a
+/// temporary name do) is [`PackError::FileReplaced`], even at the same size.
+pub fn open_source(path: &Path, walked: Option<u64>) -> Result<std::fs::File, PackError> {
     let open = |flags: libc::c_int| {
         std::fs::OpenOptions::new()
             .read(true)
@@ -175,10 +179,30 @@ pub fn open_source(path: &Path) -> Result<std::fs::File, PackError> {
         _ => PackError::io(path)(e),
     })?;
     let meta = file.metadata().map_err(PackError::io(path))?;
-    if !meta.is_file() {
+    if !meta.is_file() || walked.is_some_and(|i| i != 0 && i != meta.ino()) {
         return Err(PackError::FileReplaced { path: path.into() });
     }
     Ok(file)
+}
+
+/// An empty file has no data to read, so it is checked by name: still
+/// there, still empty, still the file the walk found (`walked` inode).
+pub fn check_empty(path: &Path, walked: u64) -> Result<(), PackError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR) => PackError::FileVanished { path: path.into() },
+        _ => PackError::io(path)(e),
+    })?;
+    if !meta.is_file() || (walked != 0 && meta.ino() != walked) {
+        return Err(PackError::FileReplaced { path: path.into() });
+    }
+    if meta.len() != 0 {
+        return Err(PackError::FileChanged {
+            path: path.into(),
+            was: 0,
+            now: meta.len(),
+        });
+    }
+    Ok(())
 }
 
 /// The error for a file found to differ from the `was` bytes the walk

@@ -72,6 +72,10 @@ pub struct Inode {
     pub maybe_sparse: bool,
     /// Found in [`Tree::overlay`] rather than the source: its data is read there.
     pub from_overlay: bool,
+    /// The source file's `st_ino` at the walk: a file opened for its data
+    /// must still be this one, not one renamed over it since. 0: unknown
+    /// (a filesystem whose inode numbers may change, `stable_inodes`).
+    pub src_ino: u64,
 }
 
 pub struct Tree {
@@ -311,6 +315,23 @@ struct Walker<'a> {
     id_index: HashMap<u32, u16>,
     /// (dev, ino) of multiply-linked non-directories already seen.
     links: HashMap<(u64, u64), u32>,
+    /// Whether [`Inode::src_ino`] is recorded (see [`stable_inodes`]).
+    stable_ino: bool,
+}
+
+/// Whether inode numbers under `root` stay the same while the pack runs, so
+/// that a file opened for its data can be told from one renamed over it:
+/// not on a FUSE filesystem, whose server may number a file afresh each
+/// time the kernel looks it up again (sshfs, s3fs). An error is "no".
+fn stable_inodes(root: &Path) -> bool {
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    let Ok(c) = std::ffi::CString::new(root.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: zeroed is a valid statfs; `c` is a valid C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as i64 != FUSE_SUPER_MAGIC
 }
 
 /// One directory entry as read by an I/O thread, before it joins the tree.
@@ -463,6 +484,7 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         },
         id_index: HashMap::new(),
         links: HashMap::new(),
+        stable_ino: stable_inodes(root),
     };
     let excludes = Excludes::new(&opts.excludes)?;
     // The root's own metadata (following a symlink given as SRC) is the root inode.
@@ -741,6 +763,7 @@ impl Walker<'_> {
             target_off,
             maybe_sparse: kind == Kind::File && meta.blocks().saturating_mul(512) < meta.len(),
             from_overlay,
+            src_ino: if self.stable_ino { meta.ino() } else { 0 },
         });
         Ok(ino)
     }

@@ -360,7 +360,59 @@ fn file_replaced_by_fifo_during_pack() {
         },
         |v| {
             vec![format!(
-                "{}: no longer a regular file (replaced during the pack)",
+                "{}: replaced during the pack (not the file the scan found)",
+                v.display()
+            )]
+        },
+    );
+}
+
+/// A file replaced by another of the same size, renamed over it (what
+/// editors and `cp` to a temporary name do): the sizes agree, so only the
+/// inode tells. It was packed with the new bytes under the old metadata.
+#[test]
+fn file_replaced_by_a_rename_during_pack() {
+    for n in VICTIM_SIZES {
+        change_during_pack(
+            "replaced by a rename",
+            n,
+            |v| {
+                let tmp = v.with_extension("new");
+                fs::write(&tmp, bytes(3, n, true)).unwrap();
+                fs::rename(&tmp, v).unwrap();
+            },
+            |v| {
+                vec![format!(
+                    "{}: replaced during the pack (not the file the scan found)",
+                    v.display()
+                )]
+            },
+        );
+    }
+}
+
+/// An empty file has no data to read, so nothing looked at it again: one
+/// that grew or went away during the pack was packed as it was scanned.
+#[test]
+fn an_empty_file_that_grows_or_goes_during_pack() {
+    change_during_pack(
+        "empty, grown",
+        0,
+        |v| fs::write(v, b"grown").unwrap(),
+        |v| {
+            vec![format!(
+                "{}: changed size during the pack: 0 -> 5 bytes",
+                v.display()
+            )]
+        },
+    );
+    change_during_pack(
+        "empty, deleted",
+        0,
+        |v| fs::remove_file(v).unwrap(),
+        |v| {
+            vec![format!(
+                "{}: deleted or renamed during the pack",
                 v.display()
             )]
         },

@@ -18,7 +18,7 @@
 use super::behind::{Mark, SealedFragment, WriteBehind};
 use super::writer::ImageWriter;
 use crate::detach;
-use crate::io::{changed_size, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
+use crate::io::{changed_size, check_empty, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
 use crate::walk::{Kind, Tree};
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
@@ -89,6 +89,8 @@ struct Piece {
     nblocks: u64,
     last: bool,
     maybe_sparse: bool,
+    /// The source's `st_ino` at the walk.
+    src_ino: u64,
 }
 
 enum Block {
@@ -333,9 +335,10 @@ fn is_hole(file: &File, off: u64, len: u64) -> bool {
 
 fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
     if p.nblocks == 0 {
+        check_empty(&p.path, p.src_ino)?;
         return Ok(Vec::new());
     }
-    let file = open_source(&p.path)?;
+    let file = open_source(&p.path, Some(p.src_ino))?;
     let bs = ctx.block_size as u64;
     let changed = || changed_size(&p.path, &file, p.size);
     let mut out = Vec::with_capacity(p.nblocks as usize);
@@ -411,7 +414,7 @@ fn pieces<'t>(
         let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
         let blocks = i.size.div_ceil(bs);
         let n_pieces = blocks.div_ceil(per_piece).max(1);
-        let (size, maybe_sparse) = (i.size, i.maybe_sparse);
+        let (size, maybe_sparse, src_ino) = (i.size, i.maybe_sparse, i.src_ino);
         (0..n_pieces).map(move |k| {
             let first_block = k * per_piece;
             Piece {
@@ -422,6 +425,7 @@ fn pieces<'t>(
                 nblocks: per_piece.min(blocks - first_block.min(blocks)),
                 last: k + 1 == n_pieces,
                 maybe_sparse,
+                src_ino,
             }
         })
     })

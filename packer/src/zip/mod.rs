@@ -41,7 +41,7 @@ mod compress;
 mod records;
 
 use crate::detach;
-use crate::io::{changed_size, open_source};
+use crate::io::{changed_size, check_empty, open_source};
 use crate::output;
 use crate::walk::{self, cancelled, Kind, Tree};
 use crate::{PackError, PackOptions, PackSummary};
@@ -246,8 +246,11 @@ fn compress_file(codec: Codec, raw: Vec<u8>, path: &Path) -> Result<Prepared, Pa
 
 /// Reads exactly `size` bytes: a file that shrank or grew since the walk
 /// is an error, not a silently different entry.
-fn read_whole(path: &Path, size: u64) -> Result<Vec<u8>, PackError> {
-    let f = open_source(path)?;
+fn read_whole(path: &Path, size: u64, walked: u64) -> Result<Vec<u8>, PackError> {
+    if size == 0 {
+        check_empty(path, walked)?;
+    }
+    let f = open_source(path, Some(walked))?;
     let mut buf = Vec::with_capacity(size as usize);
     (&f).take(size + 1)
         .read_to_end(&mut buf)
@@ -527,6 +530,7 @@ impl ZipWriter<'_, '_> {
             Kind::Symlink => Some(Ok(stored(self.tree.symlink_target(it.ino).to_vec()))),
             Kind::File => {
                 let (path, size, codec) = (self.source(it), i.size, self.codec);
+                let walked = i.src_ino;
                 let (tx, cpu) = (tx.clone(), self.pool.clone());
                 // Queued work is dropped once the pack is cancelled: each
                 // task looks before reading and before compressing.
@@ -535,7 +539,7 @@ impl ZipWriter<'_, '_> {
                 self.io_pool.spawn(move || {
                     let read = match stop() {
                         true => Err(PackError::Interrupted),
-                        false => read_whole(&path, size),
+                        false => read_whole(&path, size, walked),
                     };
                     match read {
                         Err(e) => {
@@ -582,7 +586,8 @@ impl ZipWriter<'_, '_> {
         let zip64 = records::local_zip64(size);
         let offset = self.out.pos;
         let start_reported = self.reported;
-        let mut file = open_source(&path)?;
+        let walked = self.tree.inodes[item.ino as usize].src_ino;
+        let mut file = open_source(&path, Some(walked))?;
         let mut method = self.codec.method;
         let mut first = vec![0u8; SEGMENT.min(size as usize)];
         read_exact(&mut file, &mut first, &path, size)?;
