@@ -137,7 +137,7 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
     // fails at once, not after scanning a large tree. On any error `tmp` is
     // dropped, which deletes the temporary file.
     let tmp = target.create_temp()?;
-    let tree = walk::walk(src, opts)?;
+    let tree = walk::walk_skipping(src, opts, output::identity(&tmp))?;
     log::debug!(
         "walk: {} entries in {:.2} s",
         tree.nodes.len(),

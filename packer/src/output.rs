@@ -24,6 +24,11 @@ pub struct Target {
     owner: Option<(u32, u32)>,
 }
 
+/// (dev, ino) of the temporary file the image is written to.
+pub fn identity(tmp: &NamedTempFile) -> Option<(u64, u64)> {
+    tmp.as_file().metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// The process's umask, read without changing it (`umask(2)` can only set
 /// it, and the pack's threads may be creating files meanwhile).
 fn umask() -> u32 {

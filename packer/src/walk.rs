@@ -317,6 +317,10 @@ struct Walker<'a> {
     links: HashMap<(u64, u64), u32>,
     /// Whether [`Inode::src_ino`] is recorded (see [`stable_inodes`]).
     stable_ino: bool,
+    /// (dev, ino) of the image being written, left out of the tree: its
+    /// directory may reach into the source by another path (a bind mount),
+    /// where the check on paths in `output::prepare` cannot see it.
+    skip: Option<(u64, u64)>,
 }
 
 /// Whether inode numbers under `root` stay the same while the pack runs, so
@@ -471,6 +475,16 @@ fn scan_dir(
 /// which name of a hard link comes first, the first error reported) is the
 /// same as a sequential walk's.
 pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
+    walk_skipping(root, opts, None)
+}
+
+/// [`walk`], leaving out the file `skip` ((dev, ino): the image's own
+/// temporary file) wherever it shows up in the tree.
+pub fn walk_skipping(
+    root: &Path,
+    opts: &PackOptions,
+    skip: Option<(u64, u64)>,
+) -> Result<Tree, PackError> {
     let mut w = Walker {
         opts,
         tree: Tree {
@@ -485,6 +499,7 @@ pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
         id_index: HashMap::new(),
         links: HashMap::new(),
         stable_ino: stable_inodes(root),
+        skip,
     };
     let excludes = Excludes::new(&opts.excludes)?;
     // The root's own metadata (following a symlink given as SRC) is the root inode.
@@ -615,6 +630,19 @@ impl Walker<'_> {
         rel: &Path,
         entries: Vec<Scanned>,
     ) -> Result<Vec<(u32, bool)>, PackError> {
+        let mut entries = entries;
+        if let Some((dev, ino)) = self.skip {
+            entries.retain(|e| {
+                let it = e.meta.dev() == dev && e.meta.ino() == ino;
+                if it {
+                    log::warn!(
+                        "{}: the image being written, left out",
+                        self.tree.root.join(rel).join(&e.name).display()
+                    );
+                }
+                !it
+            });
+        }
         let first = self.tree.nodes.len() as u32;
         self.tree.nodes[node as usize].first_child = first;
         self.tree.nodes[node as usize].child_count = entries.len() as u32;

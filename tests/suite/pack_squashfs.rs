@@ -751,6 +751,36 @@ fn the_output_gets_a_files_mode_and_must_be_a_regular_file() {
     assert_eq!(&fs::read(&long).unwrap()[..4], b"hsqs");
 }
 
+/// An output directory that reaches into the source by another path (a
+/// bind mount of it) put the image's own temporary file into the image:
+/// the check on paths cannot see it, so the walk leaves the file out by
+/// its inode.
+#[test]
+fn the_image_being_written_is_left_out_when_a_bind_mount_shows_it() {
+    if !require_root("bind mounts") {
+        return;
+    }
+    let work = scratch();
+    let src = work.path().join("src");
+    write(&src.join("a"), b"a");
+    let bind = work.path().join("bind");
+    fs::create_dir(&bind).unwrap();
+    run(Command::new("mount").arg("--bind").arg(&src).arg(&bind));
+    let img = bind.join("x.sqfs");
+    let packed = pack_squashfs(&src, &img, &PackOptions::default());
+    let copy = work.path().join("x.sqfs");
+    if packed.is_ok() {
+        fs::copy(&img, &copy).unwrap();
+    }
+    run(Command::new("umount").arg(&bind));
+    packed.unwrap();
+    let listing = run(Command::new("unsquashfs")
+        .args(["-lc", "-d", ""])
+        .arg(&copy));
+    let names: Vec<&str> = listing.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(names, ["/a"], "{listing}");
+}
+
 /// SquashFS holds at most 65,535 distinct uids and gids together (the id
 /// count is 16 bits). One more is a clear error naming the file that would
 /// need it, before any data is written, and nothing under the output name.

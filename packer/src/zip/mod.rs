@@ -84,7 +84,7 @@ pub fn pack(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, P
     let target = output::prepare(src, out, opts.force)?;
     // On any error `tmp` is dropped, which deletes the temporary file.
     let tmp = target.create_temp()?;
-    let tree = walk::walk(src, opts)?;
+    let tree = walk::walk_skipping(src, opts, crate::output::identity(&tmp))?;
     write_tree(&tree, target, tmp, opts, started)
 }
 
