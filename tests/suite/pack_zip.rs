@@ -505,3 +505,39 @@ fn entries_and_offsets_over_4_gib_use_zip64() {
         fs::remove_file(&zip).unwrap();
     }
 }
+
+/// ZIP has no place for extended attributes; packing a tree that has some
+/// said nothing (special files it cannot hold get a warning). It says once
+/// how many entries lose theirs.
+#[test]
+fn extended_attributes_left_out_of_a_zip_are_said_once() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for n in ["a", "b", "plain"] {
+        fs::write(src.join(n), n).unwrap();
+    }
+    for n in ["a", "b"] {
+        let p = std::ffi::CString::new(src.join(n).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: valid C strings and value buffer.
+        let r =
+            unsafe { libc::lsetxattr(p.as_ptr(), c"user.k".as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+        if !require(r == 0, "user xattrs on the scratch filesystem") {
+            return;
+        }
+    }
+    let out = Command::new(packfs_bin())
+        .args(["pack", "-q", "--format", "zip", "-o"])
+        .arg(t.path().join("x.zip"))
+        .arg(&src)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err.matches("2 entries have extended attributes, which ZIP cannot store")
+            .count(),
+        1,
+        "{err}"
+    );
+}

@@ -97,6 +97,26 @@ pub(crate) fn write_tree(
     started: Instant,
 ) -> Result<PackSummary, PackError> {
     let codec = Codec::from_options(opts.compressor, opts.level)?;
+    // Said once, as for the special files ZIP cannot hold: the archive has
+    // no place for extended attributes (SquashFS keeps them). SELinux
+    // labels, on every file of such a system, are the machine's, not the
+    // data's, and go unmentioned.
+    let sets: Vec<bool> = tree
+        .xattrs
+        .sets
+        .iter()
+        .map(|set| set.iter().any(|x| !(x.kind == 2 && x.name == b"selinux")))
+        .collect();
+    let with_xattrs = tree
+        .inodes
+        .iter()
+        .filter(|i| sets.get(i.xattr as usize).copied().unwrap_or(false))
+        .count();
+    if with_xattrs > 0 {
+        log::warn!(
+            "{with_xattrs} entries have extended attributes, which ZIP cannot store: left out (pack as SquashFS to keep them)"
+        );
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .thread_name(|i| format!("packfs-zip-{i}"))
