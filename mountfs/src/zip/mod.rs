@@ -364,6 +364,12 @@ impl ZipFs {
             return Ok(Some(b));
         }
         let target = k * CHUNK;
+        // Readahead does not take the reader's decoder back to a chunk it
+        // has passed: that chunk was served (the kernel holds its pages),
+        // and the reader's next chunk would then be decoded again.
+        if !wait && st.as_ref().is_some_and(|s| s.pos > target) {
+            return Ok(None);
+        }
         // The live decoder serves the chunk if it is at or before it; a
         // checkpoint at or before the chunk (and past the live decoder)
         // saves decoding from the further position.

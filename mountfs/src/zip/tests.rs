@@ -567,6 +567,38 @@ fn pread(z: &ZipFs, h: &ZipFile, off: u64, len: u32) -> Vec<u8> {
     Image::read(z, h, off, len).unwrap_or_else(|e| panic!("read {len} at {off}: {e}"))
 }
 
+/// Readahead of a chunk the reader's decoder has passed (a late job)
+/// decoded it again, from a checkpoint or the member's start, and left the
+/// reader's decoder behind, so the reader's next chunk was decoded again too.
+#[test]
+fn readahead_does_not_take_the_readers_decoder_back() {
+    const MIB: u64 = 1 << 20;
+    let big = text(11, (8 * MIB) as usize);
+    let z = open(zip(&[e("big", &big)]), 64 << 20).unwrap();
+    let h = open_member(&z, "big");
+    for off in (0..4 * MIB).step_by(CHUNK as usize) {
+        assert_eq!(
+            pread(&z, &h, off, CHUNK as u32),
+            &big[off as usize..][..CHUNK as usize]
+        );
+    }
+    let mut z = z;
+    drop_cache(&mut z);
+    let before = z.decoded_bytes();
+    Image::prefetch(&z, &h, MIB, 2 * MIB);
+    assert_eq!(
+        z.decoded_bytes(),
+        before,
+        "a passed chunk was decoded again"
+    );
+    // The reader goes on from where its decoder is: one chunk decoded.
+    assert_eq!(
+        pread(&z, &h, 4 * MIB, 100),
+        &big[(4 * MIB) as usize..][..100]
+    );
+    assert_eq!(z.decoded_bytes(), before + CHUNK);
+}
+
 #[test]
 fn deflate_checkpoints_make_backward_and_random_reads_cheap() {
     const MIB: u64 = 1 << 20;
