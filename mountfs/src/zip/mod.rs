@@ -571,6 +571,15 @@ impl ZipFs {
 
     fn open_node(&self, i: u32, n: &Node) -> Result<ZipFile> {
         self.check_readable(i, n)?;
+        // No read of an empty member reaches a decoder or a check, so its
+        // CRC-32 is checked here: that of no bytes is 0 (unzip -t, zipfile).
+        if n.size == 0 && n.crc != 0 {
+            return Err(FsError::corrupt(format!(
+                "{}: CRC-32 mismatch (expected {:08x}, got 00000000)",
+                self.path_of(i),
+                n.crc
+            )));
+        }
         let data_off = self.data_off(i, n)?;
         if n.size / CHUNK > u32::MAX as u64 {
             return Err(FsError::Unsupported(format!(

@@ -359,7 +359,19 @@ fn crc_mismatch_encryption_and_unknown_method_are_errors() {
     bad_big.bad_crc = true;
     let mut enc = e("enc", b"secret");
     enc.flags = 1;
-    let f = fs(zip(&[bad, bad_stored, bad_big, enc, e("ok", b"fine")]));
+    // An empty member whose CRC-32 is not that of no bytes (0): no read
+    // of it decodes anything, so nothing else would notice.
+    let mut bad_empty = e("bad_empty", b"");
+    bad_empty.bad_crc = true;
+    let f = fs(zip(&[
+        bad,
+        bad_stored,
+        bad_big,
+        enc,
+        bad_empty,
+        e("ok", b"fine"),
+    ]));
+    assert!(matches!(cat(&f, "bad_empty"), Err(FsError::Corrupt(_))));
     assert!(matches!(cat(&f, "bad"), Err(FsError::Corrupt(_))));
     assert!(matches!(cat(&f, "bad_stored"), Err(FsError::Corrupt(_))));
     assert!(matches!(cat(&f, "bad_big"), Err(FsError::Corrupt(_))));
