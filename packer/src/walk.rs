@@ -750,7 +750,7 @@ impl Walker<'_> {
                 let t = meta.mtime();
                 if t < 0 || t > u32::MAX as i64 {
                     log::warn!(
-                        "{}: mtime {t} outside SquashFS's range, clamped",
+                        "{}: mtime {t} outside the range packfs stores (1970 to 2106), clamped",
                         path.display()
                     );
                 }
