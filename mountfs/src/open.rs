@@ -254,17 +254,18 @@ impl AnyImage {
             // bytes after it may be a chance match inside other data. A read
             // that fails while looking is that failure: whether it is an
             // image could not be told.
+            // (The tail is read again only for that error, so that opening a
+            // self-extractor costs one read of it, not two.)
             Err(unknown @ FsError::UnknownFormat(_)) => {
-                let Some(exact) = crate::zip::format::end_record(&*src)? else {
-                    return Err(unknown);
-                };
-                ZipFs::open(src, cache)
-                    .map(AnyImage::Zip)
-                    .map_err(|e| match e {
-                        io @ FsError::Io { .. } => io,
-                        e if exact => named(name)(e),
-                        _ => unknown,
-                    })
+                let src: Arc<dyn ImageSource> = Arc::from(src);
+                match ZipFs::open_shared(src.clone(), cache) {
+                    Ok(z) => Ok(AnyImage::Zip(z)),
+                    Err(io @ FsError::Io { .. }) => Err(io),
+                    Err(e) => match crate::zip::format::end_record(&*src)? {
+                        Some(true) => Err(named(name)(e)),
+                        _ => Err(unknown),
+                    },
+                }
             }
             Err(e) => Err(e),
         }

@@ -161,7 +161,7 @@ fn will_need(h: &Hint) {
 /// `walked` is the file's `st_ino` at the walk (0: not known): another file
 /// now under the name (replaced by a rename, as editors and `cp` to a
 /// temporary name do) is [`PackError::FileReplaced`], even at the same size.
-pub fn open_source(path: &Path, walked: Option<u64>) -> Result<std::fs::File, PackError> {
+pub fn open_source(path: &Path, walked: u64) -> Result<std::fs::File, PackError> {
     let open = |flags: libc::c_int| {
         std::fs::OpenOptions::new()
             .read(true)
@@ -179,7 +179,7 @@ pub fn open_source(path: &Path, walked: Option<u64>) -> Result<std::fs::File, Pa
         _ => PackError::io(path)(e),
     })?;
     let meta = file.metadata().map_err(PackError::io(path))?;
-    if !meta.is_file() || walked.is_some_and(|i| i != 0 && i != meta.ino()) {
+    if !meta.is_file() || (walked != 0 && meta.ino() != walked) {
         return Err(PackError::FileReplaced { path: path.into() });
     }
     Ok(file)
@@ -217,4 +217,16 @@ pub fn changed_size(path: &Path, file: &std::fs::File, was: u64) -> PackError {
         },
         Err(e) => PackError::io(path)(e),
     }
+}
+
+/// `statfs(path).f_type`, the filesystem's magic number; `None` when it
+/// cannot be asked.
+pub fn fs_type(path: &Path) -> Option<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: zeroed is a valid statfs; `c` is a valid C string and `st` a
+    // buffer of the right type.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    (r == 0).then_some(st.f_type as i64)
 }

@@ -114,14 +114,7 @@ pub fn plan(policy: StripeCount, estimate: u64) -> Option<Layout> {
 
 /// Whether `dir` is on a Lustre filesystem. An error (no statfs) is "no".
 pub fn is_lustre(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid C string and a statfs buffer of the right type.
-    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    r == 0 && st.f_type as i64 == LL_SUPER_MAGIC
+    crate::io::fs_type(dir) == Some(LL_SUPER_MAGIC)
 }
 
 /// `lfs setstripe -c COUNT -S SIZE PATH`.

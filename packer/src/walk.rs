@@ -329,13 +329,7 @@ struct Walker<'a> {
 /// time the kernel looks it up again (sshfs, s3fs). An error is "no".
 fn stable_inodes(root: &Path) -> bool {
     const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-    let Ok(c) = std::ffi::CString::new(root.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: zeroed is a valid statfs; `c` is a valid C string.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    r == 0 && st.f_type as i64 != FUSE_SUPER_MAGIC
+    io::fs_type(root).is_some_and(|t| t != FUSE_SUPER_MAGIC)
 }
 
 /// One directory entry as read by an I/O thread, before it joins the tree.

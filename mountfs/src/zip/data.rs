@@ -489,15 +489,7 @@ impl Stream {
         if self.pos == self.size {
             let crc = std::mem::take(&mut self.crc).finalize();
             if crc != self.expect_crc {
-                log::error!(
-                    "zip: {}: CRC-32 mismatch (archive says {:08x}, data has {crc:08x})",
-                    self.name,
-                    self.expect_crc
-                );
-                return Err(FsError::corrupt(format!(
-                    "{}: CRC-32 mismatch (expected {:08x}, got {crc:08x})",
-                    self.name, self.expect_crc
-                )));
+                return Err(crc_mismatch(&self.name, self.expect_crc, crc));
             }
         }
         Ok(buf)
@@ -533,5 +525,14 @@ fn lzma_reader(mut raw: SrcReader, m: &Member<'_>) -> Result<impl Read + Send> {
     Ok(xz2::read::XzDecoder::new_stream(
         io::Cursor::new(alone).chain(raw),
         stream,
+    ))
+}
+
+/// The error (logged once, where it is found) for member `name`, whose
+/// bytes have CRC-32 `got` where the archive says `expected`.
+pub(crate) fn crc_mismatch(name: &str, expected: u32, got: u32) -> FsError {
+    log::error!("zip: {name}: CRC-32 mismatch (archive says {expected:08x}, data has {got:08x})");
+    FsError::corrupt(format!(
+        "{name}: CRC-32 mismatch (expected {expected:08x}, got {got:08x})"
     ))
 }

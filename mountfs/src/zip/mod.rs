@@ -183,7 +183,11 @@ fn key(node: u32, chunk: u64) -> u64 {
 impl ZipFs {
     /// Reads the central directory and builds the index.
     pub fn open(src: Box<dyn ImageSource>, cache: Arc<BlockCache>) -> Result<ZipFs> {
-        let src: Arc<dyn ImageSource> = Arc::from(src);
+        ZipFs::open_shared(Arc::from(src), cache)
+    }
+
+    /// [`ZipFs::open`] of a source the caller keeps a handle on.
+    pub fn open_shared(src: Arc<dyn ImageSource>, cache: Arc<BlockCache>) -> Result<ZipFs> {
         // SAFETY: no preconditions.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
         let idx = Index::build(&*src, owner)?;
@@ -554,16 +558,7 @@ impl ZipFs {
         let got = c.crc.take().map_or(0, |h| h.finalize());
         if got != n.crc {
             n.data_off.fetch_or(CRC_BAD, Ordering::AcqRel);
-            log::error!(
-                "zip: {}: CRC-32 mismatch (archive says {:08x}, data has {got:08x})",
-                self.path_of(h.node),
-                n.crc
-            );
-            return Err(FsError::corrupt(format!(
-                "{}: CRC-32 mismatch (expected {:08x}, got {got:08x})",
-                self.path_of(h.node),
-                n.crc
-            )));
+            return Err(data::crc_mismatch(&self.path_of(h.node), n.crc, got));
         }
         n.data_off.fetch_or(VERIFIED, Ordering::AcqRel);
         Ok(())
@@ -574,11 +569,7 @@ impl ZipFs {
         // No read of an empty member reaches a decoder or a check, so its
         // CRC-32 is checked here: that of no bytes is 0 (unzip -t, zipfile).
         if n.size == 0 && n.crc != 0 {
-            return Err(FsError::corrupt(format!(
-                "{}: CRC-32 mismatch (expected {:08x}, got 00000000)",
-                self.path_of(i),
-                n.crc
-            )));
+            return Err(data::crc_mismatch(&self.path_of(i), n.crc, 0));
         }
         let data_off = self.data_off(i, n)?;
         if n.size / CHUNK > u32::MAX as u64 {
@@ -596,16 +587,7 @@ impl ZipFs {
             let crc = crc32fast::hash(&data);
             crate::buffers::recycle(data);
             if crc != n.crc {
-                log::error!(
-                    "zip: {}: CRC-32 mismatch (archive says {:08x}, data has {crc:08x})",
-                    self.path_of(i),
-                    n.crc
-                );
-                return Err(FsError::corrupt(format!(
-                    "{}: CRC-32 mismatch (expected {:08x}, got {crc:08x})",
-                    self.path_of(i),
-                    n.crc
-                )));
+                return Err(data::crc_mismatch(&self.path_of(i), n.crc, crc));
             }
             n.data_off.fetch_or(VERIFIED, Ordering::AcqRel);
         }

@@ -132,7 +132,7 @@ fn tail_fingerprint(
     if tail == 0 {
         return None;
     }
-    let file = open_source(&tree.data_path(ino), None).ok()?;
+    let file = open_source(&tree.data_path(ino), 0).ok()?;
     let mut buf = vec![0u8; tail.min(READ_MAX) as usize];
     file.read_exact_at(&mut buf, size - tail).ok()?;
     Some(fingerprint(&buf))

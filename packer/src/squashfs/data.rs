@@ -338,7 +338,7 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
         check_empty(&p.path, p.src_ino)?;
         return Ok(Vec::new());
     }
-    let file = open_source(&p.path, Some(p.src_ino))?;
+    let file = open_source(&p.path, p.src_ino)?;
     let bs = ctx.block_size as u64;
     let changed = || changed_size(&p.path, &file, p.size);
     let mut out = Vec::with_capacity(p.nblocks as usize);

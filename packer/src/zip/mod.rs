@@ -270,7 +270,7 @@ fn read_whole(path: &Path, size: u64, walked: u64) -> Result<Vec<u8>, PackError>
     if size == 0 {
         check_empty(path, walked)?;
     }
-    let f = open_source(path, Some(walked))?;
+    let f = open_source(path, walked)?;
     let mut buf = Vec::with_capacity(size as usize);
     (&f).take(size + 1)
         .read_to_end(&mut buf)
@@ -607,7 +607,7 @@ impl ZipWriter<'_, '_> {
         let offset = self.out.pos;
         let start_reported = self.reported;
         let walked = self.tree.inodes[item.ino as usize].src_ino;
-        let mut file = open_source(&path, Some(walked))?;
+        let mut file = open_source(&path, walked)?;
         let mut method = self.codec.method;
         let mut first = vec![0u8; SEGMENT.min(size as usize)];
         read_exact(&mut file, &mut first, &path, size)?;
