@@ -70,10 +70,9 @@ impl OpenOptions {
 /// (`auto`, `uring` or `dev`), so that a test run or a job script can pick
 /// it for every mount it starts, `packfs run` and `packfs bench` included.
 fn transport_from_env() -> anyhow::Result<Transport> {
-    match std::env::var("PACKFS_TRANSPORT") {
-        Err(_) => Ok(Transport::Auto),
-        Ok(v) if v.is_empty() => Ok(Transport::Auto),
-        Ok(v) => <Transport as clap::ValueEnum>::from_str(&v, false).map_err(|_| {
+    match env_setting("PACKFS_TRANSPORT") {
+        None => Ok(Transport::Auto),
+        Some(v) => <Transport as clap::ValueEnum>::from_str(&v, false).map_err(|_| {
             usage(format!(
                 "PACKFS_TRANSPORT={v:?}: expected auto, uring or dev"
             ))
@@ -81,16 +80,22 @@ fn transport_from_env() -> anyhow::Result<Transport> {
     }
 }
 
+/// A mount setting from the environment: `None` when unset or empty, so
+/// that `VAR=` in a job script means the default, as leaving it out does.
+fn env_setting(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// `--dev-spin`, else `PACKFS_DEV_SPIN_US` (so that `packfs run`, `packfs
 /// bench` and test runs can set it for every mount they start), else 0:
 /// `None`, `/dev/fuse` served by `fuser`'s threads.
 fn dev_spin_of(flag: Option<u64>) -> anyhow::Result<Option<std::time::Duration>> {
-    let us = match (flag, std::env::var("PACKFS_DEV_SPIN_US")) {
+    let us = match (flag, env_setting("PACKFS_DEV_SPIN_US")) {
         (Some(us), _) => us,
-        (None, Ok(v)) if !v.is_empty() => v
+        (None, Some(v)) => v
             .parse()
             .map_err(|_| usage(format!("PACKFS_DEV_SPIN_US={v:?}: expected microseconds")))?,
-        _ => 0,
+        (None, None) => 0,
     };
     Ok((us > 0).then(|| std::time::Duration::from_micros(us)))
 }
@@ -99,10 +104,9 @@ fn dev_spin_of(flag: Option<u64>) -> anyhow::Result<Option<std::time::Duration>>
 /// compare (`benches/transport.sh`); unset or empty, packfs picks
 /// (`mountfs::transport::uring::threads_per_queue`).
 fn queue_threads_of() -> anyhow::Result<Option<usize>> {
-    match std::env::var("PACKFS_URING_THREADS") {
-        Err(_) => Ok(None),
-        Ok(v) if v.is_empty() => Ok(None),
-        Ok(v) => match v.parse::<usize>() {
+    match env_setting("PACKFS_URING_THREADS") {
+        None => Ok(None),
+        Some(v) => match v.parse::<usize>() {
             Ok(n) if (1..=64).contains(&n) => Ok(Some(n)),
             _ => Err(usage(format!(
                 "PACKFS_URING_THREADS={v:?}: expected threads per queue, 1 to 64"
@@ -115,10 +119,10 @@ fn queue_threads_of() -> anyhow::Result<Option<usize>> {
 /// unless `--preload` asks the daemon to hold the image or
 /// `PACKFS_RELEASE_SERVED=0` keeps them for a benchmark to compare.
 fn release_served_of(preload: bool) -> anyhow::Result<bool> {
-    let env = match std::env::var("PACKFS_RELEASE_SERVED") {
-        Err(_) => true,
-        Ok(v) => match v.as_str() {
-            "" | "1" => true,
+    let env = match env_setting("PACKFS_RELEASE_SERVED") {
+        None => true,
+        Some(v) => match v.as_str() {
+            "1" => true,
             "0" => false,
             _ => {
                 return Err(usage(format!(
