@@ -37,6 +37,9 @@ pub enum Error {
     /// The file ended before the size its inode records.
     #[error("corrupt image: the file holds {got} of the {size} bytes its entry records")]
     Short { got: u64, size: u64 },
+    /// A read's result does not fit in this process's memory.
+    #[error("cannot allocate {bytes} bytes for the read")]
+    NoMemory { bytes: u64 },
     /// A panic inside the reader, caught before it reached Python.
     #[error("internal error (a packfs bug, please report it): {0}")]
     Panic(String),
@@ -111,6 +114,10 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             libc::EINVAL,
             format!("Invalid argument ({why}) {here}"),
             path,
+        )),
+        Error::NoMemory { bytes } => pyo3::exceptions::PyMemoryError::new_err(format!(
+            "cannot allocate {bytes} bytes to read {} {here}",
+            lossy(at.path)
         )),
         Error::SymlinkLoop => PyOSError::new_err((
             libc::ELOOP,

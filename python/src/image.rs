@@ -29,8 +29,11 @@ use std::os::unix::ffi::OsStringExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 
-/// The longest read handed to mountfs at once; longer reads are split.
-const MAX_READ: u64 = 1 << 30;
+/// The longest read handed to mountfs at once. A longer read is split, its
+/// pieces copied into one buffer of the whole length allocated first, so
+/// that it costs the result plus one piece, and a length larger than memory
+/// raises `MemoryError` instead of aborting the interpreter.
+const CHUNK: u64 = 64 << 20;
 
 /// What one process holds of an opened image.
 struct Inner {
@@ -119,23 +122,31 @@ impl Inner {
 
     /// Up to `size` bytes of `node` from `offset`; fewer only at the end.
     fn read_node(&self, node: u64, offset: u64, size: u64) -> Result<Vec<u8>> {
-        let mut out: Option<Vec<u8>> = None;
-        let mut at = offset;
-        let end = offset.saturating_add(size);
-        while at < end {
-            let want = (end - at).min(MAX_READ) as u32;
+        let want = size.min(CHUNK);
+        let first = self.fs.read(node, offset, want as u32)?;
+        if (first.len() as u64) < want || size <= CHUNK {
+            return Ok(first);
+        }
+        let len = self.len_at(node, offset, size)?;
+        let mut out = alloc(len)?;
+        out.extend_from_slice(&first);
+        drop(first);
+        while (out.len() as u64) < len {
+            let at = offset + out.len() as u64;
+            let want = (len - out.len() as u64).min(CHUNK) as u32;
             let got = self.fs.read(node, at, want)?;
-            let n = got.len() as u64;
-            match &mut out {
-                None => out = Some(got),
-                Some(v) => v.extend_from_slice(&got),
-            }
-            at += n;
-            if n < want as u64 {
+            out.extend_from_slice(&got);
+            if got.len() < want as usize {
                 break;
             }
         }
-        Ok(out.unwrap_or_default())
+        Ok(out)
+    }
+
+    /// What a read of `size` bytes of `node` from `offset` returns, by the
+    /// file's recorded size.
+    fn len_at(&self, node: u64, offset: u64, size: u64) -> Result<u64> {
+        Ok(size.min(self.fs.getattr(node)?.size.saturating_sub(offset)))
     }
 
     /// The whole file, checked against the size its entry records.
@@ -162,6 +173,24 @@ impl Inner {
         }
         Ok(self.fs.list(a.node)?)
     }
+}
+
+/// An empty buffer with room for `len` bytes, or [`Error::NoMemory`].
+fn alloc(len: u64) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    usize::try_from(len)
+        .ok()
+        .and_then(|n| v.try_reserve_exact(n).ok())
+        .ok_or(Error::NoMemory { bytes: len })?;
+    Ok(v)
+}
+
+/// `data` as Python `bytes`; `MemoryError` when Python cannot allocate it.
+fn to_bytes<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, data.len(), |b| {
+        b.copy_from_slice(data);
+        Ok(())
+    })
 }
 
 impl NativeImage {
@@ -191,6 +220,50 @@ impl NativeImage {
         let p = path_arg(path)?;
         self.call(py, |i| i.list(&p))
             .map_err(|e| self.err(py, e, &p, None))
+    }
+
+    /// Exactly `len` bytes of file `node` from `offset`, which its entry
+    /// says it holds (fewer is damage), as Python `bytes`. Read in pieces
+    /// of at most [`CHUNK`] with the GIL released, each copied into the
+    /// result as it comes: a large file costs its size plus one piece.
+    fn bytes_of<'py>(
+        &self,
+        py: Python<'py>,
+        node: u64,
+        offset: u64,
+        len: u64,
+        path: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let no_memory = || self.err(py, Error::NoMemory { bytes: len }, path, None);
+        let mut allocated = false;
+        let n = usize::try_from(len).map_err(|_| no_memory())?;
+        let r = PyBytes::new_with(py, n, |buf| {
+            allocated = true;
+            let mut done = 0;
+            while done < buf.len() {
+                let at = offset + done as u64;
+                let want = (buf.len() - done).min(CHUNK as usize);
+                let piece = self.call(py, |i| Ok(i.fs.read(node, at, want as u32)?));
+                let e = match piece {
+                    Ok(got) => {
+                        buf[done..done + got.len()].copy_from_slice(&got);
+                        done += got.len();
+                        if got.len() == want {
+                            continue;
+                        }
+                        Error::Short {
+                            got: offset + done as u64,
+                            size: offset + len,
+                        }
+                    }
+                    Err(e) => e,
+                };
+                return Err(self.err(py, e, path, Some(at)));
+            }
+            Ok(())
+        });
+        // Python's own MemoryError says nothing of what was being read.
+        r.map_err(|e| if allocated { e } else { no_memory() })
     }
 
     fn err(&self, py: Python<'_>, e: Error, path: &[u8], offset: Option<u64>) -> PyErr {
@@ -349,13 +422,15 @@ impl NativeImage {
     }
 
     /// The `st_mode` type bits of `path` (following symlinks), or None
-    /// when nothing is there (missing, or a non-directory in the way, or a
-    /// symlink loop); damage raises.
+    /// when nothing can be found there (missing, a non-directory in the
+    /// way, a symlink loop, or a link whose target is encrypted, as
+    /// `os.path` answers for a directory it may not search); damage raises.
     fn kind(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
         let p = path_arg(path)?;
         match self.call(py, |i| resolve(&i.fs, &p, true)) {
             Ok(a) => Ok(Some(type_bits(a.kind))),
             Err(Error::Fs(FsError::NotFound | FsError::NotDir) | Error::SymlinkLoop) => Ok(None),
+            Err(Error::Fs(e)) if e.errno() == libc::EACCES => Ok(None),
             Err(e) => Err(self.err(py, e, &p, None)),
         }
     }
@@ -379,10 +454,10 @@ impl NativeImage {
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let p = path_arg(path)?;
-        let data = self
-            .call(py, |i| i.read_path(&p))
-            .map_err(|e| self.err(py, e, &p, Some(0)))?;
-        Ok(PyBytes::new(py, &data))
+        let (node, len) = self
+            .call(py, |i| i.file(&p).map(|a| (a.node, a.size)))
+            .map_err(|e| self.err(py, e, &p, None))?;
+        self.bytes_of(py, node, 0, len, &p)
     }
 
     /// Up to `size` bytes of `path` from `offset` (fewer at the end).
@@ -394,13 +469,13 @@ impl NativeImage {
         size: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let p = path_arg(path)?;
-        let data = self
+        let (node, len) = self
             .call(py, |i| {
                 let a = i.file(&p)?;
-                i.read_node(a.node, offset, size)
+                Ok((a.node, size.min(a.size.saturating_sub(offset))))
             })
             .map_err(|e| self.err(py, e, &p, Some(offset)))?;
-        Ok(PyBytes::new(py, &data))
+        self.bytes_of(py, node, offset, len, &p)
     }
 
     /// Up to `size` bytes of file `node` (from `open_file`) from `offset`;
@@ -413,13 +488,11 @@ impl NativeImage {
         size: u64,
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let data = self
-            .call(py, |i| i.read_node(node, offset, size))
-            .map_err(|e| {
-                let p = path_arg(path).unwrap_or_default();
-                self.err(py, e, &p, Some(offset))
-            })?;
-        Ok(PyBytes::new(py, &data))
+        let p = path_arg(path).unwrap_or_default();
+        let len = self
+            .call(py, |i| i.len_at(node, offset, size))
+            .map_err(|e| self.err(py, e, &p, Some(offset)))?;
+        self.bytes_of(py, node, offset, len, &p)
     }
 
     /// Whole files, decoded in parallel on this image's read threads; the
@@ -447,7 +520,7 @@ impl NativeImage {
         let list = PyList::empty(py);
         for (r, p) in results.into_iter().zip(&paths) {
             match r {
-                Ok(data) => list.append(PyBytes::new(py, &data))?,
+                Ok(data) => list.append(to_bytes(py, &data)?)?,
                 Err(e) => return Err(self.err(py, e, p, Some(0))),
             }
         }

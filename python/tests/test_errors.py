@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 import packfs
-from conftest import pack
+from conftest import mksquashfs, need_tool, pack
 
 
 def test_missing_and_wrong_kinds(images):
@@ -197,3 +197,67 @@ def test_damage_is_eio_naming_image_and_offset(images, tmp_path):
                 assert e.errno == errno.EIO, e
                 assert e.filename == str(p) and "offset" in str(e), e
     assert failed > 0
+
+
+def test_a_link_with_an_encrypted_target_is_absent_to_predicates_and_listed_by_fsspec(tmp_path):
+    # Regression: exists/isdir/isfile/islink raised PermissionError on a
+    # link in an encrypted ZIP, and fsspec's ls raised on it (so find()
+    # came back silently empty); os.path answers False for what it cannot
+    # reach, and os.scandir lists the link.
+    import fsspec
+
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f").write_bytes(b"hi\n")
+    os.symlink("d", src / "ld")
+    z = tmp_path / "enc.zip"
+    subprocess.run(["zip", "-q", "-r", "-y", "-P", "pw", str(z), "."], cwd=src, check=True)
+    img = packfs.Image(z)
+    for ask in (img.exists, img.isdir, img.isfile):
+        assert ask("ld") is False, ask
+        assert ask("ld/f") is False, ask
+    assert img.islink("ld") is True
+    assert img.islink("ld/f") is False
+    with pytest.raises(PermissionError):
+        img.readlink("ld")
+    fs = fsspec.filesystem("packfs", fo=str(z))
+    listed = {e["name"]: e for e in fs.ls("")}
+    assert sorted(listed) == ["d", "ld"]
+    assert listed["ld"]["islink"] and "destination" not in listed["ld"]
+    assert sorted(fs.find("")) == ["d/f", "ld"]
+    assert fs.info("ld")["islink"]
+
+
+def test_a_read_larger_than_memory_is_memory_error_and_costs_one_copy(tmp_path):
+    # Regression: a read larger than the process could allocate aborted the
+    # interpreter ("memory allocation of 2147483648 bytes failed"), and
+    # every read held the file twice (a Rust buffer, then the bytes object).
+    need_tool("mksquashfs")
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "huge.bin", "wb") as f:
+        f.truncate(4_924_112_896)  # sparse: stored as holes
+        f.seek(3 << 30)
+        f.write(b"marker")
+    img = mksquashfs(src, tmp_path / "big.sqfs", "gzip", 4096)
+    child = textwrap.dedent(f"""
+        import resource, packfs
+        img = packfs.Image({str(img)!r}, cache_size=8 << 20)
+        # One GiB read: its bytes object and one 64 MiB piece, not two GiB.
+        data = img.read_range("huge.bin", (2 << 30) + 6, 1 << 30)
+        assert len(data) == 1 << 30 and data[-6:] == b"marker", len(data)
+        assert img.read_range("huge.bin", 3 << 30, 6) == b"marker"
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+        del data
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        try:
+            img.read("huge.bin")
+        except MemoryError as e:
+            print("MemoryError", e)
+        print("peak", peak)
+    """)
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert "huge.bin" in lines["MemoryError"], r.stdout
+    assert int(lines["peak"]) < (1 << 30) + (400 << 20), r.stdout

@@ -113,3 +113,49 @@ def test_filesystem_pickles(images):
     fs2 = pickle.loads(pickle.dumps(fs))
     assert fs2.cat("a/hello.txt") == b"hello world\n"
     assert isinstance(fs2.image, packfs.Image)
+
+
+def test_names_with_double_colons_are_names(tmp_path, packfs_bin):
+    # Regression: "::" was cut off as a chained URL's tail inside the
+    # filesystem, so "x::y" served x's bytes and "d::1" could not be listed;
+    # fsspec splits chains before a filesystem sees a path.
+    src = tmp_path / "src"
+    (src / "d::1").mkdir(parents=True)
+    (src / "x").write_bytes(b"I am x\n")
+    (src / "x::y").write_bytes(b"I am x::y\n")
+    (src / "d::1" / "f").write_bytes(b"in\n")
+    img = pack(packfs_bin, src, tmp_path / "colon.sqfs")
+    fs = fsspec.filesystem("packfs", fo=str(img))
+    assert fs.cat_file("x::y") == b"I am x::y\n"
+    with fs.open("packfs://x::y") as f:
+        assert f.read() == b"I am x::y\n"
+    assert fs.ls("d::1", detail=False) == ["d::1/f"]
+    assert sorted(fs.find("")) == ["d::1/f", "x", "x::y"]
+    # A chained URL still names the image after "::".
+    with fsspec.open(f"packfs://x::file://{img}") as f:
+        assert f.read() == b"I am x\n"
+
+
+def test_open_files_have_a_size_and_read_block_works(images, tree):
+    # Regression: fs.open returned a bare BufferedReader without `size`,
+    # which read_block and fsspec's block caches need.
+    fs = fsspec.filesystem("packfs", fo=str(images["packfs-sqfs"][0]))
+    with fs.open("big.txt") as f:
+        assert f.size == (tree / "big.txt").stat().st_size
+    want = fsspec.filesystem("file").read_block(str(tree / "big.txt"), 1000, 100, delimiter=b"\n")
+    assert fs.read_block("big.txt", 1000, 100, delimiter=b"\n") == want
+
+
+def test_two_images_of_one_file_get_their_own_filesystems(images):
+    # Regression: fsspec keys cached instances on the repr of their
+    # arguments, and two Images of one file had the same repr: the second
+    # filesystem was the first, holding the first (closed) image.
+    path = str(images["packfs-sqfs"][0])
+    a = packfs.Image(path, cache_size=32 << 20)
+    fa = fsspec.filesystem("packfs", fo=a)
+    a.close()
+    b = packfs.Image(path, cache_size=16 << 20)
+    fb = fsspec.filesystem("packfs", fo=b)
+    assert fb.image is b
+    assert fb.cat_file("a/hello.txt") == b"hello world\n"
+    assert fa is not fb

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import stat
 import subprocess
 from pathlib import Path
@@ -368,3 +369,41 @@ def test_paths_resolve_as_the_kernel_resolves_them(tmp_path, packfs_bin):
             (img.exists, os.path.exists),
         ]:
             assert outcome(mine, p) == outcome(theirs, raw), (p, theirs)
+
+
+def _read_in_child(img, path, q):
+    q.put(img.read(path))
+
+
+def test_workers_reopen_a_relative_path_where_it_was_opened(images, tree, tmp_path, monkeypatch):
+    # Regression: a relative image path was reopened against the worker's
+    # current directory, so a chdir after opening (Hydra, a training script
+    # moving into its output directory) sent workers to a missing file.
+    import multiprocessing as mp
+
+    img_path = images["packfs-sqfs"][0]
+    monkeypatch.chdir(img_path.parent)
+    img = packfs.Image(img_path.name)
+    assert img.location == img_path.name
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.chdir(elsewhere)
+    want = (tree / "a/hello.txt").read_bytes()
+    assert img.read("a/hello.txt") == want
+    for method in ("fork", "spawn"):
+        ctx = mp.get_context(method)
+        q = ctx.Queue()
+        p = ctx.Process(target=_read_in_child, args=(img, "a/hello.txt", q))
+        p.start()
+        got = q.get(timeout=60)
+        p.join(60)
+        assert got == want, method
+    assert pickle.loads(pickle.dumps(img)).read("a/hello.txt") == want
+
+
+def test_read_many_takes_paths_not_one_path(images):
+    # Regression: a str was iterated as one path per character.
+    img = packfs.Image(images["packfs-sqfs"][0])
+    for one in ("a/hello.txt", b"a/hello.txt", Path("a/hello.txt")):
+        with pytest.raises(TypeError, match="read_many"):
+            img.read_many(one)

@@ -76,6 +76,15 @@ class Image:
         if disk_cache_size is not None and disk_cache_size <= 0:
             raise ValueError(f"disk_cache_size must be > 0, not {disk_cache_size}")
         self._location = os.fsdecode(os.fspath(location))
+        # Where other processes (DataLoader workers, unpickled copies) open
+        # it: a relative path made absolute now, so that a chdir after this
+        # does not send them elsewhere. Not normalised: ".." after a
+        # symlinked directory means what it meant here.
+        self._reopen = (
+            self._location
+            if "://" in self._location
+            else os.path.join(os.getcwd(), self._location)
+        )
         self._options = {
             "cache_size": cache_size,
             "profile": profile,
@@ -88,23 +97,25 @@ class Image:
         # (pid, native image) of the process that opened it, or None.
         self._opened: tuple[int, Any] | None = None
         self._closed = False
-        # Open now, so that a missing file or a non-image raises here.
-        self._native()
+        # Open now, so that a missing file or a non-image raises here, named
+        # as the caller named it.
+        self._native(self._location)
 
     @classmethod
     def _lazy(cls, location: str, options: dict) -> "Image":
         """An image that opens at its first use (unpickling)."""
         self = cls.__new__(cls)
         self._location = location
+        self._reopen = location
         self._options = dict(options)
         self._opened = None
         self._closed = False
         return self
 
     def __reduce__(self):
-        return (Image._lazy, (self._location, self._options))
+        return (Image._lazy, (self._reopen, self._options))
 
-    def _native(self) -> Any:
+    def _native(self, where: str | None = None) -> Any:
         opened = self._opened
         pid = os.getpid()
         if opened is not None and opened[0] == pid:
@@ -113,7 +124,7 @@ class Image:
             raise ValueError("I/O operation on a closed image")
         cache, ranges, threads = _budget.process_budget(self._options["cache_size"])
         native = _native.Image(
-            self._location,
+            where or self._reopen,
             cache,
             ranges,
             threads,
@@ -164,7 +175,10 @@ class Image:
         self.close()
 
     def __repr__(self) -> str:
-        return f"packfs.Image({self._location!r})"
+        # Two images of one location are different objects with their own
+        # caches: fsspec, which keys its filesystem instances on the repr
+        # of their arguments, must not take one for the other.
+        return f"<packfs.Image {self._location!r} at {id(self):#x}>"
 
     # -- reading ------------------------------------------------------
 
@@ -175,6 +189,8 @@ class Image:
     def read_many(self, paths: Iterable[str | bytes | os.PathLike]) -> list[bytes]:
         """Whole files, decoded in parallel (GIL released); the first path
         that fails, in the order given, raises."""
+        if isinstance(paths, (str, bytes, os.PathLike)):
+            raise TypeError("read_many takes an iterable of paths, not one path: use read()")
         return self._native().read_many(paths)
 
     def read_range(self, path: str | bytes | os.PathLike, offset: int, size: int) -> bytes:
@@ -237,7 +253,7 @@ class Image:
     def islink(self, path: str | bytes | os.PathLike) -> bool:
         try:
             return _stat.S_ISLNK(self.lstat(path).st_mode)
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
             return False
         except OSError as e:
             # A loop on the way to it: absent, as for ``isdir``/``exists``.

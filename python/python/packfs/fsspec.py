@@ -36,7 +36,7 @@ _LOCAL = (None, "", "file", "local")
 
 
 def _location(fo: Any, target_protocol: str | None) -> str:
-    fo = str(fo)
+    fo = os.fsdecode(fo) if isinstance(fo, bytes) else str(fo)
     if "://" in fo:
         if fo.startswith("file://"):
             return fo[len("file://") :]
@@ -115,10 +115,13 @@ class PackFileSystem(AbstractFileSystem):
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> str:
-        path = str(path)
-        if path.startswith("packfs://"):
-            path = path[len("packfs://") :]
-        path = path.split("::", 1)[0]
+        # A chained URL ("packfs://x.csv::s3://...") is split by fsspec
+        # before it gets here, so "::" is part of a name, as on a local
+        # filesystem.
+        path = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+        for prefix in ("packfs://", "packfs::"):
+            if path.startswith(prefix):
+                path = path[len(prefix) :]
         return path.strip("/")
 
     def _info(self, path: str, st: Any, islink: bool) -> dict:
@@ -151,8 +154,17 @@ class PackFileSystem(AbstractFileSystem):
                 pass  # a dangling link shows as itself
         info = self._info(path, st, islink)
         if islink:
-            info["destination"] = self.image.readlink(path)
+            self._destination(info, path)
         return info
+
+    def _destination(self, info: dict, path: str) -> None:
+        """A link's target as ``info["destination"]``, left out when it
+        cannot be read (a link in an encrypted ZIP): the entry is still
+        listed, as ``os.scandir`` lists it."""
+        try:
+            info["destination"] = self.image.readlink(path)
+        except PermissionError:
+            pass
 
     def _entry_info(self, path: str) -> dict:
         """A listed entry as fsspec's local filesystem lists one: typed by
@@ -166,8 +178,8 @@ class PackFileSystem(AbstractFileSystem):
         try:
             info["size"] = self.image.stat(path).st_size
         except OSError:
-            info["size"] = 0  # dangling, or a loop
-        info["destination"] = self.image.readlink(path)
+            info["size"] = 0  # dangling, a loop, or unreadable
+        self._destination(info, path)
         return info
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list:
@@ -218,7 +230,11 @@ class PackFileSystem(AbstractFileSystem):
         if mode != "rb":
             raise ValueError(f"packfs images are read-only: mode must be 'rb', not {mode!r}")
         path = self._strip_protocol(path)
-        return self.image.open(path, "rb", buffering=block_size or -1)
+        f = self.image.open(path, "rb", buffering=block_size or -1)
+        # fsspec's file objects have `size`; read_block and the block
+        # caches need it.
+        f.size = f.raw.size if hasattr(f, "raw") else f.size
+        return f
 
     def ukey(self, path: str) -> str:
         st = self.image.stat(self._strip_protocol(path))
