@@ -16,16 +16,19 @@
 //! pool), and the decoding threads of `read_many` are all inside a call.
 //! The remote client's runtime threads do not touch the buffer pool.
 //!
-//! The gate is one atomic word (a flag and a count), not a mutex, so the
-//! child can never inherit it locked.
+//! The gate is one atomic word (pending forks and a count of calls), not a
+//! mutex, so the child can never inherit it locked. Forks are counted, not
+//! flagged: two threads may fork at once, and the first to finish must not
+//! let calls start while the second has yet to fork.
 
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// High bit: a fork is pending. Low bits: calls inside mountfs.
+/// High half: forks pending. Low half: calls inside mountfs.
 static GATE: AtomicU64 = AtomicU64::new(0);
-const FORKING: u64 = 1 << 63;
+const FORK: u64 = 1 << 32;
+const CALLS: u64 = FORK - 1;
 
 /// A call inside mountfs: waits while a fork is pending, and holds the
 /// fork off until dropped. Take it with the GIL released.
@@ -35,7 +38,7 @@ impl Call {
     pub fn enter() -> Call {
         let mut s = GATE.load(Ordering::Acquire);
         loop {
-            if s & FORKING != 0 {
+            if s >= FORK {
                 std::thread::sleep(Duration::from_micros(50));
                 s = GATE.load(Ordering::Acquire);
                 continue;
@@ -58,15 +61,23 @@ impl Drop for Call {
 #[pyfunction]
 pub fn before_fork(py: Python<'_>) {
     py.detach(|| {
-        GATE.fetch_or(FORKING, Ordering::AcqRel);
-        while GATE.load(Ordering::Acquire) & !FORKING != 0 {
+        GATE.fetch_add(FORK, Ordering::AcqRel);
+        while GATE.load(Ordering::Acquire) & CALLS != 0 {
             std::thread::sleep(Duration::from_micros(20));
         }
     })
 }
 
-/// After a fork, in the parent and in the child: calls may start again.
+/// After a fork, in the parent: this fork is done; calls start again once
+/// no other thread's fork is pending.
 #[pyfunction]
-pub fn after_fork() {
-    GATE.fetch_and(!FORKING, Ordering::AcqRel);
+pub fn after_fork_in_parent() {
+    GATE.fetch_sub(FORK, Ordering::AcqRel);
+}
+
+/// After a fork, in the child: its only thread is the one that forked, so
+/// no call is inside mountfs and no other fork is pending here.
+#[pyfunction]
+pub fn after_fork_in_child() {
+    GATE.store(0, Ordering::Release);
 }

@@ -26,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.py().get_type::<errors::NotAnImageError>(),
     )?;
     m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(fork::after_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::after_fork_in_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;
     Ok(())
 }

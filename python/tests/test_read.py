@@ -407,3 +407,28 @@ def test_read_many_takes_paths_not_one_path(images):
     for one in ("a/hello.txt", b"a/hello.txt", Path("a/hello.txt")):
         with pytest.raises(TypeError, match="read_many"):
             img.read_many(one)
+
+
+def test_reads_wait_until_every_pending_fork_is_done(images):
+    # Regression: the fork gate was a flag, so when two threads forked at
+    # once the first one's after-fork hook let reads start while the second
+    # had yet to fork; its child could inherit a read in progress (a held
+    # lock, a count that never drops). The hooks are called here as
+    # os.fork calls them, for two forks that overlap.
+    import threading
+
+    from packfs import _native
+
+    img = packfs.Image(images["packfs-sqfs"][0])
+    done = threading.Event()
+    _native.before_fork()
+    _native.before_fork()
+    try:
+        _native.after_fork_in_parent()  # the first fork is done
+        t = threading.Thread(target=lambda: (img.read("a/hello.txt"), done.set()))
+        t.start()
+        assert not done.wait(0.3), "a read ran while a fork was still pending"
+    finally:
+        _native.after_fork_in_parent()  # the second
+    assert done.wait(30)
+    t.join()

@@ -18,8 +18,8 @@ NotAnImageError = _native.NotAnImageError
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
         before=_native.before_fork,
-        after_in_parent=_native.after_fork,
-        after_in_child=_native.after_fork,
+        after_in_parent=_native.after_fork_in_parent,
+        after_in_child=_native.after_fork_in_child,
     )
 
 #: Default buffer of ``Image.open``: reads from the image are whole blocks
