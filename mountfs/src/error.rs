@@ -28,6 +28,10 @@ pub enum FsError {
     Unsupported(String),
     #[error("no such file or directory")]
     NotFound,
+    /// A name longer than the format allows (SquashFS: 256 bytes), so
+    /// nothing can have it: the kernel's drivers say so rather than ENOENT.
+    #[error("file name too long")]
+    NameTooLong,
     #[error("not a directory")]
     NotDir,
     #[error("is a directory")]
@@ -75,6 +79,7 @@ impl FsError {
             | FsError::Unsupported(_)
             | FsError::Shards(_) => libc::EIO,
             FsError::NotFound => libc::ENOENT,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::NotDir => libc::ENOTDIR,
             FsError::IsDir => libc::EISDIR,
             FsError::NotSymlink => libc::EINVAL,

@@ -154,7 +154,10 @@ impl<I: Image> PackFs<I> {
     /// show the error itself), so each failure is said once.
     fn note<T>(&self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r {
-            if !matches!(e, FsError::NotFound | FsError::NoXattr) {
+            if !matches!(
+                e,
+                FsError::NotFound | FsError::NameTooLong | FsError::NoXattr
+            ) {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
             }
         }

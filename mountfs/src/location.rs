@@ -254,9 +254,9 @@ pub fn lengths(
     let _ = remote;
     locs.iter()
         .map(|l| match l {
-            ImageLocation::Local(p) => std::fs::metadata(p)
-                .map(|m| m.len())
-                .map_err(|e| format!("{}: {e}", p.display())),
+            ImageLocation::Local(p) => {
+                crate::source::image_len(p).map_err(|e| format!("{}: {e}", p.display()))
+            }
             #[cfg(feature = "remote")]
             _ => remote_lens
                 .next()

@@ -43,7 +43,10 @@ pub struct Ops<I: Image> {
 /// xattr, which programs probe for) is logged here, the only place a mount
 /// reports it: the application sees only the errno.
 fn errno(e: &FsError) -> i32 {
-    if !matches!(e, FsError::NotFound | FsError::NoXattr) {
+    if !matches!(
+        e,
+        FsError::NotFound | FsError::NameTooLong | FsError::NoXattr
+    ) {
         log::error!("{e}");
     }
     e.errno()

@@ -118,6 +118,23 @@ pub fn open_image(path: &Path, mode: IoMode) -> Result<Box<dyn ImageSource>> {
 
 /// Opens the image file; a directory is refused here, by name, because
 /// opening one succeeds and only its reads would fail.
+/// The length of the image at `path`, a file or a block device.
+pub fn image_len(path: &Path) -> std::io::Result<u64> {
+    let f = File::open(path)?;
+    let meta = f.metadata()?;
+    len_of(&f, &meta)
+}
+
+/// A block device (a partition, a logical volume, a loop device holding an
+/// image) has no length in its metadata: its end is where it is.
+fn len_of(f: &File, meta: &std::fs::Metadata) -> std::io::Result<u64> {
+    if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        std::io::Seek::seek(&mut &*f, std::io::SeekFrom::End(0))
+    } else {
+        Ok(meta.len())
+    }
+}
+
 fn open_file(path: &Path) -> Result<(File, u64)> {
     let file = File::open(path).map_err(|e| FsError::io(path.display(), e))?;
     let meta = file
@@ -129,7 +146,7 @@ fn open_file(path: &Path) -> Result<(File, u64)> {
             std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"),
         ));
     }
-    let len = meta.len();
+    let len = len_of(&file, &meta).map_err(|e| FsError::io(path.display(), e))?;
     if len == 0 {
         return Err(FsError::corrupt(format!("{}: empty file", path.display())));
     }
@@ -230,12 +247,14 @@ pub struct MmapSource {
 
 impl MmapSource {
     pub fn open(path: &Path) -> Result<Self> {
-        let (file, _) = open_file(path)?;
+        let (file, len) = open_file(path)?;
+        let len = usize::try_from(len)
+            .map_err(|_| FsError::Unsupported(format!("{}: too large to map", path.display())))?;
         // SAFETY: the mapping is read-only and private to this process; the
         // documented contract of `--io mmap` is that images are not
         // modified while in use.
-        let map =
-            unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FsError::io(path.display(), e))?;
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
+            .map_err(|e| FsError::io(path.display(), e))?;
         Ok(MmapSource { map })
     }
 }

@@ -97,6 +97,11 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             format!("No such file or directory {here}"),
             path,
         )),
+        Error::Fs(FsError::NameTooLong) => PyOSError::new_err((
+            libc::ENAMETOOLONG,
+            format!("File name too long {here}"),
+            path,
+        )),
         Error::Fs(FsError::NotDir) => {
             PyNotADirectoryError::new_err((libc::ENOTDIR, format!("Not a directory {here}"), path))
         }

@@ -429,7 +429,10 @@ impl NativeImage {
         let p = path_arg(path)?;
         match self.call(py, |i| resolve(&i.fs, &p, true)) {
             Ok(a) => Ok(Some(type_bits(a.kind))),
-            Err(Error::Fs(FsError::NotFound | FsError::NotDir) | Error::SymlinkLoop) => Ok(None),
+            Err(
+                Error::Fs(FsError::NotFound | FsError::NotDir | FsError::NameTooLong)
+                | Error::SymlinkLoop,
+            ) => Ok(None),
             Err(Error::Fs(e)) if e.errno() == libc::EACCES => Ok(None),
             Err(e) => Err(self.err(py, e, &p, None)),
         }

@@ -261,3 +261,16 @@ def test_a_read_larger_than_memory_is_memory_error_and_costs_one_copy(tmp_path):
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
     assert "huge.bin" in lines["MemoryError"], r.stdout
     assert int(lines["peak"]) < (1 << 30) + (400 << 20), r.stdout
+
+
+def test_a_name_longer_than_squashfs_allows_is_enametoolong(images):
+    # Regression: such a lookup said FileNotFoundError; the kernel's
+    # SquashFS driver says ENAMETOOLONG, and os.path answers False.
+    img = packfs.Image(images["packfs-sqfs"][0])
+    long = "a/" + "b" * 300
+    with pytest.raises(OSError) as e:
+        img.stat(long)
+    assert e.value.errno == errno.ENAMETOOLONG and e.value.filename == long
+    assert not img.exists(long) and not img.isdir(long) and not img.islink(long)
+    with pytest.raises(FileNotFoundError):
+        img.stat("a/" + "b" * 256)

@@ -284,14 +284,23 @@ fn check(rc: libc::c_int, what: &str, p: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Applies owner (when root), mode and mtime; symlinks get owner and mtime only.
-fn apply_meta(p: &Path, a: &Attr, is_root: bool) -> anyhow::Result<()> {
+/// Applies owner (when root), extended attributes, mode and mtime, in that
+/// order: the kernel takes `security.capability` (and the set-id bits) off
+/// a file whose owner is set, so the attributes come after the owner and
+/// the mode after both. Symlinks get no mode.
+fn apply_meta(fs: &PackFs<AnyImage>, p: &Path, a: &Attr, is_root: bool) -> anyhow::Result<()> {
     let c = cstr(p)?;
+    if is_root {
+        // SAFETY: `c` is a valid NUL-terminated path for the call.
+        check(
+            unsafe { libc::lchown(c.as_ptr(), a.uid, a.gid) },
+            "chown",
+            p,
+        )?;
+    }
+    apply_xattrs(fs, p, a)?;
     // SAFETY: `c` is a valid NUL-terminated path for the duration of each call.
     unsafe {
-        if is_root {
-            check(libc::lchown(c.as_ptr(), a.uid, a.gid), "chown", p)?;
-        }
         if a.kind != FileKind::Symlink {
             check(libc::chmod(c.as_ptr(), a.perm as libc::mode_t), "chmod", p)?;
         }
@@ -342,13 +351,9 @@ fn apply_xattrs(fs: &PackFs<AnyImage>, p: &Path, a: &Attr) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Recreates a device, FIFO or socket entry at `p`; false for a socket,
-/// which mknod cannot meaningfully recreate (skipped with a warning).
-fn make_node(p: &Path, attr: &Attr) -> anyhow::Result<bool> {
-    if attr.kind == FileKind::Socket {
-        log::warn!("{}: socket not extracted", p.display());
-        return Ok(false);
-    }
+/// Recreates a device, FIFO or socket entry at `p` (a socket as the bare
+/// inode `mknod` makes, as unsquashfs and tar make it: nothing listens).
+fn make_node(p: &Path, attr: &Attr) -> anyhow::Result<()> {
     let fmt = attr.kind.mode_bits();
     let (ma, mi) = packfs_format::squashfs::inode::decode_dev(attr.rdev);
     let c = cstr(p)?;
@@ -360,8 +365,57 @@ fn make_node(p: &Path, attr: &Attr) -> anyhow::Result<bool> {
             libc::makedev(ma, mi),
         )
     };
-    check(rc, "mknod", p)?;
-    Ok(true)
+    check(rc, "mknod", p)
+}
+
+/// Writes a file's data leaving holes where it is zero, as unsquashfs and
+/// `cp --sparse` do: a sparse file (a VM disk, a preallocated dataset file)
+/// takes the room its data takes, not its length.
+struct SparseWriter {
+    f: std::io::BufWriter<std::fs::File>,
+    /// Zero bytes read and not written yet: a hole unless data follows.
+    hole: u64,
+}
+
+impl SparseWriter {
+    /// Zero runs shorter than this are written: a hole is a seek and, in the
+    /// file system, a block at least this large.
+    const MIN_HOLE: usize = 4096;
+
+    fn new(f: std::fs::File) -> Self {
+        SparseWriter {
+            f: std::io::BufWriter::with_capacity(1 << 20, f),
+            hole: 0,
+        }
+    }
+
+    /// Writes the next bytes of the file. They come in pieces that start
+    /// at multiples of the image's block size, so the [`Self::MIN_HOLE`]
+    /// pieces looked at here are aligned in the file too.
+    fn write(&mut self, b: &[u8]) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom};
+        for piece in b.chunks(Self::MIN_HOLE) {
+            if piece.len() == Self::MIN_HOLE && piece.iter().all(|&x| x == 0) {
+                self.hole += piece.len() as u64;
+                continue;
+            }
+            if self.hole > 0 {
+                self.f.seek(SeekFrom::Current(self.hole as i64))?;
+                self.hole = 0;
+            }
+            self.f.write_all(piece)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, and gives the file its length `len` when it ends in a hole.
+    fn finish(&mut self, len: u64) -> std::io::Result<()> {
+        self.f.flush()?;
+        if self.hole > 0 {
+            self.f.get_ref().set_len(len)?;
+        }
+        Ok(())
+    }
 }
 
 pub fn extract(
@@ -414,21 +468,19 @@ pub fn extract(
                     continue;
                 }
                 FileKind::File => {
-                    let mut f = std::io::BufWriter::with_capacity(
-                        1 << 20,
+                    let mut f = SparseWriter::new(
                         std::fs::File::create(&p).with_context(|| p.display().to_string())?,
                     );
                     let copied = fs
-                        .read_all(attr.node, |b| f.write_all(b))
+                        .read_all(attr.node, |b| f.write(b))
                         .map_err(anyhow::Error::from)
                         .and_then(|n| {
-                            f.flush().with_context(|| p.display().to_string())?;
+                            f.finish(n).with_context(|| p.display().to_string())?;
                             Ok(n)
                         });
                     // A file that could not be read to its end (damage, an
                     // encrypted member) is not left behind half written.
                     let n = copied.inspect_err(|_| {
-                        drop(f);
                         let _ = std::fs::remove_file(&p);
                     })?;
                     bytes += n;
@@ -442,20 +494,14 @@ pub fn extract(
                 FileKind::BlockDevice
                 | FileKind::CharDevice
                 | FileKind::Fifo
-                | FileKind::Socket => {
-                    if !make_node(&p, &attr)? {
-                        continue;
-                    }
-                }
+                | FileKind::Socket => make_node(&p, &attr)?,
             }
-            apply_xattrs(&fs, &p, &attr)?;
-            apply_meta(&p, &attr, is_root)?;
+            apply_meta(&fs, &p, &attr, is_root)?;
         }
     }
     // Directories last, deepest first, so writing into them does not reset their mtimes.
     for (p, a) in dirs.iter().rev() {
-        apply_xattrs(&fs, p, a)?;
-        apply_meta(p, a, is_root)?;
+        apply_meta(&fs, p, a, is_root)?;
     }
     eprintln!(
         "extracted {} directories, {files} files, {} into {}",

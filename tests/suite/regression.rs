@@ -13,6 +13,7 @@
 use super::reader_core::{misses, read_fragment_file as read, settle, Fragments};
 use super::shards::{open_fs, pack_shards, shard_files, wide_tree};
 use crate::common::*;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Bug (191e66c): the watcher of a daemon stopped by `packfs umount`
@@ -211,4 +212,162 @@ fn a_corrupt_block_is_reported_once_by_cat() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(!err.contains("[ERROR"), "said twice: {err}");
     assert_eq!(err.matches("data block at offset").count(), 1, "{err}");
+}
+
+/// `packfs extract IMG -o DIR/out`, asserting success; returns the output.
+fn extracted(img: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join("out");
+    run(Command::new(packfs_bin())
+        .arg("extract")
+        .arg(img)
+        .arg("-o")
+        .arg(&out));
+    out
+}
+
+/// `lgetxattr(p, name)`, `None` when absent.
+fn xattr_of(p: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (r >= 0).then(|| {
+        buf.truncate(r as usize);
+        buf
+    })
+}
+
+/// Bugs (found against unsquashfs and the kernel mount): `packfs extract`
+/// set a file's extended attributes before its owner, and the kernel takes
+/// `security.capability` off a file whose owner is set, so an extracted
+/// `ping` lost `cap_net_raw`; it wrote sparse files out in full (a 5 GiB
+/// file with a few bytes of data took 5 GiB); it left sockets out.
+#[test]
+fn extract_keeps_capabilities_holes_and_sockets() {
+    if !require_root("setting security.capability and owners") {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let ping = src.join("ping");
+    std::fs::write(&ping, b"#!/bin/sh\n").unwrap();
+    // The owner first: setting it takes the capability off.
+    std::os::unix::fs::chown(&ping, Some(1234), Some(1234)).unwrap();
+    // vfs_cap_data, revision 2, effective: cap_net_raw (13) permitted.
+    let mut cap = Vec::new();
+    for w in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+        cap.extend_from_slice(&w.to_le_bytes());
+    }
+    let c = std::ffi::CString::new(ping.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            cap.as_ptr().cast(),
+            cap.len(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let sparse = src.join("sparse.img");
+    {
+        let f = std::fs::File::create(&sparse).unwrap();
+        f.set_len(256 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"middle", 100 << 20).unwrap();
+    }
+    let _listener = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    let sqfs = t.path().join("i.sqfs");
+    pack(&src, &sqfs, &[]);
+    let out = extracted(&sqfs, t.path());
+    assert_eq!(
+        xattr_of(&out.join("ping"), "security.capability"),
+        Some(cap)
+    );
+    let m = std::fs::metadata(out.join("ping")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 1234));
+    let m = std::fs::metadata(out.join("sparse.img")).unwrap();
+    assert_eq!(m.len(), 256 << 20);
+    assert!(
+        m.blocks() * 512 < 8 << 20,
+        "the extracted sparse file takes {} bytes",
+        m.blocks() * 512
+    );
+    let data = std::fs::read(out.join("sparse.img")).unwrap();
+    assert_eq!(&data[100 << 20..(100 << 20) + 6], b"middle");
+    assert!(data[..100 << 20].iter().all(|&b| b == 0));
+    assert!(std::fs::symlink_metadata(out.join("sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+}
+
+/// Bug: an image on a block device (a partition, a logical volume, a loop
+/// device) could not be opened: its length was taken from its metadata,
+/// which says 0 for a device, and 0 is an empty file.
+#[test]
+fn an_image_on_a_block_device_is_read_and_mounted() {
+    if !require_root("a loop device") || !require_tool("losetup") {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let dev = run(Command::new("losetup")
+        .args(["-f", "--show", "-r"])
+        .arg(&img));
+    let dev = PathBuf::from(dev.trim());
+    struct Detach(PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+        }
+    }
+    let _detach = Detach(dev.clone());
+    let o = ManifestOptions::default();
+    for io in ["pread", "mmap"] {
+        let m = PackfsMount::new(&dev, &["--io", io]);
+        assert_same(
+            &format!("mount of {} ({io})", dev.display()),
+            &manifest(m.path(), &o),
+            &manifest(&src, &o),
+        );
+    }
+    let out = extracted(&dev, t.path());
+    assert_same("extract", &manifest(&out, &o), &manifest(&src, &o));
+}
+
+/// Bug: looking up a name longer than SquashFS allows (256 bytes) said
+/// ENOENT; the kernel's driver says ENAMETOOLONG, and so does packfs now.
+#[test]
+fn a_name_longer_than_squashfs_allows_is_enametoolong() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d").join("f"), b"x").unwrap();
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let m = PackfsMount::new(&img, &[]);
+    let errno = |name: &str| {
+        std::fs::symlink_metadata(m.path().join("d").join(name))
+            .unwrap_err()
+            .raw_os_error()
+    };
+    assert_eq!(errno(&"b".repeat(300)), Some(libc::ENAMETOOLONG));
+    assert_eq!(errno(&"b".repeat(256)), Some(libc::ENOENT));
+    let out = Command::new(packfs_bin())
+        .arg("cat")
+        .arg(&img)
+        .arg(format!("d/{}", "b".repeat(300)))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("too long"), "{err}");
 }

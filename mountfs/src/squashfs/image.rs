@@ -100,6 +100,9 @@ impl Image for SquashFs {
         let InodeKind::Dir(d) = &p.kind else {
             return Err(FsError::NotDir);
         };
+        if name.len() > packfs_format::squashfs::MAX_NAME_LEN {
+            return Err(FsError::NameTooLong);
+        }
         let e = self.lookup_raw(d, name)?.ok_or(FsError::NotFound)?;
         let inode = self.inode(e.inode_ref, false)?;
         self.attr_of(&inode)

@@ -220,9 +220,7 @@ pub fn open_images<I: Image>(images: &[PathBuf], o: UnionOptions<I>) -> Result<U
     let mut routes = Vec::new();
     let mut sized = Vec::new();
     for p in images {
-        let len = std::fs::metadata(p)
-            .map_err(|e| FsError::io(p.display(), e))?
-            .len();
+        let len = crate::source::image_len(p).map_err(|e| FsError::io(p.display(), e))?;
         sized.push((ImageLocation::Local(p.clone()), len));
     }
     let total = sized.iter().map(|s| s.1).sum();

@@ -256,8 +256,9 @@ class Image:
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return False
         except OSError as e:
-            # A loop on the way to it: absent, as for ``isdir``/``exists``.
-            if e.errno == errno.ELOOP:
+            # A loop on the way to it, or a name no entry can have: absent,
+            # as for ``isdir``/``exists``.
+            if e.errno in (errno.ELOOP, errno.ENAMETOOLONG):
                 return False
             raise
 
