@@ -32,6 +32,9 @@ pub enum FsError {
     /// nothing can have it: the kernel's drivers say so rather than ENOENT.
     #[error("file name too long")]
     NameTooLong,
+    /// More symlinks than [`crate::resolve::MAX_SYMLINKS`] on one path.
+    #[error("too many levels of symbolic links")]
+    SymlinkLoop,
     #[error("not a directory")]
     NotDir,
     #[error("is a directory")]
@@ -80,6 +83,7 @@ impl FsError {
             | FsError::Shards(_) => libc::EIO,
             FsError::NotFound => libc::ENOENT,
             FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::SymlinkLoop => libc::ELOOP,
             FsError::NotDir => libc::ENOTDIR,
             FsError::IsDir => libc::EISDIR,
             FsError::NotSymlink => libc::EINVAL,

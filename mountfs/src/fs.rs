@@ -156,7 +156,7 @@ impl<I: Image> PackFs<I> {
         if let Err(e) = &r {
             if !matches!(
                 e,
-                FsError::NotFound | FsError::NameTooLong | FsError::NoXattr
+                FsError::NotFound | FsError::NameTooLong | FsError::SymlinkLoop | FsError::NoXattr
             ) {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -294,19 +294,10 @@ impl<I: Image> PackFs<I> {
         self.image.statfs()
     }
 
-    /// Resolves a '/'-separated path from the root without following symlinks.
+    /// The entry a '/'-separated path from the root names, a final
+    /// symlink itself ([`PackFs::resolve_path`], in `crate::resolve`).
     pub fn resolve(&self, path: &[u8]) -> Result<Attr> {
-        let mut at = self.getattr(ROOT)?;
-        for comp in path
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty() && *c != b".")
-        {
-            if at.kind != FileKind::Dir {
-                return Err(FsError::NotDir);
-            }
-            at = self.lookup(at.node, comp)?;
-        }
-        Ok(at)
+        self.resolve_path(path, false)
     }
 
     /// Collects a whole directory listing (without "." and "..").

@@ -18,6 +18,7 @@ pub mod ops;
 pub mod readahead;
 pub mod record;
 pub mod remote;
+pub mod resolve;
 #[cfg(feature = "fuse")]
 pub mod serve;
 pub mod source;

@@ -45,7 +45,7 @@ pub struct Ops<I: Image> {
 fn errno(e: &FsError) -> i32 {
     if !matches!(
         e,
-        FsError::NotFound | FsError::NameTooLong | FsError::NoXattr
+        FsError::NotFound | FsError::NameTooLong | FsError::SymlinkLoop | FsError::NoXattr
     ) {
         log::error!("{e}");
     }

@@ -24,16 +24,10 @@ pyo3::create_exception!(
     "The file or object is not a SquashFS or ZIP image packfs can read (or is damaged where the format starts)."
 );
 
-/// Symlinks followed while resolving one path before giving up, as Linux
-/// does (`MAXSYMLINKS`).
-pub const MAX_SYMLINKS: u32 = 40;
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Fs(#[from] FsError),
-    #[error("too many levels of symbolic links")]
-    SymlinkLoop,
     /// The file ended before the size its inode records.
     #[error("corrupt image: the file holds {got} of the {size} bytes its entry records")]
     Short { got: u64, size: u64 },
@@ -124,7 +118,7 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             "cannot allocate {bytes} bytes to read {} {here}",
             lossy(at.path)
         )),
-        Error::SymlinkLoop => PyOSError::new_err((
+        Error::Fs(FsError::SymlinkLoop) => PyOSError::new_err((
             libc::ELOOP,
             format!("Too many levels of symbolic links {here}"),
             path,

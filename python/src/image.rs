@@ -15,7 +15,6 @@
 use crate::errors::{guarded, py_name, to_py, At, Error, Result};
 use crate::fork::Call;
 use crate::open::{self, Options, StorageCounters};
-use crate::resolve::resolve;
 use mountfs::fs::{Attr, FileKind, PackFs};
 use mountfs::open::AnyImage;
 use mountfs::remote::disk_cache::DiskCache;
@@ -112,7 +111,7 @@ impl Inner {
 
     /// A regular file's entry (following symlinks).
     fn file(&self, path: &[u8]) -> Result<Attr> {
-        let a = resolve(&self.fs, path, true)?;
+        let a = self.fs.resolve_path(path, true)?;
         match a.kind {
             FileKind::File => Ok(a),
             FileKind::Dir => Err(FsError::IsDir.into()),
@@ -167,7 +166,7 @@ impl Inner {
     }
 
     fn list(&self, path: &[u8]) -> Result<Vec<mountfs::fs::DirEntry>> {
-        let a = resolve(&self.fs, path, true)?;
+        let a = self.fs.resolve_path(path, true)?;
         if a.kind != FileKind::Dir {
             return Err(FsError::NotDir.into());
         }
@@ -416,7 +415,7 @@ impl NativeImage {
     ) -> PyResult<StatTuple> {
         let p = path_arg(path)?;
         self.call(py, |i| {
-            Ok(stat_tuple(&resolve(&i.fs, &p, follow_symlinks)?))
+            Ok(stat_tuple(&i.fs.resolve_path(&p, follow_symlinks)?))
         })
         .map_err(|e| self.err(py, e, &p, None))
     }
@@ -427,12 +426,11 @@ impl NativeImage {
     /// `os.path` answers for a directory it may not search); damage raises.
     fn kind(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
         let p = path_arg(path)?;
-        match self.call(py, |i| resolve(&i.fs, &p, true)) {
+        match self.call(py, |i| Ok(i.fs.resolve_path(&p, true)?)) {
             Ok(a) => Ok(Some(type_bits(a.kind))),
-            Err(
-                Error::Fs(FsError::NotFound | FsError::NotDir | FsError::NameTooLong)
-                | Error::SymlinkLoop,
-            ) => Ok(None),
+            Err(Error::Fs(
+                FsError::NotFound | FsError::NotDir | FsError::NameTooLong | FsError::SymlinkLoop,
+            )) => Ok(None),
             Err(Error::Fs(e)) if e.errno() == libc::EACCES => Ok(None),
             Err(e) => Err(self.err(py, e, &p, None)),
         }
@@ -565,7 +563,7 @@ impl NativeImage {
         let p = path_arg(path)?;
         let target = self
             .call(py, |i| {
-                let a = resolve(&i.fs, &p, false)?;
+                let a = i.fs.resolve_path(&p, false)?;
                 Ok(i.fs.readlink(a.node)?)
             })
             .map_err(|e| self.err(py, e, &p, None))?;

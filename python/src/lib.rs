@@ -1,8 +1,8 @@
 //! `packfs._native`: the Rust half of the Python package `packfs`.
 //!
 //! A thin layer over `mountfs`: opening goes through mountfs's locations,
-//! format detection and union (`open.rs`), paths are resolved with
-//! `PackFs::lookup` (`resolve.rs`), and reads and listings are `PackFs`
+//! format detection and union (`open.rs`), paths are resolved as the
+//! kernel resolves them (`PackFs::resolve_path`), and reads and listings are `PackFs`
 //! calls (`image.rs`), the same core the FUSE server answers from. What
 //! lives here is only what Python needs on top: exceptions as `os` raises
 //! them (`errors.rs`), the GIL released around every call, parallel reads
@@ -14,7 +14,6 @@ mod errors;
 mod fork;
 mod image;
 mod open;
-mod resolve;
 
 use pyo3::prelude::*;
 

@@ -31,8 +31,10 @@ fn open_image(image: &Path, remote: &RemoteArgs) -> anyhow::Result<mountfs::open
 }
 
 /// A path in the image, as bytes: names need not be UTF-8.
-fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &Path) -> anyhow::Result<Attr> {
-    fs.resolve(path.as_os_str().as_bytes())
+/// The entry `path` names in the image, resolved as under a mount (`..`,
+/// symlinks on the way); `follow` follows a final symlink too.
+fn resolve(fs: &PackFs<AnyImage>, image: &Path, path: &Path, follow: bool) -> anyhow::Result<Attr> {
+    fs.resolve_path(path.as_os_str().as_bytes(), follow)
         .with_context(|| format!("{}: {}", image.display(), path.display()))
 }
 
@@ -184,7 +186,10 @@ pub fn ls(
     remote: &RemoteArgs,
 ) -> anyhow::Result<i32> {
     let fs = open(image, remote)?;
-    let at = resolve(&fs, image, path)?;
+    // As `ls`: a link to a directory given by name is listed through,
+    // except in the long form, which shows the link (a trailing `/`
+    // follows it there too).
+    let at = resolve(&fs, image, path, !long)?;
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
     // Names are written as their bytes, as `ls` writes them to a pipe.
@@ -255,7 +260,7 @@ fn print_entry(
 
 pub fn cat(image: &Path, path: &Path, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let fs = open(image, remote)?;
-    let a = resolve(&fs, image, path)?;
+    let a = resolve(&fs, image, path, true)?;
     if a.kind != FileKind::File {
         bail!(
             "{}: {}: not a regular file",
@@ -425,7 +430,7 @@ pub fn extract(
     remote: &RemoteArgs,
 ) -> anyhow::Result<i32> {
     let fs = open(image, remote)?;
-    let top = resolve(&fs, image, path)?;
+    let top = resolve(&fs, image, path, true)?;
     if top.kind != FileKind::Dir {
         bail!("{}: {}: not a directory", image.display(), path.display());
     }
