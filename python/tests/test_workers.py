@@ -124,3 +124,29 @@ def test_cache_budget_divided_among_workers():
         else:
             sys.modules["torch.utils.data"] = saved
     assert _budget.process_budget(400 << 20)[0] == 400 << 20
+
+
+def test_an_image_opened_before_its_process_became_a_worker_takes_a_share(images):
+    # Regression: an image made at import of a script (which a spawn or
+    # forkserver DataLoader worker imports again, before it is a worker)
+    # kept the whole loader's cache budget in every worker.
+    class Info:
+        num_workers = 4
+
+    class FakeData:
+        @staticmethod
+        def get_worker_info():
+            return Info()
+
+    img = packfs.Image(images["packfs-sqfs"][0], cache_size=400 << 20)
+    assert img.stats()["cache_budget"] == 400 << 20
+    saved = sys.modules.get("torch.utils.data")
+    sys.modules["torch.utils.data"] = FakeData  # now inside a worker
+    try:
+        assert img.read("a/hello.txt") == b"hello world\n"
+        assert img.stats()["cache_budget"] == 100 << 20
+    finally:
+        if saved is None:
+            del sys.modules["torch.utils.data"]
+        else:
+            sys.modules["torch.utils.data"] = saved

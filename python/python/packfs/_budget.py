@@ -82,11 +82,12 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def process_budget(cache_size: int | None) -> tuple[int, int, int]:
+def process_budget(cache_size: int | None, workers: int | None = None) -> tuple[int, int, int]:
     """``(cache bytes, range-cache bytes, read_many threads)`` for this
-    process: the loader's budgets divided by its worker count, and the
-    cores allowed to this process shared among the workers."""
-    workers = num_workers()
+    process: the loader's budgets divided by its worker count (``workers``,
+    else :func:`num_workers`), and the cores allowed to this process shared
+    among the workers."""
+    workers = num_workers() if workers is None else workers
     total = default_cache_size() if cache_size is None else int(cache_size)
     if total < 0:
         raise ValueError(f"cache_size must be >= 0, not {cache_size}")

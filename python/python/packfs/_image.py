@@ -94,8 +94,9 @@ class Image:
             "disk_cache": None if disk_cache is None else os.fsdecode(os.fspath(disk_cache)),
             "disk_cache_size": disk_cache_size,
         }
-        # (pid, native image) of the process that opened it, or None.
-        self._opened: tuple[int, Any] | None = None
+        # (pid, native image, DataLoader workers sharing the budget then) of
+        # the process that opened it, or None.
+        self._opened: tuple[int, Any, int] | None = None
         self._closed = False
         # Open now, so that a missing file or a non-image raises here, named
         # as the caller named it.
@@ -118,11 +119,16 @@ class Image:
     def _native(self, where: str | None = None) -> Any:
         opened = self._opened
         pid = os.getpid()
+        # Opened here before this process became a DataLoader worker (an
+        # image made at import of a script a spawn worker imports again):
+        # opened again, with the worker's share of the budgets.
         if opened is not None and opened[0] == pid:
-            return opened[1]
+            if opened[2] > 1 or _budget.num_workers() == 1:
+                return opened[1]
         if self._closed:
             raise ValueError("I/O operation on a closed image")
-        cache, ranges, threads = _budget.process_budget(self._options["cache_size"])
+        workers = _budget.num_workers()
+        cache, ranges, threads = _budget.process_budget(self._options["cache_size"], workers)
         native = _native.Image(
             where or self._reopen,
             cache,
@@ -134,7 +140,7 @@ class Image:
             self._options.get("disk_cache_size"),
         )
         # One assignment: a thread reading `_opened` sees the old or the new pair.
-        self._opened = (pid, native)
+        self._opened = (pid, native, workers)
         return native
 
     # -- the image -----------------------------------------------------
