@@ -332,7 +332,7 @@ impl NativeImage {
     /// `disk_cache_size` bytes, or half the free space there).
     #[new]
     #[pyo3(signature = (location, cache_size, range_cache, threads, profile=None, endpoint=None,
-                        disk_cache=None, disk_cache_size=None))]
+                        disk_cache=None, disk_cache_size=None, remote_timeout=None))]
     #[allow(clippy::too_many_arguments)] // the keyword arguments of packfs.Image
     fn new(
         py: Python<'_>,
@@ -344,7 +344,20 @@ impl NativeImage {
         endpoint: Option<String>,
         disk_cache: Option<&Bound<'_, PyAny>>,
         disk_cache_size: Option<u64>,
+        remote_timeout: Option<f64>,
     ) -> PyResult<Self> {
+        let timeout = remote_timeout
+            .map(|s| {
+                std::time::Duration::try_from_secs_f64(s)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        pyo3::exceptions::PyValueError::new_err(format!(
+                            "remote_timeout must be a positive number of seconds, not {s}"
+                        ))
+                    })
+            })
+            .transpose()?;
         // Bytes: a local path need not be UTF-8 (a URL always is).
         let path = std::path::PathBuf::from(std::ffi::OsString::from_vec(path_arg(location)?));
         let location = path.to_string_lossy().into_owned();
@@ -358,6 +371,7 @@ impl NativeImage {
             profile,
             endpoint,
             disk_cache,
+            timeout,
         };
         let opened = py
             .detach(|| {

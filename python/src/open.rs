@@ -32,6 +32,9 @@ pub struct Options {
     /// The node-local disk cache of a remote image's fetched bytes, shared
     /// with every other process that opens the same directory.
     pub disk_cache: Option<Arc<DiskCache>>,
+    /// How long a remote fetch may take, retries included (`None`: the
+    /// command line's default).
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Reads that reached the image file or object source, summed over shards.
@@ -86,6 +89,10 @@ pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> 
         cache_bytes: o.range_cache,
         disk_cache: o.disk_cache.clone(),
         ..Default::default()
+    };
+    let remote = RemoteOptions {
+        timeout: o.timeout.unwrap_or(remote.timeout),
+        ..remote
     };
     remote.validate().map_err(FsError::Invalid)?;
     let storage = Arc::new(StorageCounters::default());

@@ -274,3 +274,23 @@ def test_a_name_longer_than_squashfs_allows_is_enametoolong(images):
     assert not img.exists(long) and not img.isdir(long) and not img.islink(long)
     with pytest.raises(FileNotFoundError):
         img.stat("a/" + "b" * 256)
+
+
+def test_remote_timeout_bounds_a_stalled_server(tmp_path):
+    # A server that accepts and never answers: the open fails within the
+    # remote_timeout given, not the default 60 s.
+    import socket
+    import time
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(16)
+        port = srv.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(OSError) as e:
+            packfs.Image(f"http://127.0.0.1:{port}/x.sqfs", remote_timeout=2)
+        took = time.monotonic() - t0
+    assert took < 20, took
+    assert "2 s" in str(e.value), e.value
+    with pytest.raises(ValueError, match="remote_timeout"):
+        packfs.Image(f"http://127.0.0.1:{port}/x.sqfs", remote_timeout=0)

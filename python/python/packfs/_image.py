@@ -49,6 +49,10 @@ class Image:
     shared by every process on the node (as ``--disk-cache``); it holds at
     most ``disk_cache_size`` bytes (default: half the free space there). A
     directory that cannot be used is a ``RuntimeWarning`` and no caching.
+    ``remote_timeout`` is how long, in seconds, a remote fetch may take with
+    its retries before it raises ``OSError(EIO)`` (as ``--remote-timeout``;
+    default 60): the call waits that long for a stalled server, and Ctrl-C
+    is seen only when it returns.
 
     Paths are relative to the image root, with or without a leading ``/``
     (``""`` and ``"/"`` are the root); symlinks inside the image are followed
@@ -68,6 +72,7 @@ class Image:
         endpoint: str | None = None,
         disk_cache: str | os.PathLike | None = None,
         disk_cache_size: int | None = None,
+        remote_timeout: float | None = None,
     ) -> None:
         if isinstance(location, Image):
             raise TypeError("location is an Image already")
@@ -93,6 +98,7 @@ class Image:
             # the directory nor its size is divided among DataLoader workers.
             "disk_cache": None if disk_cache is None else os.fsdecode(os.fspath(disk_cache)),
             "disk_cache_size": disk_cache_size,
+            "remote_timeout": None if remote_timeout is None else float(remote_timeout),
         }
         # (pid, native image, DataLoader workers sharing the budget then) of
         # the process that opened it, or None.
@@ -138,6 +144,7 @@ class Image:
             self._options["endpoint"],
             self._options.get("disk_cache"),
             self._options.get("disk_cache_size"),
+            self._options.get("remote_timeout"),
         )
         # One assignment: a thread reading `_opened` sees the old or the new pair.
         self._opened = (pid, native, workers)

@@ -76,8 +76,8 @@ def _remote_options(target_options: dict | None) -> dict:
 class PackFileSystem(AbstractFileSystem):
     """The files inside one packfs image (SquashFS, ZIP or shard manifest),
     read-only. ``fo`` is the image location or an open :class:`packfs.Image`;
-    ``cache_size``, ``profile``, ``endpoint``, ``disk_cache`` and
-    ``disk_cache_size`` are :class:`packfs.Image`'s."""
+    ``cache_size``, ``profile``, ``endpoint``, ``disk_cache``,
+    ``disk_cache_size`` and ``remote_timeout`` are :class:`packfs.Image`'s."""
 
     protocol = "packfs"
     root_marker = ""
@@ -93,6 +93,7 @@ class PackFileSystem(AbstractFileSystem):
         endpoint: str | None = None,
         disk_cache: str | os.PathLike | None = None,
         disk_cache_size: int | None = None,
+        remote_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -111,6 +112,8 @@ class PackFileSystem(AbstractFileSystem):
             if disk_cache is not None:
                 opts["disk_cache"] = disk_cache
                 opts["disk_cache_size"] = disk_cache_size
+            if remote_timeout is not None:
+                opts["remote_timeout"] = remote_timeout
             self.image = Image(_location(fo, target_protocol), cache_size=cache_size, **opts)
 
     @classmethod
