@@ -140,8 +140,20 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
 pub fn open_to_py(err: Error, location: &str) -> PyErr {
     // mountfs names the image in some messages, first or after what kind
     // of failure it is ("corrupt image: IMG: empty file"); the exception
-    // carries it as `filename`, so once is enough.
-    let strip = |m: String| m.replacen(&format!("{location}: "), "", 1);
+    // carries it as `filename`, so once is enough. Only there: elsewhere
+    // the name is part of the sentence ("shard 1 of IMG: ./s-1.sqfs: ...").
+    let strip = |m: String| {
+        let tag = format!("{location}: ");
+        if let Some(rest) = m.strip_prefix(&tag) {
+            return rest.to_string();
+        }
+        for kind in ["corrupt image: ", "unsupported image: "] {
+            if let Some(rest) = m.strip_prefix(kind).and_then(|r| r.strip_prefix(&tag)) {
+                return format!("{kind}{rest}");
+            }
+        }
+        m
+    };
     let loc = location.to_string();
     match err {
         Error::Fs(FsError::Io { source, .. }) => {

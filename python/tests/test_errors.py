@@ -294,3 +294,23 @@ def test_remote_timeout_bounds_a_stalled_server(tmp_path):
     assert "2 s" in str(e.value), e.value
     with pytest.raises(ValueError, match="remote_timeout"):
         packfs.Image(f"http://127.0.0.1:{port}/x.sqfs", remote_timeout=0)
+
+
+def test_a_missing_shard_is_named_with_its_manifest(tmp_path, packfs_bin):
+    # Regression: the manifest's name was cut out of the middle of the
+    # message ("shard 1 of ./s-1.sqfs: No such file..."), as if the shard
+    # were of itself.
+    src = tmp_path / "src"
+    for d in ("a", "b"):
+        (src / d).mkdir(parents=True)
+        for i in range(40):
+            (src / d / f"f{i}").write_bytes(b"%d\n" % i)
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(tmp_path / "s-{shard}.sqfs"),
+                    "--shards", "2"], check=True, capture_output=True)
+    (tmp_path / "s-1.sqfs").unlink()
+    manifest = tmp_path / "s.manifest.json"
+    with pytest.raises(OSError) as e:
+        packfs.Image(manifest)
+    msg = str(e.value)
+    assert f"shard 1 of {manifest}: " in msg and "s-1.sqfs" in msg, msg
+    assert e.value.filename == str(manifest)
