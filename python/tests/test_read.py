@@ -157,6 +157,9 @@ def test_ranges_files_and_many(images, tree):
     raw.close()
     with img.open("table.csv", "r") as t:
         assert t.readline() == "x,y,name\n"
+        assert t.mode == "r"  # as open() says (code that checks "b" in f.mode)
+    with img.open("table.csv") as b:
+        assert b.mode == "rb"
     names = [f"many/f{i:04d}" for i in range(0, 300, 7)]
     assert img.read_many(names) == [(tree / n).read_bytes() for n in names]
     assert img.read_many([]) == []

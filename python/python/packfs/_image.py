@@ -238,7 +238,9 @@ class Image:
         buffered = io.BufferedReader(raw, size)
         if binary:
             return buffered
-        return io.TextIOWrapper(buffered, encoding=encoding, errors=errors, newline=newline)
+        text = io.TextIOWrapper(buffered, encoding=encoding, errors=errors, newline=newline)
+        text.mode = "r"  # as open() sets it; the buffer's would say "rb"
+        return text
 
     # -- metadata -----------------------------------------------------
 
