@@ -110,12 +110,22 @@ pub fn resolve(
     } else {
         "none (anonymous)".into()
     };
-    let endpoint = flag_endpoint
-        .map(str::to_string)
-        .or_else(|| get("AWS_ENDPOINT_URL_S3"))
-        .or_else(|| get("AWS_ENDPOINT_URL"))
-        .or_else(|| profile_value("s3.endpoint_url"))
-        .or_else(|| profile_value("endpoint_url"));
+    let endpoint = [
+        (flag_endpoint.map(str::to_string), "--endpoint"),
+        (get("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"),
+        (get("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"),
+        (
+            profile_value("s3.endpoint_url"),
+            "the profile's s3.endpoint_url",
+        ),
+        (profile_value("endpoint_url"), "the profile's endpoint_url"),
+    ]
+    .into_iter()
+    .find_map(|(v, from)| v.map(|v| (v, from)));
+    if let Some((e, from)) = &endpoint {
+        check_endpoint(e, from)?;
+    }
+    let endpoint = endpoint.map(|(e, _)| e);
     let region = get("AWS_REGION")
         .or_else(|| get("AWS_DEFAULT_REGION"))
         .or_else(|| profile_value("region"))
@@ -126,6 +136,23 @@ pub fn resolve(
         region,
         keys_from,
     })
+}
+
+/// An endpoint is a URL with a scheme and a host: the S3 client takes
+/// anything else for a request it cannot build, and panics.
+fn check_endpoint(e: &str, from: &str) -> Result<(), RemoteError> {
+    let host = e
+        .strip_prefix("https://")
+        .or_else(|| e.strip_prefix("http://"))
+        .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    match host {
+        Some(h) if !h.is_empty() && !e.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            Ok(())
+        }
+        _ => Err(RemoteError::Config(format!(
+            "endpoint {e:?} (from {from}): expected a URL such as https://host or http://host:port"
+        ))),
+    }
 }
 
 /// Sections of an INI file, keys lower-cased; a missing file is empty.
@@ -219,6 +246,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s2, s);
+    }
+
+    /// Bug: an endpoint without a scheme (`127.0.0.1:9000`, as people
+    /// write it) or with a stray space made the S3 client panic while
+    /// signing the first request.
+    #[test]
+    fn an_endpoint_that_is_not_a_url_is_a_configuration_error_naming_it() {
+        for (e, ok) in [
+            ("http://127.0.0.1:9000", true),
+            ("https://lumidata.eu/", true),
+            ("127.0.0.1:9000", false),
+            ("http://127.0.0.1:9000 ", false),
+            ("http://", false),
+            ("ftp://host", false),
+        ] {
+            let r = resolve(&env_of(&[("AWS_ENDPOINT_URL", e)]), None, None);
+            assert_eq!(r.is_ok(), ok, "{e:?}: {r:?}");
+            if let Err(err) = r {
+                let m = err.to_string();
+                assert!(
+                    m.contains(&format!("{e:?}")) && m.contains("AWS_ENDPOINT_URL"),
+                    "{m}"
+                );
+            }
+        }
+        let r = resolve(&env_of(&[]), Some("localhost:1"), None);
+        assert!(r.unwrap_err().to_string().contains("--endpoint"));
     }
 
     #[test]
