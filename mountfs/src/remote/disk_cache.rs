@@ -17,9 +17,9 @@
 //!   they age out by LRU. `<chunk>` is the chunk index in hex.
 //! - `tmp/`: chunks being written (temporary file, then `rename` into
 //!   place: readers see a whole file or none).
-//! - `usage`: an 8-byte counter of the bytes cached, memory-mapped and
-//!   updated with atomic adds by every process (the approximate total that
-//!   decides when to evict).
+//! - `usage`: an 8-byte counter of the bytes cached, read and rewritten
+//!   under `flock` by every process (the approximate total that decides
+//!   when to evict; see [`Usage`]).
 //! - `evict.lock`: `flock`ed while one process evicts, so two do not scan
 //!   at once. Only eviction takes it; reads and writes never wait on it.
 //!
@@ -53,7 +53,6 @@
 //! the network and from whatever is cached. A cache is never a reason for a
 //! read to fail.
 
-use memmap2::MmapMut;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -90,7 +89,7 @@ pub struct DiskCounters {
 pub struct DiskCache {
     root: PathBuf,
     budget: u64,
-    usage: MmapMut,
+    usage: Usage,
     /// Set after the first write failure: no more writes (one warning).
     write_off: AtomicBool,
     next_tmp: AtomicU64,
@@ -139,11 +138,46 @@ fn hash128(b: &[u8]) -> String {
     )
 }
 
-fn usage_atomic(m: &MmapMut) -> &AtomicU64 {
-    // The map is 8 bytes, page-aligned, shared: an AtomicU64 in place.
-    // SAFETY: the mapping lives as long as `m`, is aligned to a page and at
-    // least 8 bytes long, and is only ever accessed through atomics.
-    unsafe { &*(m.as_ptr() as *const AtomicU64) }
+/// The byte counter every process using the directory shares: 8 bytes at
+/// the start of the file `usage`, changed under an exclusive `flock` (and
+/// this process's mutex, since threads share the lock). Not a shared
+/// memory map: a mapped file that something truncates (a user emptying the
+/// cache by hand) is SIGBUS at the next access, which would end every mount
+/// daemon using the cache. A file shorter than 8 bytes reads as 0.
+struct Usage {
+    f: std::sync::Mutex<fs::File>,
+}
+
+impl Usage {
+    fn read(f: &fs::File) -> u64 {
+        let mut b = [0u8; 8];
+        match std::os::unix::fs::FileExt::read_exact_at(f, &mut b, 0) {
+            Ok(()) => u64::from_le_bytes(b),
+            Err(_) => 0,
+        }
+    }
+
+    /// The counter now.
+    fn load(&self) -> u64 {
+        Self::read(&self.f.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Sets the counter to `change(old)`; returns the new value.
+    fn update(&self, change: impl FnOnce(u64) -> u64) -> u64 {
+        use std::os::fd::AsRawFd;
+        let f = self.f.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0;
+        let new = change(Self::read(&f));
+        // A failed write leaves the counter behind: it is approximate, and
+        // eviction's scan sets it right.
+        let _ = std::os::unix::fs::FileExt::write_all_at(&*f, &new.to_le_bytes(), 0);
+        if locked {
+            // SAFETY: as above.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        }
+        new
+    }
 }
 
 impl DiskCache {
@@ -159,12 +193,9 @@ impl DiskCache {
             .create(true)
             .truncate(false)
             .open(root.join("usage"))?;
-        if f.metadata()?.len() < 8 {
-            f.set_len(8)?;
-        }
-        // SAFETY: a shared map of a file of ours; other processes change it
-        // only through atomic operations on its one u64.
-        let usage = unsafe { MmapMut::map_mut(&f)? };
+        let usage = Usage {
+            f: std::sync::Mutex::new(f),
+        };
         let c = DiskCache {
             root,
             budget,
@@ -208,7 +239,7 @@ impl DiskCache {
 
     /// Bytes cached, by the shared counter (approximate: see the module doc).
     pub fn used(&self) -> u64 {
-        usage_atomic(&self.usage).load(Ordering::Relaxed)
+        self.usage.load()
     }
 
     /// Bytes the cache's files really hold now (a scan).
@@ -324,7 +355,7 @@ impl DiskCache {
         }
         match self.write(k, idx, data) {
             Ok(()) => {
-                let now = usage_atomic(&self.usage).fetch_add(size, Ordering::Relaxed) + size;
+                let now = self.usage.update(|v| v.saturating_add(size));
                 self.counters
                     .written_bytes
                     .fetch_add(size, Ordering::Relaxed);
@@ -373,10 +404,7 @@ impl DiskCache {
     }
 
     fn sub(&self, n: u64) {
-        let a = usage_atomic(&self.usage);
-        let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            Some(v.saturating_sub(n))
-        });
+        self.usage.update(|v| v.saturating_sub(n));
     }
 
     /// Every chunk file: (mtime, size, path).
@@ -441,10 +469,8 @@ impl DiskCache {
                 }
             }
         }
-        let _ =
-            usage_atomic(&self.usage).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
-                Some(total + now.saturating_sub(before))
-            });
+        self.usage
+            .update(|now| total.saturating_add(now.saturating_sub(before)));
         self.counters
             .evicted_bytes
             .fetch_add(evicted, Ordering::Relaxed);
@@ -554,6 +580,27 @@ mod tests {
         c.put(&k2, 2, &data(9, 1808));
         fs::copy(c.chunk_path(&k2, 2), c.chunk_path(&k, 2)).unwrap();
         assert!(c.get(&k, 2).is_none());
+    }
+
+    /// Bug: the usage counter was a shared memory map of its file, so
+    /// emptying that file by hand (`: > usage`) made the next access a
+    /// SIGBUS, which ended every mount daemon using the cache. It is read
+    /// and written with pread/pwrite now; a short file counts as 0.
+    #[test]
+    fn an_emptied_usage_file_is_zero_not_a_crash() {
+        let t = tempfile::tempdir().unwrap();
+        let c = DiskCache::open(t.path(), 1 << 20).unwrap();
+        let k = c.key("http://h/x", None, Some("m"), 1 << 20, 4096).unwrap();
+        c.put(&k, 0, &data(0, 4096));
+        assert!(c.used() > 4096);
+        fs::File::create(t.path().join("packfs-cache-v1").join("usage")).unwrap();
+        assert_eq!(c.used(), 0);
+        c.put(&k, 1, &data(1, 4096));
+        assert!(c.used() > 4096 && c.used() < 8192, "{}", c.used());
+        assert_eq!(c.get(&k, 0).unwrap(), data(0, 4096));
+        // A second handle on the directory (another process) sees the sum.
+        let d = DiskCache::open(t.path(), 1 << 20).unwrap();
+        assert_eq!(d.used(), c.used());
     }
 
     #[test]
