@@ -326,7 +326,13 @@ fn pack_shards(
     let done = packer::shards::pack_shards(&args.src, &spec, args.shard, opts);
     drop(stage);
     let mut done = match done {
-        Err(packer::PackError::Interrupted) => return Err(die_of_signal()),
+        Err(packer::PackError::Interrupted) => {
+            // Dying of a signal runs no destructors: the started uploads
+            // are aborted and the packed shards removed here.
+            drop(uploads);
+            drop(tmp_dir);
+            return Err(die_of_signal());
+        }
         r => r?,
     };
     if let Some(up) = uploads {
@@ -337,7 +343,8 @@ fn pack_shards(
                     Some(mountfs::remote::RemoteError::Interrupted)
                 ) =>
             {
-                return Err(die_of_signal())
+                drop(tmp_dir);
+                return Err(die_of_signal());
             }
             r => r?,
         };

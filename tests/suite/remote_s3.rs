@@ -242,6 +242,49 @@ fn pack_to_s3_uploads_in_parts_the_same_bytes_as_a_local_pack() {
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
 
+/// Bug: SIGINT during `pack --shards -o s3://...` died of the signal
+/// without aborting the shards' multipart uploads or removing the shards
+/// packed into $TMPDIR (a single image did both).
+#[test]
+fn pack_shards_to_s3_interrupted_leaves_no_upload_and_no_temporary_files() {
+    let t = scratch();
+    let src = t.path().join("src");
+    big_tree(&src, 200);
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let moto = Moto::start();
+    moto.create_bucket("cut");
+    let mut child = Command::new(packfs_bin())
+        .args([
+            "pack",
+            src.to_str().unwrap(),
+            "-o",
+            "s3://cut/s-{shard}.sqfs",
+        ])
+        .args(["--shards", "2", "-q", "-j", "1", "-c", "xz"])
+        .envs(moto.env())
+        .env("TMPDIR", &tmp)
+        .spawn()
+        .unwrap();
+    moto.py(
+        "import time\nt = time.time()\n\
+         while len(s3.list_multipart_uploads(Bucket='cut').get('Uploads', [])) < 2 and time.time() - t < 60:\n    time.sleep(0.01)",
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}");
+    assert_eq!(moto.keys("cut"), Vec::<String>::new());
+    assert_eq!(moto.open_uploads("cut"), 0);
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left in $TMPDIR: {left:?}");
+}
+
 #[test]
 fn pack_to_s3_interrupted_leaves_no_object_and_no_upload() {
     let t = scratch();
