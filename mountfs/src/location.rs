@@ -63,7 +63,10 @@ impl ImageLocation {
     /// The location of `name` as a manifest at this location names a shard:
     /// an `s3://` or `http(s)://` URL or an absolute path as it is, anything
     /// else relative to this location's directory (its folder, key prefix,
-    /// or URL path without the query). Local and remote shards may mix.
+    /// or URL path without the query). Local and remote shards may mix. A
+    /// local shard's path is made absolute now: shards open on first use,
+    /// and the process may have changed directory by then (a Python
+    /// program's `os.chdir`).
     pub fn resolve(&self, name: &str) -> std::result::Result<ImageLocation, String> {
         let named = Self::parse(name)?;
         if named.is_remote() || name.starts_with('/') {
@@ -77,10 +80,16 @@ impl ImageLocation {
         }
         let dir_of = |s: &str| s.rfind('/').map_or(String::new(), |i| s[..=i].to_string());
         Ok(match self {
-            ImageLocation::Local(p) => match p.parent() {
-                Some(d) if !d.as_os_str().is_empty() => ImageLocation::Local(d.join(name)),
-                _ => ImageLocation::Local(PathBuf::from(".").join(name)),
-            },
+            ImageLocation::Local(p) => {
+                let dir = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                // Not canonicalised: ".." after a symlinked directory keeps
+                // the meaning it has for the manifest's own path.
+                let dir = std::path::absolute(&dir).unwrap_or(dir);
+                ImageLocation::Local(dir.join(name))
+            }
             ImageLocation::S3 { bucket, key } => ImageLocation::S3 {
                 bucket: bucket.clone(),
                 key: format!("{}{name}", dir_of(key)),
@@ -348,20 +357,21 @@ mod tests {
             L::Http("http://h:8/a/t-0.sqfs".into())
         );
         let local = L::parse("d/t.manifest.json").unwrap();
+        let cwd = std::env::current_dir().unwrap();
         assert_eq!(
             local.resolve("t-0.sqfs").unwrap(),
-            L::Local("d/t-0.sqfs".into())
+            L::Local(cwd.join("d/t-0.sqfs"))
         );
         assert_eq!(
             local.resolve("../e/t.sqfs").unwrap(),
-            L::Local("d/../e/t.sqfs".into())
+            L::Local(cwd.join("d/../e/t.sqfs"))
         );
         assert_eq!(
             L::parse("t.manifest.json")
                 .unwrap()
                 .resolve("t-0.sqfs")
                 .unwrap(),
-            L::Local("./t-0.sqfs".into())
+            L::Local(cwd.join("./t-0.sqfs"))
         );
     }
 }

@@ -435,3 +435,24 @@ def test_reads_wait_until_every_pending_fork_is_done(images):
         _native.after_fork_in_parent()  # the second
     assert done.wait(30)
     t.join()
+
+
+def test_shards_of_a_relative_manifest_open_after_a_chdir(tmp_path, packfs_bin, monkeypatch):
+    # Regression: shards open on first use, and a relative manifest's shard
+    # paths were resolved against the directory current then, so a read
+    # after os.chdir failed (or read another file of the same name there).
+    src = tmp_path / "src"
+    for d in ("a", "b", "c"):
+        (src / d).mkdir(parents=True)
+        for i in range(30):
+            (src / d / f"f{i}").write_bytes(b"%s%d\n" % (d.encode(), i))
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(out / "s-{shard}.sqfs"),
+                    "--shards", "3"], check=True, capture_output=True)
+    monkeypatch.chdir(tmp_path)
+    img = packfs.Image("out/s.manifest.json")
+    assert img.read("a/f0") == b"a0\n"
+    os.chdir("/")
+    assert img.read("c/f29") == b"c29\n"
+    assert img.read("b/f7") == b"b7\n"
