@@ -32,8 +32,15 @@ struct OpenOptions {
 }
 
 impl OpenOptions {
-    fn is_remote(&self) -> bool {
-        matches!(&self.source, Source::One(l) if l.is_remote())
+    /// Whether opening may start threads, which a fork would lose: a
+    /// remote image, or a local shard manifest (its shards may be on S3 or
+    /// HTTP, whose clients run threads).
+    fn starts_threads(&self) -> bool {
+        match &self.source {
+            Source::One(ImageLocation::Local(p)) => mountfs::location::is_manifest(p),
+            Source::One(_) => true,
+            Source::Union(..) => false,
+        }
     }
 
     /// Whether reads of the image go over the network: a remote image, or
@@ -242,9 +249,10 @@ impl MountPlan {
 pub fn run(args: MountArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let plan = MountPlan::from_args(args, remote)?;
     // A file is opened before the fork, so its errors come straight back. A
-    // remote image is opened after it: its client runs threads, which a
-    // fork would lose. Its errors (403, 404, timeout) come through the pipe.
-    let pre = match plan.open.is_remote() {
+    // remote image or a manifest is opened after it: a remote client runs
+    // threads, which a fork would lose. Their errors (403, 404, timeout, a
+    // missing shard) come through the pipe.
+    let pre = match plan.open.starts_threads() {
         false => Some(plan.open.open()?),
         true => None,
     };
