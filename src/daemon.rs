@@ -173,7 +173,11 @@ pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> 
     let mut b = [0u8; 1];
     // SAFETY: read into a valid 1-byte buffer; returns 0 at EOF.
     while unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) } > 0 {}
-    let listed = std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+    // Bytes, then lossy: one mountpoint anywhere that is not UTF-8 must not
+    // hide the table (this mountpoint's own bytes compare lossily too).
+    let table =
+        std::fs::read("/proc/self/mounts").map(|b| String::from_utf8_lossy(&b).into_owned());
+    let listed = table.is_ok_and(|m| {
         m.lines().any(|l| {
             let mut f = l.split(' ');
             f.next().map(unescape_mount_path).as_deref() == Some(fsname)

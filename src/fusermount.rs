@@ -16,20 +16,23 @@ pub fn which(bin: &str) -> Option<PathBuf> {
 /// `packfs umount`: unmounts `mp`; an error says which tool failed. A
 /// path with no FUSE mount on it is refused first, in words (fusermount
 /// would say only "Invalid argument").
-pub fn umount(mp: &Path) -> anyhow::Result<i32> {
-    match crate::mountinfo::at(mp) {
-        Some(m) if m.is_fuse() => {}
+pub fn umount(given: &Path) -> anyhow::Result<i32> {
+    // The mountpoint as the table lists it: fusermount does not follow a
+    // symlink it is given.
+    let mounted = match crate::mountinfo::at(given) {
+        Some(m) if m.is_fuse() => m.mountpoint,
         Some(m) => bail!(
-            "{}: not a FUSE mount ({} from {}); packfs unmounts only its own kind",
-            mp.display(),
+            "{}: not a FUSE mount ({} from {}); packfs unmounts FUSE mounts only",
+            given.display(),
             m.fstype,
             m.source
         ),
-        None => match std::fs::symlink_metadata(mp) {
-            Err(e) => bail!("{}: {}", mp.display(), crate::oserror::plain(&e)),
-            Ok(_) => bail!("{}: not mounted", mp.display()),
+        None => match std::fs::symlink_metadata(given) {
+            Err(e) => bail!("{}: {}", given.display(), crate::oserror::plain(&e)),
+            Ok(_) => bail!("{}: not mounted", given.display()),
         },
-    }
+    };
+    let mp = mounted.as_path();
     for bin in ["fusermount3", "fusermount"] {
         if which(bin).is_some() {
             let st = std::process::Command::new(bin)

@@ -24,19 +24,25 @@ impl Mount {
 /// The topmost mount at `path` (as given, made absolute without following
 /// a symlink in its last component), if any.
 pub fn at(path: &Path) -> Option<Mount> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // Bytes: one mountpoint anywhere that is not UTF-8 (any user's) must
+    // not hide the whole table.
+    let table = std::fs::read("/proc/self/mountinfo").ok()?;
     let want = resolve(path);
     // Later lines are mounted later, on top of earlier ones.
     table
-        .lines()
+        .split(|&b| b == b'\n')
         .rev()
         .filter_map(parse_line)
         .find(|m| m.mountpoint == want)
 }
 
-/// `path` made absolute, its parent resolved (a stale FUSE mountpoint
-/// cannot be stat'ed, so the path itself is not canonicalised).
+/// `path` made absolute and resolved, symlinks included (a mountpoint
+/// given through a link is listed under its target). A stale FUSE
+/// mountpoint cannot be stat'ed: then only its parent is resolved.
 fn resolve(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => std::fs::canonicalize(parent)
@@ -47,20 +53,22 @@ fn resolve(path: &Path) -> PathBuf {
 }
 
 /// `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER`.
-fn parse_line(line: &str) -> Option<Mount> {
-    let (head, tail) = line.split_once(" - ")?;
-    let mountpoint = head.split(' ').nth(4)?;
-    let mut tail = tail.split(' ');
+fn parse_line(line: &[u8]) -> Option<Mount> {
+    use std::os::unix::ffi::OsStringExt;
+    let sep = line.windows(3).position(|w| w == b" - ")?;
+    let (head, tail) = (&line[..sep], &line[sep + 3..]);
+    let mountpoint = head.split(|&b| b == b' ').nth(4)?;
+    let mut tail = tail.split(|&b| b == b' ');
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     Some(Mount {
-        mountpoint: PathBuf::from(unescape(mountpoint)),
-        fstype: tail.next()?.to_string(),
-        source: unescape(tail.next()?),
+        mountpoint: PathBuf::from(std::ffi::OsString::from_vec(unescape(mountpoint))),
+        fstype: text(tail.next()?),
+        source: text(&unescape(tail.next()?)),
     })
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
+fn unescape(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -75,7 +83,7 @@ fn unescape(s: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]
@@ -86,14 +94,21 @@ mod tests {
     fn lines_parse_with_optional_fields_and_escapes() {
         let l = "52 31 0:45 / /tmp/my\\040mnt rw,nosuid,nodev shared:7 master:1 - fuse.packfs packfs:/data/a\\040b.sqfs rw,user_id=0";
         assert_eq!(
-            parse_line(l),
+            parse_line(l.as_bytes()),
             Some(Mount {
                 mountpoint: "/tmp/my mnt".into(),
                 fstype: "fuse.packfs".into(),
                 source: "packfs:/data/a b.sqfs".into(),
             })
         );
-        assert!(parse_line(l).unwrap().is_fuse());
+        assert!(parse_line(l.as_bytes()).unwrap().is_fuse());
+        // A mountpoint that is not UTF-8 keeps its bytes.
+        let l = b"53 31 0:46 / /tmp/m\xff rw - fuse.packfs packfs:/x.sqfs rw";
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(
+            parse_line(l).unwrap().mountpoint.as_os_str().as_bytes(),
+            b"/tmp/m\xff"
+        );
     }
 
     #[test]

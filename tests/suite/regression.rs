@@ -416,3 +416,54 @@ fn command_line_paths_resolve_as_under_a_mount() {
         .arg(&dest));
     assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"deep");
 }
+
+/// Bugs: the mount table was read as UTF-8, so one mountpoint anywhere
+/// whose name is not (any user's) made it read as empty: `umount` of every
+/// other mount said "not mounted" and a second mount there was not refused
+/// as such; and a mountpoint given through a symlink was never found again
+/// (`umount LINK` said "not mounted").
+#[test]
+fn mounts_are_found_past_a_non_utf8_mountpoint_and_through_a_symlink() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let odd = t.path().join(OsStr::from_bytes(b"m\xff"));
+    let ok = t.path().join("ok");
+    let real = t.path().join("real");
+    for d in [&odd, &ok, &real] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let packfs = |args: &[&OsStr]| Command::new(packfs_bin()).args(args).output().unwrap();
+    let s = |p: &Path| p.as_os_str().to_owned();
+    let i = s(&img);
+    // Whatever fails, no mount is left: one at a name that is not UTF-8
+    // would break the mount table's readers in the other tests.
+    struct Lazy(Vec<PathBuf>);
+    impl Drop for Lazy {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = Command::new("umount").arg("-l").arg(p).output();
+            }
+        }
+    }
+    let _lazy = Lazy(vec![odd.clone(), ok.clone(), real.clone()]);
+    for mp in [&odd, &ok, &link] {
+        assert_ok(packfs(&["mount".as_ref(), &i, &s(mp)]));
+    }
+    let again = packfs(&["mount".as_ref(), &i, &s(&ok)]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("already mounted"),
+        "{err}"
+    );
+    for mp in [&ok, &link, &odd] {
+        assert_ok(packfs(&["umount".as_ref(), &s(mp)]));
+    }
+    assert!(std::fs::read_dir(&real).unwrap().next().is_none());
+}
