@@ -186,6 +186,10 @@ pub enum Content {
 pub fn is_manifest(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 64];
+    // Only a regular file: opening a fifo would wait for a writer.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let Ok(mut f) = std::fs::File::open(path) else {
         return false;
     };

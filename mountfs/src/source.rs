@@ -136,6 +136,32 @@ fn len_of(f: &File, meta: &std::fs::Metadata) -> std::io::Result<u64> {
 }
 
 fn open_file(path: &Path) -> Result<(File, u64)> {
+    // Before opening: opening a fifo waits for a writer, forever.
+    if let Ok(m) = std::fs::metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        let what = if t.is_fifo() {
+            Some("a pipe")
+        } else if t.is_socket() {
+            Some("a socket")
+        } else if t.is_char_device() {
+            Some("a character device")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(FsError::io(
+                path.display(),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{what}, not a file: an image is read at any offset, so it must be a \
+                         file or a block device"
+                    ),
+                ),
+            ));
+        }
+    }
     let file = File::open(path).map_err(|e| FsError::io(path.display(), e))?;
     let meta = file
         .metadata()

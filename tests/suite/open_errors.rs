@@ -300,3 +300,40 @@ fn a_shard_that_is_not_an_image_is_named_once() {
     assert!(r.stderr.matches(s).count() == 1, "{}", r.stderr);
     assert!(r.stderr.lines().count() == 1, "{}", r.stderr);
 }
+
+/// Bug: a fifo given as the image made every command wait forever (opening
+/// a fifo waits for a writer), and a pipe (`/dev/stdin`, `<(...)`) was
+/// "corrupt image: empty file". Both are named as what they are now.
+#[test]
+fn a_pipe_as_the_image_is_named_as_one_at_once() {
+    let t = scratch();
+    let fifo = t.path().join("f.sqfs");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let r = ls(fifo.to_str().unwrap(), &[]);
+    failed(&r, fifo.to_str().unwrap(), &["a pipe, not a file"]);
+    assert!(r.took < AT_ONCE, "{:?}", r.took);
+    let img = image(t.path(), "i.sqfs");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} info /dev/stdin < {}",
+            packfs_bin().display(),
+            img.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "a redirected file is a file");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cat {} | {} info /dev/stdin",
+            img.display(),
+            packfs_bin().display()
+        ))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("/dev/stdin: a pipe, not a file"), "{e}");
+}
