@@ -154,7 +154,7 @@ fn spawn_unmount_watcher(target: &Target) -> anyhow::Result<OwnedFd> {
         .arg(&mp)
         .arg(target.fsname)
         .exec();
-    eprintln!(
+    say!(
         "packfs: cannot start the unmount watcher: {}",
         crate::oserror::plain(&e)
     );

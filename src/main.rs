@@ -7,6 +7,16 @@
 //! SIGHUP removes its temporary file, then dies of that signal (status
 //! 128+N in a shell), so scripts see the interruption.
 
+/// `eprintln!` that ignores a failed write: a summary or message on a
+/// closed stderr (`2>&1 | head`, a dead ssh session) must not turn finished
+/// work into a panic and exit status 101.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod cli;
 mod cmd;
 mod daemon;
@@ -49,13 +59,13 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             let mut shown = oserror::plain_text(&e.to_string());
-            eprintln!("packfs: {shown}");
+            say!("packfs: {shown}");
             for cause in e.chain().skip(1) {
                 let cause = oserror::plain_text(&cause.to_string());
                 // The packer's errors print their source in their own
                 // message and return it as source() too: say it once.
                 if !shown.contains(&cause) {
-                    eprintln!("  caused by: {cause}");
+                    say!("  caused by: {cause}");
                 }
                 shown = cause;
             }

@@ -508,7 +508,7 @@ pub fn extract(
     for (p, a) in dirs.iter().rev() {
         apply_meta(&fs, p, a, is_root)?;
     }
-    eprintln!(
+    say!(
         "extracted {} directories, {files} files, {} into {}",
         dirs.len(),
         human(bytes),

@@ -48,7 +48,7 @@ pub fn die_of_signal() -> anyhow::Error {
         libc::SIGHUP => "SIGHUP",
         _ => return packer::PackError::Interrupted.into(),
     };
-    eprintln!("packfs: interrupted by {name}; no image written");
+    say!("packfs: interrupted by {name}; no image written");
     // SAFETY: restoring a default action and raising a signal have no
     // memory effects; no other code of ours handles these signals now.
     unsafe {

@@ -272,8 +272,8 @@ fn stage_venv(
     };
     for line in report.lines() {
         match line.strip_prefix("! ") {
-            Some(w) => eprintln!("packfs: warning: {w}"),
-            None if !args.quiet => eprintln!("packfs: venv: {line}"),
+            Some(w) => say!("packfs: warning: {w}"),
+            None if !args.quiet => say!("packfs: venv: {line}"),
             None => {}
         }
     }
@@ -371,7 +371,7 @@ fn pack_shards(
 /// The lines `pack --shards` prints: one per shard, then the manifest.
 fn report_shards(done: &[packer::shards::ShardResult], n: u32, manifest: &str) {
     for r in done {
-        eprintln!(
+        say!(
             "shard {}/{n}: {} entries, {} in, {} out -> {}",
             r.index,
             r.summary.entries,
@@ -381,8 +381,8 @@ fn report_shards(done: &[packer::shards::ShardResult], n: u32, manifest: &str) {
         );
     }
     match done.last().and_then(|r| r.manifest.as_ref()) {
-        Some(m) => eprintln!("manifest: {}", m.display()),
-        None => eprintln!(
+        Some(m) => say!("manifest: {}", m.display()),
+        None => say!(
             "manifest: not yet (written by the task that packs the last missing shard{})",
             match manifest.starts_with("s3://") {
                 true => String::new(),
@@ -460,7 +460,7 @@ fn print_summary(summary: &packer::PackSummary, output: &std::path::Path) {
     } else {
         0.0
     };
-    eprintln!(
+    say!(
         "packed {} entries ({} inodes): {} in, {} out (ratio {:.3}), dedup saved {} in {} files, {:.2} s -> {}",
         summary.entries,
         summary.inodes,

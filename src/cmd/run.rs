@@ -32,7 +32,7 @@ impl Mounted {
     fn undo(&self) {
         for mp in self.mounts.iter().rev() {
             if let Err(e) = umount(mp) {
-                eprintln!(
+                say!(
                     "packfs: warning: {}",
                     crate::oserror::plain_text(&format!("{e:#}"))
                 );
@@ -65,7 +65,7 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         Err(e) => {
             done.undo();
             let (code, why) = spawn_failure(&e);
-            eprintln!("packfs: {}: {why}", command[0]);
+            say!("packfs: {}: {why}", command[0]);
             return Ok(code);
         }
     };
@@ -179,7 +179,7 @@ fn remove_created(created: &[PathBuf]) {
     for dir in created.iter().rev() {
         if let Err(e) = std::fs::remove_dir(dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!(
+                say!(
                     "packfs: warning: {}: not removed: {}",
                     dir.display(),
                     crate::oserror::plain(&e)

@@ -14,7 +14,7 @@ pub fn run(cmd: ShardsCommand) -> anyhow::Result<i32> {
                 PathBuf::from(&manifest_or_template)
             };
             let m = packer::shards::finalize(&manifest)?;
-            eprintln!(
+            say!(
                 "wrote {} ({} shards, {} entries)",
                 manifest.display(),
                 m.shards.len(),

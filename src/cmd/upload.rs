@@ -36,7 +36,7 @@ pub fn send(
     let t = std::time::Instant::now();
     let parts = up.send_file(image, Some(cancel))?;
     if !quiet {
-        eprintln!(
+        say!(
             "uploaded in {parts} parts, {:.2} s",
             t.elapsed().as_secs_f64()
         );

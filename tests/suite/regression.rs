@@ -467,3 +467,40 @@ fn mounts_are_found_past_a_non_utf8_mountpoint_and_through_a_symlink() {
     }
     assert!(std::fs::read_dir(&real).unwrap().next().is_none());
 }
+
+/// Bug: `pack` and `extract` panicked (exit 101) writing their summary to
+/// a closed stderr (`2>&1 | head`, a dead ssh session), after the work had
+/// been done: scripts saw a failure for a good image.
+#[test]
+fn a_closed_stderr_does_not_fail_finished_work() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let run_closed = |args: &[&std::ffi::OsStr]| {
+        let mut child = Command::new(packfs_bin())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        child.wait().unwrap()
+    };
+    let img = t.path().join("i.sqfs");
+    let st = run_closed(&[
+        "pack".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ]);
+    assert!(st.success(), "pack: {st:?}");
+    assert!(img.exists());
+    let out = t.path().join("out");
+    let st = run_closed(&[
+        "extract".as_ref(),
+        img.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(st.success(), "extract: {st:?}");
+}
