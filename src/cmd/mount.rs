@@ -294,20 +294,22 @@ fn source(images: Vec<PathBuf>, on_conflict: OnConflict) -> anyhow::Result<Sourc
 /// The mount's source in the mount table: the URL of a remote image, else
 /// the first image's canonical path.
 fn source_name(first: &Path, source: &Source) -> String {
-    match source {
+    let name = match source {
+        // No query (a presigned URL's signature) in the mount table.
         Source::One(l) if l.is_remote() => l
-            // No query (a presigned URL's signature) in the mount table, and
-            // no comma, which would split the mount options.
             .to_string()
             .split('?')
             .next()
             .unwrap_or_default()
-            .replace(',', "%2C"),
+            .to_string(),
         _ => std::fs::canonicalize(first)
             .unwrap_or(first.to_path_buf())
             .display()
             .to_string(),
-    }
+    };
+    // No comma, which would split the mount options (an image named
+    // `a,b.sqfs` failed to mount: "unknown option 'b.sqfs'").
+    name.replace(',', "%2C")
 }
 
 /// Refuses a mountpoint that cannot or should not take the mount: one

@@ -504,3 +504,33 @@ fn a_closed_stderr_does_not_fail_finished_work() {
     ]);
     assert!(st.success(), "extract: {st:?}");
 }
+
+/// Bug: an image whose path holds a comma could not be mounted by a user
+/// (fusermount3: "unknown option 'b.sqfs'"): the file system name in the
+/// mount options was not escaped for local images, as it was for URLs.
+#[test]
+fn an_image_path_with_a_comma_is_escaped_in_the_mount_options() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("a,b.sqfs");
+    pack(&src, &img, &[]);
+    let m = PackfsMount::new(&img, &[]);
+    // The mount table's source field for this mountpoint.
+    let table = std::fs::read("/proc/self/mounts").unwrap();
+    let table = String::from_utf8_lossy(&table);
+    let want = m.path().to_str().unwrap();
+    let listed = table
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(' ');
+            let (source, mp) = (f.next()?, f.next()?);
+            (mp == want).then(|| source.to_string())
+        })
+        .expect("listed");
+    assert!(
+        listed.ends_with("a%2Cb.sqfs") && !listed.contains(','),
+        "{listed}"
+    );
+    assert!(std::fs::read_dir(m.path()).unwrap().next().is_some());
+}
