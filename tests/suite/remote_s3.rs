@@ -346,3 +346,39 @@ fn pack_to_s3_interrupted_leaves_no_object_and_no_upload() {
     assert_eq!(moto.keys("cut"), Vec::<String>::new());
     assert_eq!(moto.open_uploads("cut"), 0);
 }
+
+/// Bug: S3 keys went through object_store's `Path::from`, which
+/// percent-encodes `~`, non-ASCII letters, `[`..., and the request encoded
+/// them again: an existing object `til~de.sqfs` was NoSuchKey, and
+/// `pack -o s3://b/v~1.sqfs` wrote `v%7E1.sqfs`. Keys are used as given
+/// now; one with an empty segment is an error naming it.
+#[test]
+fn s3_keys_are_used_as_given() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let moto = Moto::start();
+    moto.create_bucket("keys");
+    let odd = "odd/til~de ü[1].sqfs";
+    moto.upload(&img, "keys", odd);
+    let listed = assert_ok(moto.packfs(&["ls", &format!("s3://keys/{odd}"), "/"]));
+    assert!(!listed.is_empty());
+    let up = "up/v~1 dätä.sqfs";
+    assert_ok(moto.packfs(&[
+        "pack",
+        src.to_str().unwrap(),
+        "-o",
+        &format!("s3://keys/{up}"),
+        "-q",
+    ]));
+    let keys = moto.keys("keys");
+    assert!(keys.contains(&up.to_string()), "{keys:?}");
+    let bad = moto.packfs(&["ls", "s3://keys/a//b.sqfs", "/"]);
+    let e = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && e.contains("s3://keys/a//b.sqfs"),
+        "{e}"
+    );
+}

@@ -32,6 +32,21 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, Re
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+
+/// The object_store path of S3 key `key`, taken as it is: `Path::from`
+/// would percent-encode characters it thinks unsafe (`~`, `ü`, `[`), and the
+/// client encodes the request again, so the key sent was not the key given
+/// (an existing object was "NoSuchKey", an upload landed under another
+/// name). A key object_store cannot address (an empty segment, `.` or
+/// `..`) is an error naming it.
+pub(crate) fn obj_path(url: &str, key: &str) -> Result<ObjPath, RemoteError> {
+    ObjPath::parse(key).map_err(|e| {
+        RemoteError::Config(format!(
+            "{url}: this S3 key cannot be used by packfs's S3 client ({e}); \
+             copy the object to a key without empty, '.' or '..' segments"
+        ))
+    })
+}
 use std::time::{Duration, Instant};
 
 /// Which object, in the form each client wants it.
@@ -477,7 +492,7 @@ impl Remote {
                 };
                 (
                     Arc::new(b.build().map_err(bad)?),
-                    ObjPath::from(key.as_str()),
+                    obj_path(&url, key)?,
                     Some(s.keys_from),
                 )
             }

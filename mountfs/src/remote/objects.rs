@@ -3,10 +3,9 @@
 //! HEADs concurrent) and what `pack --shards -o s3://...` needs to write a
 //! manifest beside its shards (list, small GETs and PUTs).
 
-use super::client::{classify, Remote, Target};
+use super::client::{classify, obj_path, Remote, Target};
 use super::error::RemoteError;
 use super::options::RemoteOptions;
-use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use std::collections::BTreeMap;
 
@@ -34,14 +33,11 @@ impl Remote {
             let tasks: Vec<_> = chunk
                 .iter()
                 .map(|k| {
-                    let (store, path, url) = (
-                        self.store().clone(),
-                        ObjPath::from(k.as_str()),
-                        self.url_of(k),
-                    );
+                    let (store, url) = (self.store().clone(), self.url_of(k));
+                    let path = obj_path(&url, k);
                     self.handle().spawn(async move {
                         store
-                            .head(&path)
+                            .head(&path?)
                             .await
                             .map(|m| m.size)
                             .map_err(|e| classify(&url, secs, "", e))
@@ -67,7 +63,10 @@ impl Remote {
     pub fn list_keys(&self, prefix: &str, suffix: &str) -> Result<Vec<String>, RemoteError> {
         let (store, url) = (self.store().clone(), self.url_of(prefix));
         let secs = self.opts.timeout.as_secs();
-        let p = (!prefix.is_empty()).then(|| ObjPath::from(prefix));
+        let p = match prefix.trim_end_matches('/') {
+            "" => None,
+            dir => Some(obj_path(&url, dir)?),
+        };
         let listed = self.block_on("listing", async move {
             store
                 .list_with_delimiter(p.as_ref())
@@ -84,7 +83,8 @@ impl Remote {
 
     /// The whole object `key` of this bucket (for small objects).
     pub fn get_key(&self, key: &str) -> Result<Vec<u8>, RemoteError> {
-        let (store, path, url) = (self.store().clone(), ObjPath::from(key), self.url_of(key));
+        let (store, url) = (self.store().clone(), self.url_of(key));
+        let path = obj_path(&url, key)?;
         let secs = self.opts.timeout.as_secs();
         self.block_on("GET", async move {
             let r = store
@@ -101,7 +101,8 @@ impl Remote {
     /// Writes the small object `key` of this bucket in one PUT: it appears
     /// whole or not at all.
     pub fn put_key(&self, key: &str, bytes: Vec<u8>) -> Result<(), RemoteError> {
-        let (store, path, url) = (self.store().clone(), ObjPath::from(key), self.url_of(key));
+        let (store, url) = (self.store().clone(), self.url_of(key));
+        let path = obj_path(&url, key)?;
         let secs = self.opts.timeout.as_secs();
         self.block_on("PUT", async move {
             store
