@@ -406,6 +406,8 @@ pub fn pack_shards(
     let plan = plan(&tree, spec.shards, spec.entry_cost);
     let split = split_params(src, &plan, spec, opts);
     let manifest = spec.manifest_path();
+    // The images and their sidecars are beside the template's first shard.
+    let shards_dir = parent(&spec.image_path(0)).to_path_buf();
     let mut out = Vec::new();
     for (k, target) in which.into_iter().zip(targets) {
         let sub = tree.subset(&keep_mask(&tree, &plan, k as usize));
@@ -439,11 +441,11 @@ pub fn pack_shards(
         });
     }
     if only.is_some() {
-        check_siblings(&manifest, &split, &out, opts.force, begun)?;
+        check_siblings(&manifest, &shards_dir, &split, &out, opts.force, begun)?;
     }
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
-    let wrote = match finalize_if_complete(&manifest, &split)? {
+    let wrote = match finalize_if_complete(&manifest, Some(&shards_dir), &split)? {
         Ok(()) => Some(manifest),
         Err(missing) if only.is_none() => {
             return Err(PackError::Shards(format!(
@@ -471,12 +473,13 @@ pub fn pack_shards(
 /// This task's own images and sidecars are written by then and stay.
 fn check_siblings(
     manifest: &Path,
+    shards_dir: &Path,
     split: &Split,
     done: &[ShardResult],
     force: bool,
     begun: std::time::SystemTime,
 ) -> Result<(), PackError> {
-    for (p, s) in sidecars(manifest)? {
+    for (p, s) in sidecars(manifest, Some(shards_dir))? {
         // Not a sibling: this task's own shard, or one no task of this
         // split writes (left by a split into more shards).
         if &s.split == split
@@ -581,12 +584,34 @@ fn write_sidecar(image: &Path, s: &Sidecar) -> Result<(), PackError> {
     write_atomic(&sidecar_path(image), &json)
 }
 
-/// The sidecars in the manifest's directory that name this manifest, by
-/// shard index. A sidecar that does not parse is an error naming it.
-fn sidecars(manifest: &Path) -> Result<Vec<(PathBuf, Sidecar)>, PackError> {
-    let dir = parent(manifest);
+/// The sidecars that name this manifest, by shard index: in the manifest's
+/// directory, and in `shards_dir` (where the images and their sidecars
+/// are, when `--manifest` put the manifest elsewhere). A sidecar that does
+/// not parse is an error naming it.
+fn sidecars(
+    manifest: &Path,
+    shards_dir: Option<&Path>,
+) -> Result<Vec<(PathBuf, Sidecar)>, PackError> {
     let want = file_name(manifest)?;
     let mut out = Vec::new();
+    let mut dirs = vec![parent(manifest)];
+    if let Some(d) = shards_dir {
+        let same = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => a == b,
+        };
+        if !same(d, dirs[0]) {
+            dirs.push(d);
+        }
+    }
+    for dir in dirs {
+        sidecars_in(dir, &want, &mut out)?;
+    }
+    out.sort_by_key(|(p, s)| (s.shard.index, p.clone()));
+    Ok(out)
+}
+
+fn sidecars_in(dir: &Path, want: &str, out: &mut Vec<(PathBuf, Sidecar)>) -> Result<(), PackError> {
     for e in std::fs::read_dir(dir).map_err(PackError::io(dir))? {
         let e = e.map_err(PackError::io(dir))?;
         let name = e.file_name();
@@ -601,8 +626,7 @@ fn sidecars(manifest: &Path) -> Result<Vec<(PathBuf, Sidecar)>, PackError> {
             out.push((p, s));
         }
     }
-    out.sort_by_key(|(p, s)| (s.shard.index, p.clone()));
-    Ok(out)
+    Ok(())
 }
 
 /// The manifest of `split` from sidecars (named, for errors): those of
@@ -648,8 +672,12 @@ pub fn manifest_bytes(m: &Manifest) -> Vec<u8> {
 /// Writes the manifest if the sidecars of all shards of `split` are present
 /// (sidecars of another split naming the same manifest are ignored);
 /// otherwise returns which are missing.
-fn finalize_if_complete(manifest: &Path, split: &Split) -> Result<Result<(), String>, PackError> {
-    let found = sidecars(manifest)?
+fn finalize_if_complete(
+    manifest: &Path,
+    shards_dir: Option<&Path>,
+    split: &Split,
+) -> Result<Result<(), String>, PackError> {
+    let found = sidecars(manifest, shards_dir)?
         .into_iter()
         .map(|(p, s)| (p.display().to_string(), s))
         .collect();
@@ -666,7 +694,7 @@ fn finalize_if_complete(manifest: &Path, split: &Split) -> Result<Result<(), Str
 /// They must all describe the same split and all N must be present, and
 /// each image must still have the size its sidecar recorded.
 pub fn finalize(manifest: &Path) -> Result<Manifest, PackError> {
-    let found = sidecars(manifest)?;
+    let found = sidecars(manifest, None)?;
     let Some((first_path, first)) = found.first() else {
         return Err(PackError::Shards(format!(
             "{}: no shard sidecars (*.shard.json) for this manifest in {}",
@@ -693,7 +721,7 @@ pub fn finalize(manifest: &Path) -> Result<Manifest, PackError> {
             )));
         }
     }
-    match finalize_if_complete(manifest, &first.split)? {
+    match finalize_if_complete(manifest, None, &first.split)? {
         Ok(()) => {}
         Err(missing) => {
             return Err(PackError::Shards(format!(

@@ -786,3 +786,40 @@ fn stale_sidecars_of_another_split_do_not_stop_a_whole_pack() {
     assert_eq!(j["shards"].as_array().unwrap().len(), 2);
     assert_eq!(j["split"]["order"], "similarity");
 }
+
+/// Bug: with `--manifest` in another directory than the shards, every pack
+/// failed with "sidecars missing after packing every shard": the sidecars
+/// are written beside their images, and were looked for beside the
+/// manifest only. SHARDS.md says the manifest names the shards by absolute
+/// path then.
+#[test]
+fn a_manifest_put_elsewhere_is_written_and_mounts() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let elsewhere = t.path().join("manifests");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let m = elsewhere.join("d.manifest.json");
+    pack_shards(
+        &src,
+        &t.path().join("out"),
+        "sqfs",
+        3,
+        &["--manifest", m.to_str().unwrap()],
+    );
+    let files: Vec<String> = manifest_json(&m)["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["file"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(files.len(), 3);
+    assert!(files.iter().all(|f| f.starts_with('/')), "{files:?}");
+    let mnt = PackfsMount::new(&m, &[]);
+    let o = ManifestOptions::default();
+    assert_same(
+        "manifest elsewhere",
+        &manifest(mnt.path(), &o),
+        &manifest(&src, &o),
+    );
+}
