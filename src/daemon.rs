@@ -200,7 +200,7 @@ pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> 
 /// meets the connection while the kernel is still tearing it down can fail
 /// with another errno (ECANCELED has been seen right after a daemon was
 /// killed mid-read); asked again a moment later it says what the mount is.
-fn is_dead_fuse_mount(mp: &Path) -> bool {
+pub fn is_dead_fuse_mount(mp: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()) else {
         return false;
     };

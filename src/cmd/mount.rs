@@ -318,7 +318,27 @@ fn source_name(first: &Path, source: &Source) -> String {
 /// one that is not a directory, or, unless `nonempty`, one with contents
 /// (the mount would hide them).
 fn check_mountpoint(mp: &Path, nonempty: bool) -> anyhow::Result<()> {
-    let mounted = crate::mountinfo::at(mp);
+    let mut mounted = crate::mountinfo::at(mp);
+    // A FUSE mount whose server is gone (a daemon killed with its watcher,
+    // by the OOM killer or a job's end) answers nothing but ENOTCONN: no one
+    // can use it, and a fixed mountpoint (a venv's) must be mountable again.
+    if let Some(m) = mounted.as_ref().filter(|m| m.is_fuse()) {
+        if crate::daemon::is_dead_fuse_mount(&m.mountpoint) {
+            log::warn!(
+                "mountpoint {}: removing a dead mount ({} from {}: its server is gone)",
+                mp.display(),
+                m.fstype,
+                m.source
+            );
+            crate::fusermount::umount_lazy(&m.mountpoint).with_context(|| {
+                format!(
+                    "mountpoint {}: a dead mount is there and cannot be removed",
+                    mp.display()
+                )
+            })?;
+            mounted = crate::mountinfo::at(mp);
+        }
+    }
     if let Some(m) = mounted.as_ref().filter(|m| m.is_fuse()) {
         bail!(
             "mountpoint {}: already mounted ({} from {}); unmount it first with `packfs umount {}`",

@@ -534,3 +534,69 @@ fn an_image_path_with_a_comma_is_escaped_in_the_mount_options() {
     );
     assert!(std::fs::read_dir(m.path()).unwrap().next().is_some());
 }
+
+/// Bug: a mount whose daemon and watcher were both killed (the OOM killer,
+/// the end of a job's cgroup) stayed as a dead mount (ENOTCONN), and every
+/// later `packfs mount` at that place failed with "already mounted", with
+/// no hint: a venv's fixed mountpoint could not be used again. A dead
+/// mount is removed now, with a warning.
+#[test]
+fn a_dead_mount_at_the_mountpoint_is_removed_and_the_mount_goes_on() {
+    if !require_root("killing a mount's processes") {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    assert_ok(
+        Command::new(packfs_bin())
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp)
+            .output()
+            .unwrap(),
+    );
+    let daemon = daemon_pid(&mp);
+    // The watcher first, so that nothing cleans up after the daemon.
+    let watcher = Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("unmount-watcher .* {}", mp.display()))
+        .output()
+        .unwrap();
+    let watcher = String::from_utf8_lossy(&watcher.stdout);
+    let watcher: Vec<&str> = watcher.split_whitespace().collect();
+    assert!(!watcher.is_empty(), "no watcher found");
+    for pid in watcher.iter().chain(&[daemon.to_string().as_str()]) {
+        signal("-KILL", pid.parse().unwrap());
+    }
+    let dead = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::metadata(&mp).err().and_then(|e| e.raw_os_error()) == Some(libc::ENOTCONN)
+    });
+    assert!(dead, "the mount did not die");
+    let out = Command::new(packfs_bin())
+        .arg("mount")
+        .arg(&img)
+        .arg(&mp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("dead mount"), "{err}");
+    assert_same(
+        "remounted",
+        &manifest(&mp, &ManifestOptions::default()),
+        &manifest(&src, &ManifestOptions::default()),
+    );
+    assert_ok(
+        Command::new(packfs_bin())
+            .arg("umount")
+            .arg(&mp)
+            .output()
+            .unwrap(),
+    );
+}
