@@ -238,7 +238,10 @@ impl MountPlan {
             release_served: release_served_of(preload)?,
             preload,
             // Relative to where `packfs mount` was started, not the daemon's cwd.
-            stats: stats.map(|p| std::path::absolute(&p).unwrap_or(p)),
+            stats: stats
+                .map(|p| std::path::absolute(&p).unwrap_or(p))
+                .map(|p| super::stats::check_path(&p).map(|()| p))
+                .transpose()?,
             record_access: record_access.map(|p| std::path::absolute(&p).unwrap_or(p)),
             preload_profile,
         })

@@ -72,6 +72,31 @@ pub fn spawn_writer(
 /// `released` once served in full, readahead loads skipped because the
 /// block had just been released (`ahead_skipped`), bytes held and the
 /// budget.
+/// Refuses, before anything is mounted, a `--stats` path the daemon could
+/// not write when it ends (written then, the error would reach no one): a
+/// directory, or a file in a directory that is missing or not writable.
+pub fn check_path(path: &Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!("--stats {}: is a directory", path.display());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        anyhow::bail!(
+            "--stats {}: cannot write in {}: {}",
+            path.display(),
+            dir.display(),
+            crate::oserror::plain(&e)
+        );
+    }
+    Ok(())
+}
+
 pub fn write(
     path: &Path,
     fs: &PackFs<AnyImage>,
@@ -122,5 +147,8 @@ pub fn write(
     let json = serde_json::to_string_pretty(&value)?;
     std::fs::write(&tmp, json + "\n")
         .and_then(|_| std::fs::rename(&tmp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
         .with_context(|| format!("--stats {}", path.display()))
 }

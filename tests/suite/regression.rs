@@ -600,3 +600,37 @@ fn a_dead_mount_at_the_mountpoint_is_removed_and_the_mount_goes_on() {
             .unwrap(),
     );
 }
+
+/// Bug: `mount --stats FILE` took a path in a missing directory (or a
+/// directory) without a word, and the daemon's write at the end failed
+/// where no one saw it: no statistics, no message. Refused at mount now.
+#[test]
+fn a_stats_path_that_cannot_be_written_is_refused_at_mount() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    for (stats, says) in [
+        (t.path().join("nodir/st.json"), "cannot write in"),
+        (src.clone(), "is a directory"),
+    ] {
+        let out = Command::new(packfs_bin())
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp)
+            .arg("--stats")
+            .arg(&stats)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{e}");
+        assert!(e.contains("--stats") && e.contains(says), "{e}");
+        assert!(
+            std::fs::read_dir(&mp).unwrap().next().is_none(),
+            "nothing mounted"
+        );
+    }
+}
