@@ -201,11 +201,18 @@ fn mtime(flag: Option<u32>) -> anyhow::Result<Option<u32>> {
         return Ok(flag);
     }
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.is_empty() => {
-            Ok(Some(v.trim().parse::<u32>().with_context(|| {
-                format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
-            })?))
-        }
+        Ok(v) if !v.is_empty() => match v.trim().parse::<i64>() {
+            Ok(s) => u32::try_from(s).map(Some).map_err(|_| {
+                crate::usage::usage(format!(
+                    "SOURCE_DATE_EPOCH={v:?}: outside the times an image stores \
+                     (0 to {}, 1970 to 2106)",
+                    u32::MAX
+                ))
+            }),
+            Err(_) => Err(crate::usage::usage(format!(
+                "SOURCE_DATE_EPOCH={v:?}: expected seconds since 1970"
+            ))),
+        },
         _ => Ok(None),
     }
 }

@@ -274,3 +274,26 @@ fn each_row_of_the_table_is_what_the_commands_do() {
         assert!(!d.join(m).exists(), "{m} left behind");
     }
 }
+
+/// Bug: a bad SOURCE_DATE_EPOCH exited 1 (not the usage status 2 the other
+/// PACKFS_* settings give), and one out of range was "not a number".
+#[test]
+fn a_bad_source_date_epoch_is_a_usage_error_saying_what_is_wrong() {
+    let w = work();
+    for (v, says) in [
+        ("abc", "expected seconds since 1970"),
+        ("-5", "outside the times an image stores"),
+        ("4294967296", "outside the times an image stores"),
+    ] {
+        let out = Command::new(packfs_bin())
+            .args(["pack", "src", "-o", "x.sqfs"])
+            .current_dir(w.path())
+            .env("SOURCE_DATE_EPOCH", v)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{v}: {e}");
+        assert!(e.contains(says) && e.contains(v), "{v}: {e}");
+        assert!(!w.path().join("x.sqfs").exists());
+    }
+}
