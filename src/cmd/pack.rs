@@ -81,6 +81,9 @@ impl PackPlan {
                  template); --manifest is for local shards"
             )));
         }
+        if format == OutFormat::Zip && args.preset.is_some() {
+            return Err(usage("--preset makes SquashFS images, not ZIP archives"));
+        }
         // A preset stands for flags it conflicts with (clap refuses both).
         let (compression, level, xz_lzma2, block_size, order) = match args.preset {
             None => (
@@ -110,7 +113,7 @@ impl PackPlan {
         if xz_lzma2.is_some() && compressor != Compressor::Xz {
             return Err(usage(format!(
                 "--xz-lzma2 applies to -c xz, not {}",
-                compressor.name()
+                codec_name(codec)
             )));
         }
         let xz = packfs_format::codec::XzOptions {
@@ -144,6 +147,13 @@ impl PackPlan {
     }
 }
 
+/// The codec's name as `-c` takes it (deflate, not the packer's gzip).
+fn codec_name(codec: Codec) -> String {
+    clap::ValueEnum::to_possible_value(&codec)
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_else(|| format!("{codec:?}").to_lowercase())
+}
+
 /// The codec (default: zstd for SquashFS, deflate for ZIP), the packer's
 /// compressor for it, the level (default: the codec's) and whether it is
 /// xz's extreme variant, checked against what the format takes.
@@ -165,7 +175,7 @@ fn codec_and_level(
     if format == OutFormat::Zip && !matches!(compressor, Compressor::Gzip | Compressor::Zstd) {
         return Err(usage(format!(
             "ZIP images take -c deflate or -c zstd, not {}",
-            compressor.name()
+            codec_name(codec)
         )));
     }
     let extreme = level.is_some_and(|l| l.extreme);
@@ -186,10 +196,14 @@ fn codec_and_level(
             _ => packfs_format::codec::Encoder::level_range(compressor),
         };
         if !(lo..=hi).contains(&l) {
-            return Err(usage(format!(
-                "--level {l}: {} takes a level from {lo} to {hi}",
-                compressor.name()
-            )));
+            return Err(usage(if lo == hi {
+                format!("--level {l}: {} takes no level", codec_name(codec))
+            } else {
+                format!(
+                    "--level {l}: {} takes a level from {lo} to {hi}",
+                    codec_name(codec)
+                )
+            }));
         }
     }
     Ok((codec, compressor, level, extreme))

@@ -297,3 +297,30 @@ fn a_bad_source_date_epoch_is_a_usage_error_saying_what_is_wrong() {
         assert!(!w.path().join("x.sqfs").exists());
     }
 }
+
+/// Bug: pack's option errors named the wrong thing: `--preset smallest -o
+/// x.zip` said "not xz" (no -c given), `--xz-lzma2` with a ZIP said "not
+/// gzip" for deflate, `-c lz4 -l 5` said "a level from 0 to 0".
+#[test]
+fn pack_option_errors_name_what_was_given() {
+    let w = work();
+    let lzma2 = ["--xz-lzma2", "lc=1"];
+    for (args, says) in [
+        (
+            &["--preset", "smallest", "-o", "x.zip"][..],
+            "--preset makes SquashFS images",
+        ),
+        (
+            &["-c", "lz4", "-l", "5", "-o", "x.sqfs"][..],
+            "lz4 takes no level",
+        ),
+        (
+            &[&["-c", "deflate", "-o", "x.zip"][..], &lzma2[..]].concat()[..],
+            "not deflate",
+        ),
+        (&["-c", "xz", "-o", "x.zip"][..], "not xz"),
+    ] {
+        let all = [&["pack", "src"][..], args].concat();
+        expect(&all, w.path(), 2, says);
+    }
+}
