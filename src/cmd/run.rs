@@ -64,7 +64,7 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         Ok(c) => c,
         Err(e) => {
             done.undo();
-            let (code, why) = spawn_failure(&e);
+            let (code, why) = spawn_failure(&command[0], &e);
             say!("packfs: {}: {why}", command[0]);
             return Ok(code);
         }
@@ -94,10 +94,19 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
 /// The status a shell gives for a command it could not start, and why in
 /// words: 127 when there is no such command, 126 when it is there but
 /// cannot be executed (no permission, a directory, not a program).
-fn spawn_failure(e: &std::io::Error) -> (i32, String) {
+fn spawn_failure(command: &str, e: &std::io::Error) -> (i32, String) {
     use crate::exit::{CANNOT_EXECUTE, NOT_FOUND};
     match e.kind() {
-        std::io::ErrorKind::NotFound => (NOT_FOUND, "command not found".into()),
+        // The file is there, so it is its `#!` interpreter that is not (a
+        // venv's script packed without --mount-at names the venv's old
+        // python).
+        std::io::ErrorKind::NotFound => match missing_interpreter(command) {
+            Some(interp) => (
+                NOT_FOUND,
+                format!("its interpreter {interp} (its #! line) is not found"),
+            ),
+            None => (NOT_FOUND, "command not found".into()),
+        },
         std::io::ErrorKind::PermissionDenied => (
             CANNOT_EXECUTE,
             "cannot execute: permission denied (not executable, or a directory)".into(),
@@ -107,6 +116,26 @@ fn spawn_failure(e: &std::io::Error) -> (i32, String) {
             format!("cannot execute: {}", crate::oserror::plain(e)),
         ),
     }
+}
+
+/// The `#!` interpreter of `command` (a path, or a name on PATH) when the
+/// file exists and starts with one.
+fn missing_interpreter(command: &str) -> Option<String> {
+    let path = if command.contains('/') {
+        Path::new(command).to_path_buf()
+    } else {
+        crate::fusermount::which(command)?
+    };
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let interp = String::from_utf8_lossy(line)
+        .trim()
+        .split_whitespace()
+        .next()?
+        .to_string();
+    Some(interp)
 }
 
 /// Mounts one IMAGE:MOUNTPOINT with `packfs mount`, recording in `done`

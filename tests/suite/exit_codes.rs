@@ -248,12 +248,28 @@ fn each_row_of_the_table_is_what_the_commands_do() {
                     "cannot execute",
                 );
             }
-            "127" => expect(
-                &["run", "img.sqfs:m127", "--", "/nonexistent/cmd"],
-                d,
-                127,
-                "/nonexistent/cmd: command not found",
-            ),
+            "127" => {
+                expect(
+                    &["run", "img.sqfs:m127", "--", "/nonexistent/cmd"],
+                    d,
+                    127,
+                    "/nonexistent/cmd: command not found",
+                );
+                // Bug: a script whose `#!` interpreter is missing (a venv's
+                // console script packed without --mount-at) was "command
+                // not found" although it is there.
+                let script = d.join("old-venv-tool");
+                std::fs::write(&script, "#!/nonexistent/venv/bin/python3 -E\nprint()\n").unwrap();
+                let mut p = std::fs::metadata(&script).unwrap().permissions();
+                std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+                std::fs::set_permissions(&script, p).unwrap();
+                expect(
+                    &["run", "img.sqfs:m127", "--", script.to_str().unwrap()],
+                    d,
+                    127,
+                    "its interpreter /nonexistent/venv/bin/python3 (its #! line) is not found",
+                );
+            }
             "128+N" => expect(
                 &["run", "img.sqfs:m143", "--", "sh", "-c", "kill -TERM $$"],
                 d,
