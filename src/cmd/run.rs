@@ -131,7 +131,6 @@ fn missing_interpreter(command: &str) -> Option<String> {
     let line = head[..n].strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next()?;
     let interp = String::from_utf8_lossy(line)
-        .trim()
         .split_whitespace()
         .next()?
         .to_string();
