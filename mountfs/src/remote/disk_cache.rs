@@ -19,7 +19,7 @@
 //!   place: readers see a whole file or none).
 //! - `usage`: an 8-byte counter of the bytes cached, read and rewritten
 //!   under `flock` by every process (the approximate total that decides
-//!   when to evict; see [`Usage`]).
+//!   when to evict; see `Usage`).
 //! - `evict.lock`: `flock`ed while one process evicts, so two do not scan
 //!   at once. Only eviction takes it; reads and writes never wait on it.
 //!
