@@ -84,6 +84,9 @@ pub struct ShardUploads {
     /// One started multipart upload per shard this task packs.
     parts: Vec<(u32, Upload)>,
     remote: Remote,
+    /// `--force`: a sibling's sidecar of another split is taken for a
+    /// leftover (its shard is to be repacked) rather than refused.
+    force: bool,
 }
 
 impl ShardUploads {
@@ -116,6 +119,7 @@ impl ShardUploads {
             template: template.into(),
             parts,
             remote: Remote::connect_for_upload(target, &remote.options())?,
+            force,
         })
     }
 
@@ -156,6 +160,33 @@ impl ShardUploads {
                 Ok(s) if s.manifest == manifest => found.push((url(&key), s)),
                 Ok(_) => {}
                 Err(e) => bail!("{}: not a shard sidecar: {e}", url(&key)),
+            }
+        }
+        // As for local shards: a sibling packed with other split options
+        // would leave the manifest unwritten for good, so it is an error
+        // (unless --force, which takes it for a leftover to be repacked).
+        if !self.force {
+            let mine: Vec<u32> = done.iter().map(|r| r.index).collect();
+            for (u, s) in &found {
+                if s.split != split
+                    && !mine.contains(&s.shard.index)
+                    && s.shard.index < split.shards
+                {
+                    bail!(
+                        "{u}: shard {} of {} was packed with other split options than this \
+                         task ({}); every task of a split must pass the same options (repack \
+                         the odd ones, with --force)",
+                        s.shard.index,
+                        url(&format!("{}{manifest}", self.prefix)),
+                        packer::shards::split_differences(
+                            &split,
+                            "this task",
+                            &s.split,
+                            "that sidecar"
+                        )
+                        .join("; ")
+                    );
+                }
             }
         }
         match packer::shards::manifest_of(found, &split)? {

@@ -197,3 +197,37 @@ fn many_remote_shards_share_one_runtime() {
         "{threads} threads in the daemon after reading from {SHARDS} remote shards"
     );
 }
+
+/// Bug: a job-array task whose sibling's sidecar on S3 came from other
+/// split options (another codec) exited 0 with "manifest: not yet", and
+/// the manifest could never be written; local shards refuse this, naming
+/// the differing option.
+#[test]
+fn an_s3_task_refuses_a_sibling_packed_with_other_options() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let moto = Moto::start();
+    moto.create_bucket("mix");
+    let template = "s3://mix/j/t-{shard}.sqfs";
+    let base = [
+        "pack",
+        src.to_str().unwrap(),
+        "--shards",
+        "2",
+        "-o",
+        template,
+    ];
+    assert_ok(moto.packfs(&[&base[..], &["--shard", "0"]].concat()));
+    let out = moto.packfs(&[&base[..], &["--shard", "1", "-c", "gzip"]].concat());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("other split options") && e.contains("compression"),
+        "{e}"
+    );
+    assert!(!moto
+        .keys("mix")
+        .iter()
+        .any(|k| k.ends_with("manifest.json")));
+}
