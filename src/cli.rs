@@ -448,6 +448,12 @@ pub struct MountArgs {
     /// `pack --order profile:FILE`.
     #[arg(long, value_name = "FILE")]
     pub record_access: Option<PathBuf>,
+    /// Append the daemon's log to FILE: what reads failed and why (a
+    /// damaged image, failing storage), warnings. Without it, a mount
+    /// that runs in the background discards its log; with -f it goes to
+    /// stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
     /// Decode the files FILE lists (a `--record-access` profile) into the
     /// cache at mount, in its order, while the mount already serves: for an
     /// image packed with `--order profile:FILE`, one pass over its start.
@@ -478,6 +484,9 @@ pub struct RunArgs {
     /// (as for `mount --record-access`).
     #[arg(long, value_name = "FILE")]
     pub record_access: Option<PathBuf>,
+    /// Append the mounts' daemons' logs to FILE (as for `mount --log`).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

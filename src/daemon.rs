@@ -22,6 +22,9 @@ pub type Ready = Box<dyn FnOnce() + Send>;
 pub struct Target<'a> {
     pub mountpoint: &'a Path,
     pub fsname: &'a str,
+    /// Where the daemon's stderr (its log) goes once the mount is ready;
+    /// `/dev/null` without one.
+    pub log: Option<&'a Path>,
 }
 
 /// Runs a mount: `open` yields what to serve (called in the daemon, after
@@ -99,11 +102,16 @@ fn daemon<T>(
         }
     };
     let w = std::sync::Mutex::new(Some(w));
+    let log = target.log.map(Path::to_path_buf);
     let ready: Ready = Box::new(move || {
         if let Some(mut w) = w.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = w.write_all(b"ok");
-            // Logs from now on would go to a terminal we no longer own.
+            // Logs from now on would go to a terminal we no longer own:
+            // to --log's file, or nowhere.
             redirect_stdio();
+            if let Some(log) = &log {
+                log_to(log);
+            }
         }
     });
     // The pipe's write end is also held by the closure; if serve fails before
@@ -245,6 +253,24 @@ fn pipe_and_fork() -> anyhow::Result<([i32; 2], libc::pid_t)> {
         bail!("fork: {}", std::io::Error::last_os_error());
     }
     Ok((fds, pid))
+}
+
+/// Points stderr (where the log goes) at `path`, appended to.
+fn log_to(path: &Path) {
+    use std::os::fd::IntoRawFd;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    else {
+        return;
+    };
+    let fd = f.into_raw_fd();
+    // SAFETY: dup2 of a descriptor we own onto stderr, then closing ours.
+    unsafe {
+        libc::dup2(fd, 2);
+        libc::close(fd);
+    }
 }
 
 fn redirect_stdio() {

@@ -154,6 +154,9 @@ struct MountPlan {
     stats: Option<PathBuf>,
     /// `--record-access FILE`, absolute.
     record_access: Option<PathBuf>,
+    /// `--log FILE`, absolute (opened once here, so that a path the daemon
+    /// could not write is refused before anything is mounted).
+    log: Option<PathBuf>,
     /// The contents of `--preload-profile FILE`, read before daemonising.
     preload_profile: Option<Vec<u8>>,
 }
@@ -177,9 +180,21 @@ impl MountPlan {
             dev_spin,
             stats,
             record_access,
+            log,
             preload_profile,
             nonempty,
         } = args;
+        let log = log
+            .map(|p| std::path::absolute(&p).unwrap_or(p))
+            .map(|p| {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&p)
+                    .with_context(|| format!("--log {}", p.display()))
+                    .map(|_| p)
+            })
+            .transpose()?;
         let preload_profile = preload_profile
             .map(|p| {
                 std::fs::read(&p).with_context(|| format!("--preload-profile {}", p.display()))
@@ -243,6 +258,7 @@ impl MountPlan {
                 .map(|p| super::stats::check_path(&p).map(|()| p))
                 .transpose()?,
             record_access: record_access.map(|p| std::path::absolute(&p).unwrap_or(p)),
+            log,
             preload_profile,
         })
     }
@@ -269,6 +285,7 @@ pub fn run(args: MountArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let target = daemon::Target {
         mountpoint: &plan.mountpoint,
         fsname: &plan.serve.fsname,
+        log: plan.log.as_deref(),
     };
     daemon::run(
         &target,

@@ -32,9 +32,19 @@ impl Mounted {
     fn undo(&self) {
         for mp in self.mounts.iter().rev() {
             if let Err(e) = umount(mp) {
+                // Busy: a process the command left behind (in the
+                // background) still has a file open there. Detached now,
+                // the mount goes when that file is closed, and its daemon
+                // with it; left as it was, it would stay for good.
+                let lazy = crate::fusermount::umount_lazy(mp);
                 say!(
-                    "packfs: warning: {}",
-                    crate::oserror::plain_text(&format!("{e:#}"))
+                    "packfs: warning: {}{}",
+                    crate::oserror::plain_text(&format!("{e:#}")),
+                    match lazy {
+                        Ok(()) =>
+                            "; detached instead: it goes when the files open there are closed",
+                        Err(_) => "",
+                    }
                 );
             }
         }
@@ -164,6 +174,10 @@ fn mount_one(
     }
     if let Some(f) = &args.record_access {
         cmd.arg("--record-access")
+            .arg(std::path::absolute(f).unwrap_or_else(|_| f.clone()));
+    }
+    if let Some(f) = &args.log {
+        cmd.arg("--log")
             .arg(std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     }
     let st = cmd.status().context("starting packfs mount")?;

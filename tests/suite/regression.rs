@@ -634,3 +634,74 @@ fn a_stats_path_that_cannot_be_written_is_refused_at_mount() {
         );
     }
 }
+
+/// Bug: when `packfs run`'s command left a background process with a file
+/// open in the mount, the unmount at the end failed (busy) and the mount
+/// and its daemon stayed for good. It is detached instead, and goes when
+/// that file is closed.
+#[test]
+fn run_detaches_a_busy_mount_and_it_goes_when_the_file_is_closed() {
+    if !require_root("mounts for `packfs run`") {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    let out = Command::new(packfs_bin())
+        .arg("run")
+        .arg(format!("{}:{}", img.display(), mp.display()))
+        .args(["--", "sh", "-c"])
+        // Opened before the shell starts the background job, which
+        // inherits it: the file is open when `run` unmounts.
+        .arg(format!(
+            "exec 3< {}/f; sleep 2 > /dev/null 2>&1 & exit 0",
+            mp.display()
+        ))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert!(e.contains("detached instead"), "{e}");
+    let listed = || {
+        String::from_utf8_lossy(&std::fs::read("/proc/self/mounts").unwrap())
+            .contains(mp.to_str().unwrap())
+    };
+    assert!(!listed(), "still in the mount table");
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
+                c.split(|&b| b == 0).any(|a| a == b"mount")
+                    && c.windows(img.as_os_str().len())
+                        .any(|w| w == img.as_os_str().as_encoded_bytes())
+            })
+        })
+    });
+    assert!(gone, "the daemon outlived the last open file");
+}
+
+/// Bug: a mount in the background sent its log to /dev/null, so the one
+/// line README promises for a read that fails (naming the image and the
+/// offset) was nowhere. `--log FILE` keeps it.
+#[test]
+fn a_background_mount_logs_a_failed_read_to_its_log_file() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("big"), bytes(7, 3 << 20, false)).unwrap();
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let log = t.path().join("daemon.log");
+    let m = PackfsMount::new(&img, &["--log", log.to_str().unwrap()]);
+    let len = std::fs::metadata(&img).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    f.set_len(len / 4).unwrap();
+    let e = std::fs::read(m.path().join("big")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains(img.to_str().unwrap()), "log: {said:?}");
+}
