@@ -47,7 +47,27 @@ pub fn run<T>(
     if pid > 0 {
         // SAFETY: fds[1] is ours to close; fds[0] becomes owned by the File.
         unsafe { libc::close(fds[1]) };
-        return wait_ready(unsafe { std::fs::File::from_raw_fd(fds[0]) });
+        // Stopped while waiting (Ctrl-C on a slow open, a job's SIGTERM):
+        // the daemon must not go on to mount behind a command that says
+        // it was interrupted.
+        WAITED_FOR.store(pid, std::sync::atomic::Ordering::SeqCst);
+        let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+        // SAFETY: installing a handler that only makes async-signal-safe
+        // calls (kill, signal, raise) on an atomic-loaded pid; a signal
+        // the caller ignores (nohup) stays ignored.
+        let before = signals.map(|s| unsafe {
+            let old = libc::signal(s, stop_waited_for as *const () as libc::sighandler_t);
+            if old == libc::SIG_IGN {
+                libc::signal(s, libc::SIG_IGN);
+            }
+            old
+        });
+        let r = wait_ready(unsafe { std::fs::File::from_raw_fd(fds[0]) });
+        // SAFETY: putting back what was there.
+        for (s, old) in signals.into_iter().zip(before) {
+            unsafe { libc::signal(s, old) };
+        }
+        return r;
     }
     // Child: detach from the terminal and the caller's session.
     // SAFETY: plain syscalls on our own process.
@@ -240,6 +260,24 @@ fn unescape_mount_path(s: &str) -> String {
 /// A close-on-exec pipe, then fork: returns the pipe (read end, write end)
 /// and the child's pid (0 in the child). Only sound before any thread has
 /// been started, which is how both callers use it.
+/// The daemon `packfs mount` is waiting for (see [`run`]), 0 when none.
+static WAITED_FOR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Signal handler while waiting for the daemon: ends it (with SIGKILL: it
+/// handles no signal, and a half-open mount is the watcher's to remove),
+/// then dies of `sig` as if no handler were installed.
+extern "C" fn stop_waited_for(sig: libc::c_int) {
+    let pid = WAITED_FOR.load(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: kill, signal and raise are async-signal-safe.
+    unsafe {
+        if pid > 0 {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
 fn pipe_and_fork() -> anyhow::Result<([i32; 2], libc::pid_t)> {
     let mut fds = [0; 2];
     // SAFETY: fds is a valid 2-element array; CLOEXEC keeps the pipe out of

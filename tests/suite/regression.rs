@@ -705,3 +705,51 @@ fn a_background_mount_logs_a_failed_read_to_its_log_file() {
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(said.contains(img.to_str().unwrap()), "log: {said:?}");
 }
+
+/// Bug: SIGINT or SIGTERM to `packfs mount` while it waited for a slow
+/// open (a stalled server, a large preload) ended the command, which said
+/// it was interrupted, while the daemon it had forked went on and mounted
+/// later. The daemon is stopped with it now.
+#[test]
+fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    pack(&src, &t.path().join("i.sqfs"), &[]);
+    let server = crate::common::servers::RangeServer::start(t.path(), &[]);
+    server.stall_next();
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let mut child = Command::new(packfs_bin())
+        .arg("mount")
+        .arg(server.url("i.sqfs"))
+        .arg(&mp)
+        .spawn()
+        .unwrap();
+    let held = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        server.held() > 0
+    });
+    assert!(held, "the open never reached the server");
+    signal("-INT", child.id());
+    let st = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}");
+    server.resume();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let table = String::from_utf8_lossy(&std::fs::read("/proc/self/mounts").unwrap()).into_owned();
+    assert!(
+        !table.contains(mp.to_str().unwrap()),
+        "mounted after the interruption"
+    );
+    let daemons = std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
+            c.split(|&b| b == 0)
+                .any(|a| a == mp.as_os_str().as_encoded_bytes())
+        })
+    });
+    assert!(
+        !daemons,
+        "a daemon for the interrupted mount is still running"
+    );
+}
