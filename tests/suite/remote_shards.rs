@@ -231,3 +231,40 @@ fn an_s3_task_refuses_a_sibling_packed_with_other_options() {
         .iter()
         .any(|k| k.ends_with("manifest.json")));
 }
+
+/// Bug: the lengths of HTTP shards were asked one after another, each
+/// waiting the whole --remote-timeout for a server that does not answer:
+/// 3 shards took 3 timeouts, 300 shards at the default 60 s five hours.
+/// They are asked together now, as S3 shards are.
+#[test]
+fn http_shards_of_a_stalled_server_fail_in_one_timeout() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let served = t.path().join("served");
+    let m = super::shards::pack_shards(&src, &served, "sqfs", 3, &[]);
+    let server = RangeServer::start(&served, &[]);
+    let mut mj: serde_json::Value = serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
+    for s in mj["shards"].as_array_mut().unwrap() {
+        s["file"] = server.url(s["file"].as_str().unwrap()).into();
+    }
+    let manifest = t.path().join("http.manifest.json");
+    std::fs::write(&manifest, serde_json::to_vec(&mj).unwrap()).unwrap();
+    server.stall();
+    let t0 = std::time::Instant::now();
+    let out = std::process::Command::new(packfs_bin())
+        .args([
+            "ls",
+            manifest.to_str().unwrap(),
+            "/",
+            "--remote-timeout",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    server.resume();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{e}");
+    assert!(took < std::time::Duration::from_secs(8), "{took:?}: {e}");
+}

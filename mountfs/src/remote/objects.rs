@@ -120,16 +120,41 @@ impl Remote {
 pub fn lengths(targets: &[Target], opts: &RemoteOptions) -> Vec<Result<u64, RemoteError>> {
     let mut out: Vec<Option<Result<u64, RemoteError>>> = vec![None; targets.len()];
     let mut buckets: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut http = Vec::new();
     for (i, t) in targets.iter().enumerate() {
         match t {
             Target::S3 { bucket, .. } => buckets.entry(bucket).or_default().push(i),
-            Target::Http { .. } => {
-                out[i] = Some(
-                    Remote::connect(t, opts)
-                        .and_then(|r| r.head())
-                        .map(|v| v.len),
-                )
-            }
+            Target::Http { .. } => http.push(i),
+        }
+    }
+    // HTTP objects have no bucket to list or share a client: their HEADs
+    // go out `CONCURRENT_HEADS` at a time too, so that a server that does
+    // not answer costs one timeout, not one per shard.
+    for chunk in http.chunks(CONCURRENT_HEADS) {
+        let got: Vec<_> = std::thread::scope(|s| {
+            let tasks: Vec<_> = chunk
+                .iter()
+                .map(|&i| {
+                    s.spawn(move || {
+                        Remote::connect(&targets[i], opts)
+                            .and_then(|r| r.head())
+                            .map(|v| v.len)
+                    })
+                })
+                .collect();
+            tasks
+                .into_iter()
+                .map(|t| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(RemoteError::Config(
+                            "a HEAD request's thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        });
+        for (&i, len) in chunk.iter().zip(got) {
+            out[i] = Some(len);
         }
     }
     for idx in buckets.values() {
