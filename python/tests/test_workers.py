@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -102,11 +103,13 @@ def test_fork_while_threads_read(images):
             t.join()
 
 
-def test_cache_budget_divided_among_workers():
-    from packfs import _budget
+@contextlib.contextmanager
+def _as_worker(n: int):
+    """Runs the block as if inside a DataLoader worker of ``n`` workers:
+    ``torch.utils.data.get_worker_info()`` says so (torch not needed)."""
 
     class Info:
-        num_workers = 4
+        num_workers = n
 
     class FakeData:
         @staticmethod
@@ -114,15 +117,22 @@ def test_cache_budget_divided_among_workers():
             return Info()
 
     saved = sys.modules.get("torch.utils.data")
-    sys.modules["torch.utils.data"] = FakeData  # as inside a DataLoader worker
+    sys.modules["torch.utils.data"] = FakeData
     try:
-        cache, ranges, threads = _budget.process_budget(400 << 20)
-        assert cache == 100 << 20 and ranges == 64 << 20 and threads >= 1
+        yield
     finally:
         if saved is None:
             del sys.modules["torch.utils.data"]
         else:
             sys.modules["torch.utils.data"] = saved
+
+
+def test_cache_budget_divided_among_workers():
+    from packfs import _budget
+
+    with _as_worker(4):
+        cache, ranges, threads = _budget.process_budget(400 << 20)
+        assert cache == 100 << 20 and ranges == 64 << 20 and threads >= 1
     assert _budget.process_budget(400 << 20)[0] == 400 << 20
 
 
@@ -130,23 +140,8 @@ def test_an_image_opened_before_its_process_became_a_worker_takes_a_share(images
     # Regression: an image made at import of a script (which a spawn or
     # forkserver DataLoader worker imports again, before it is a worker)
     # kept the whole loader's cache budget in every worker.
-    class Info:
-        num_workers = 4
-
-    class FakeData:
-        @staticmethod
-        def get_worker_info():
-            return Info()
-
     img = packfs.Image(images["packfs-sqfs"][0], cache_size=400 << 20)
     assert img.stats()["cache_budget"] == 400 << 20
-    saved = sys.modules.get("torch.utils.data")
-    sys.modules["torch.utils.data"] = FakeData  # now inside a worker
-    try:
+    with _as_worker(4):
         assert img.read("a/hello.txt") == b"hello world\n"
         assert img.stats()["cache_budget"] == 100 << 20
-    finally:
-        if saved is None:
-            del sys.modules["torch.utils.data"]
-        else:
-            sys.modules["torch.utils.data"] = saved

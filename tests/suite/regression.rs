@@ -214,6 +214,22 @@ fn a_corrupt_block_is_reported_once_by_cat() {
     assert_eq!(err.matches("data block at offset").count(), 1, "{err}");
 }
 
+/// The fixture tree at `dir/src` packed to `dir/i.sqfs`: (source, image).
+fn fixture_image(dir: &Path) -> (PathBuf, PathBuf) {
+    let (src, img) = (dir.join("src"), dir.join("i.sqfs"));
+    fixture_tree(&src, false);
+    pack(&src, &img, &[]);
+    (src, img)
+}
+
+/// Whether a running process has `arg` among its command-line arguments.
+fn a_process_has_arg(arg: &[u8]) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == arg))
+    })
+}
+
 /// `packfs extract IMG -o DIR/out`, asserting success; returns the output.
 fn extracted(img: &Path, dir: &Path) -> PathBuf {
     let out = dir.join("out");
@@ -316,10 +332,7 @@ fn an_image_on_a_block_device_is_read_and_mounted() {
         return;
     }
     let t = scratch();
-    let src = t.path().join("src");
-    fixture_tree(&src, false);
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
+    let (src, img) = fixture_image(t.path());
     let dev = run(Command::new("losetup")
         .args(["-f", "--show", "-r"])
         .arg(&img));
@@ -427,10 +440,7 @@ fn mounts_are_found_past_a_non_utf8_mountpoint_and_through_a_symlink() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
     let t = scratch();
-    let src = t.path().join("src");
-    fixture_tree(&src, false);
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
+    let (_, img) = fixture_image(t.path());
     let odd = t.path().join(OsStr::from_bytes(b"m\xff"));
     let ok = t.path().join("ok");
     let real = t.path().join("real");
@@ -546,10 +556,7 @@ fn a_dead_mount_at_the_mountpoint_is_removed_and_the_mount_goes_on() {
         return;
     }
     let t = scratch();
-    let src = t.path().join("src");
-    fixture_tree(&src, false);
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
+    let (src, img) = fixture_image(t.path());
     let mp = t.path().join("mp");
     std::fs::create_dir(&mp).unwrap();
     assert_ok(
@@ -607,10 +614,7 @@ fn a_dead_mount_at_the_mountpoint_is_removed_and_the_mount_goes_on() {
 #[test]
 fn a_stats_path_that_cannot_be_written_is_refused_at_mount() {
     let t = scratch();
-    let src = t.path().join("src");
-    fixture_tree(&src, false);
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
+    let (src, img) = fixture_image(t.path());
     let mp = t.path().join("mp");
     std::fs::create_dir(&mp).unwrap();
     for (stats, says) in [
@@ -673,13 +677,7 @@ fn run_detaches_a_busy_mount_and_it_goes_when_the_file_is_closed() {
     assert!(!listed(), "still in the mount table");
     let gone = (0..100).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        !std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
-            std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
-                c.split(|&b| b == 0).any(|a| a == b"mount")
-                    && c.windows(img.as_os_str().len())
-                        .any(|w| w == img.as_os_str().as_encoded_bytes())
-            })
-        })
+        !a_process_has_arg(img.as_os_str().as_encoded_bytes())
     });
     assert!(gone, "the daemon outlived the last open file");
 }
@@ -713,9 +711,7 @@ fn a_background_mount_logs_a_failed_read_to_its_log_file() {
 #[test]
 fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
     let t = scratch();
-    let src = t.path().join("src");
-    fixture_tree(&src, false);
-    pack(&src, &t.path().join("i.sqfs"), &[]);
+    fixture_image(t.path());
     let server = crate::common::servers::RangeServer::start(t.path(), &[]);
     server.stall_next();
     let mp = t.path().join("mp");
@@ -742,14 +738,8 @@ fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
         !table.contains(mp.to_str().unwrap()),
         "mounted after the interruption"
     );
-    let daemons = std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
-        std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
-            c.split(|&b| b == 0)
-                .any(|a| a == mp.as_os_str().as_encoded_bytes())
-        })
-    });
     assert!(
-        !daemons,
+        !a_process_has_arg(mp.as_os_str().as_encoded_bytes()),
         "a daemon for the interrupted mount is still running"
     );
 }
