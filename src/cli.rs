@@ -440,7 +440,8 @@ pub struct MountArgs {
     /// released once served and readahead loads skipped as just released;
     /// for a remote image, its requests, bytes
     /// fetched and time to first byte) to FILE as JSON; also at once on
-    /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving.
+    /// SIGUSR1 (`kill -USR1 PID`), while it keeps serving. SIGTERM, SIGINT
+    /// or SIGHUP ends the mount as `packfs umount` does, stats written.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
     /// Write the paths of files in the order they are first read to FILE

@@ -13,6 +13,7 @@ use anyhow::bail;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 /// Called once by the server when the mount is usable.
 pub type Ready = Box<dyn FnOnce() + Send>;
@@ -41,7 +42,9 @@ pub fn run<T>(
 ) -> anyhow::Result<i32> {
     if foreground {
         let _watch = spawn_unmount_watcher(target)?;
-        return serve(open()?, None);
+        stop_on_signals(target)?;
+        let ready: Ready = Box::new(|| MOUNTED.store(true, SeqCst));
+        return serve(open()?, Some(ready));
     }
     let (fds, pid) = pipe_and_fork()?;
     if pid > 0 {
@@ -107,7 +110,10 @@ fn daemon<T>(
 ) -> i32 {
     // SAFETY: the write end is ours; the File owns it from here.
     let mut w = unsafe { std::fs::File::from_raw_fd(pipe_fd) };
-    let _watch = match spawn_unmount_watcher(target) {
+    let _watch = match spawn_unmount_watcher(target).and_then(|fd| {
+        stop_on_signals(target)?;
+        Ok(fd)
+    }) {
         Ok(fd) => fd,
         Err(e) => {
             let _ = write!(w, "err {e:#}");
@@ -125,6 +131,7 @@ fn daemon<T>(
     let log = target.log.map(Path::to_path_buf);
     let ready: Ready = Box::new(move || {
         if let Some(mut w) = w.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            MOUNTED.store(true, SeqCst);
             let _ = w.write_all(b"ok");
             // Logs from now on would go to a terminal we no longer own:
             // to --log's file, or nowhere.
@@ -132,6 +139,11 @@ fn daemon<T>(
             if let Some(log) = &log {
                 log_to(log);
             }
+            // Everything the daemon still opens has an absolute path now;
+            // holding the caller's directory would keep its filesystem
+            // from being unmounted (a job's scratch directory).
+            // SAFETY: chdir with a valid NUL-terminated path.
+            unsafe { libc::chdir(c"/".as_ptr()) };
         }
     });
     // The pipe's write end is also held by the closure; if serve fails before
@@ -149,6 +161,74 @@ fn daemon<T>(
             }
             1
         }
+    }
+}
+
+/// Set once the mount is usable: from then on SIGTERM, SIGINT or SIGHUP
+/// unmounts it (see [`stop_on_signals`]).
+static MOUNTED: AtomicBool = AtomicBool::new(false);
+
+/// The signals that stop a mount: Slurm's at a job's end or cancel, a
+/// terminal's, a closed session's.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// Makes SIGTERM, SIGINT and SIGHUP stop the daemon the way `packfs
+/// umount` does, so that what it writes at the end (`--stats`,
+/// `--record-access`) is written: once the mount is usable the first of
+/// them detaches it (lazily: files still open through it are served until
+/// closed) and the server returns as after any unmount. Before the mount is
+/// usable, or at a second signal, the daemon exits at once with 128+N (the
+/// watcher removes a half-made mount). Must be called before any thread is
+/// started: the signals are blocked in this thread, every thread inherits
+/// that, and one thread waits for them. Processes the daemon starts do not
+/// inherit the mask (std's `Command` clears it).
+fn stop_on_signals(target: &Target) -> anyhow::Result<()> {
+    let mp = std::fs::canonicalize(target.mountpoint)?;
+    // SAFETY: a sigset_t filled by sigemptyset/sigaddset before use; the
+    // mask change is this thread's (and its future threads').
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in STOP_SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::Builder::new()
+        .name("stop-signals".into())
+        .spawn(move || {
+            let mut detached = false;
+            loop {
+                let mut sig = 0;
+                // SAFETY: `set` is a valid signal set; sigwait stores into `sig`.
+                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                    return;
+                }
+                if detached || !MOUNTED.load(SeqCst) {
+                    std::process::exit(128 + sig);
+                }
+                log::info!("{}: unmounting {}", signal_name(sig), mp.display());
+                if let Err(e) = crate::fusermount::umount_lazy(&mp) {
+                    log::error!(
+                        "{}: cannot unmount {}: {e:#}",
+                        signal_name(sig),
+                        mp.display()
+                    );
+                    std::process::exit(128 + sig);
+                }
+                detached = true;
+            }
+        })?;
+    Ok(())
+}
+
+fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        _ => "signal",
     }
 }
 

@@ -11,7 +11,16 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// The command's pid, for the signal handler that forwards to it.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn forward(sig: libc::c_int) {
+/// Passes a signal sent to `packfs run` on to the command, except one the
+/// kernel sent (a terminal's Ctrl-C, Ctrl-\ or hangup): that went to the
+/// whole foreground process group, the command included, and a second copy
+/// would cut short a command that handles the first (a training loop that
+/// saves a checkpoint on Ctrl-C).
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    if info.is_null() || unsafe { (*info).si_code } == libc::SI_KERNEL {
+        return;
+    }
     let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe.
@@ -80,16 +89,22 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         }
     };
     CHILD.store(child.id() as i32, Ordering::SeqCst);
-    // SAFETY: the handler only calls kill with an atomic-loaded pid.
+    // SAFETY: the handler only reads its siginfo and calls kill with an
+    // atomic-loaded pid; the sigaction is zeroed, then filled.
     unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = forward as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
         for s in [
             libc::SIGINT,
             libc::SIGTERM,
             libc::SIGHUP,
+            libc::SIGQUIT,
             libc::SIGUSR1,
             libc::SIGUSR2,
         ] {
-            libc::signal(s, forward as *const () as usize);
+            libc::sigaction(s, &sa, std::ptr::null_mut());
         }
     }
     let status = child.wait();

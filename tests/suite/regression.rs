@@ -743,3 +743,246 @@ fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
         "a daemon for the interrupted mount is still running"
     );
 }
+
+/// The pid of the `packfs mount` process serving at `mp` (as given on its
+/// command line), if one runs.
+fn daemon_at(mp: &Path) -> Option<u32> {
+    let mp = mp.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc").unwrap().flatten().find_map(|p| {
+        let c = std::fs::read(p.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+        (args.get(1) == Some(&&b"mount"[..]) && args.contains(&mp))
+            .then(|| p.file_name().to_str()?.parse().ok())?
+    })
+}
+
+fn listed_in_mounts(mp: &Path) -> bool {
+    String::from_utf8_lossy(&std::fs::read("/proc/self/mounts").unwrap())
+        .contains(mp.to_str().unwrap())
+}
+
+/// Waits up to 10 s for `done`.
+fn within_10s(mut done: impl FnMut() -> bool) -> bool {
+    (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        done()
+    })
+}
+
+/// Bug: a daemon sent SIGTERM (Slurm's at a job's end or `scancel`),
+/// SIGINT or SIGHUP died of it: the watcher removed the mount, but the
+/// `--stats` it writes at the end were never written. It now unmounts as
+/// `packfs umount` does and writes them; and it no longer holds the
+/// directory `packfs mount` was started in.
+#[test]
+fn a_signalled_daemon_unmounts_and_writes_its_stats() {
+    let t = scratch();
+    let (src, img) = fixture_image(t.path());
+    for sig in ["-TERM", "-INT", "-HUP"] {
+        let mp = t.path().join(format!("mp{sig}"));
+        let stats = t.path().join(format!("stats{sig}.json"));
+        std::fs::create_dir(&mp).unwrap();
+        run(Command::new(packfs_bin())
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp)
+            .arg("--stats")
+            .arg(&stats)
+            .current_dir(t.path()));
+        let _gone = PackfsMountAt(&mp);
+        assert_eq!(
+            std::fs::read(mp.join("small.txt")).unwrap(),
+            std::fs::read(src.join("small.txt")).unwrap()
+        );
+        let pid = daemon_at(&mp).expect("no daemon found for the mount");
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+        assert_eq!(
+            cwd,
+            Path::new("/"),
+            "the daemon holds the caller's directory"
+        );
+        signal(sig, pid);
+        assert!(
+            within_10s(|| daemon_at(&mp).is_none()),
+            "{sig}: the daemon is still running"
+        );
+        assert!(!listed_in_mounts(&mp), "{sig}: still mounted");
+        let text = std::fs::read_to_string(&stats)
+            .unwrap_or_else(|e| panic!("{sig}: no stats at {}: {e}", stats.display()));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(v["read_bytes"].as_u64().unwrap() > 0, "{sig}: {v}");
+    }
+}
+
+/// The same for a mount in use: the first SIGTERM detaches it at once,
+/// a file open through it is still served until closed, and the daemon
+/// ends then; a foreground daemon stopped this way exits 0, and a second
+/// signal ends one at once.
+#[test]
+fn a_signalled_daemon_serves_open_files_until_closed_and_a_second_signal_ends_it() {
+    use std::io::Read;
+    let t = scratch();
+    let (src, img) = fixture_image(t.path());
+    let want = std::fs::read(src.join("small.txt")).unwrap();
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let stats = t.path().join("stats.json");
+    let mut child = Command::new(packfs_bin())
+        .arg("mount")
+        .arg("--foreground")
+        .arg(&img)
+        .arg(&mp)
+        .arg("--stats")
+        .arg(&stats)
+        .spawn()
+        .unwrap();
+    let _gone = PackfsMountAt(&mp);
+    assert!(within_10s(|| listed_in_mounts(&mp)), "never mounted");
+    let mut held = std::fs::File::open(mp.join("small.txt")).unwrap();
+    signal("-TERM", child.id());
+    assert!(within_10s(|| !listed_in_mounts(&mp)), "not detached");
+    let mut got = Vec::new();
+    held.read_to_end(&mut got).unwrap();
+    assert_eq!(got, want, "an open file was not served after the signal");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "ended with a file open"
+    );
+    drop(held);
+    let st = within_10s(|| child.try_wait().unwrap().is_some());
+    assert!(st, "the daemon did not end once its last file was closed");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(stats.exists(), "no stats written");
+
+    // A second signal while a file is held: gone at once, with 128+N.
+    std::fs::remove_file(&stats).unwrap();
+    let mut child = Command::new(packfs_bin())
+        .arg("mount")
+        .arg("--foreground")
+        .arg(&img)
+        .arg(&mp)
+        .spawn()
+        .unwrap();
+    assert!(within_10s(|| listed_in_mounts(&mp)), "never mounted");
+    let held = std::fs::File::open(mp.join("small.txt")).unwrap();
+    signal("-TERM", child.id());
+    assert!(within_10s(|| !listed_in_mounts(&mp)), "not detached");
+    signal("-TERM", child.id());
+    assert!(
+        within_10s(|| child.try_wait().unwrap().is_some()),
+        "a second signal did not end it"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(128 + libc::SIGTERM));
+    drop(held);
+}
+
+/// Unmounts (lazily) whatever is still mounted at a test's mountpoint
+/// when the test ends, passed or not.
+struct PackfsMountAt<'a>(&'a Path);
+impl Drop for PackfsMountAt<'_> {
+    fn drop(&mut self) {
+        if listed_in_mounts(self.0) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+}
+
+/// Bug: `packfs run` passed every SIGINT on to its command, so a Ctrl-C
+/// typed at a terminal, which the kernel sends to the whole foreground
+/// process group, reached the command twice, cutting short one that
+/// handles the first (saving a checkpoint). A signal sent to `packfs run`
+/// alone (`kill`) must still reach the command, once.
+#[test]
+fn run_passes_a_killed_signal_on_but_not_a_terminal_ctrl_c() {
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty fills two descriptors; no name, termios or size.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned here only.
+    let (master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            OwnedFd::from_raw_fd(slave),
+        )
+    };
+    // Counts SIGINT and SIGUSR1 for two seconds after saying it is ready.
+    let script = "import signal, time\n\
+        n = {signal.SIGINT: 0, signal.SIGUSR1: 0}\n\
+        def h(s, f): n[s] += 1\n\
+        signal.signal(signal.SIGINT, h); signal.signal(signal.SIGUSR1, h)\n\
+        print('ready', flush=True)\n\
+        end = time.time() + 2\n\
+        while time.time() < end: time.sleep(0.02)\n\
+        print('int', n[signal.SIGINT], 'usr1', n[signal.SIGUSR1], flush=True)\n";
+    let mut cmd = Command::new(packfs_bin());
+    cmd.arg("run")
+        .arg(format!("{}:{}", img.display(), mp.display()))
+        .args(["--", "python3", "-c", script])
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave);
+    // SAFETY: setsid and ioctl are async-signal-safe; the child's stdin is
+    // the pty, which becomes its controlling terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    // Read the terminal on a thread: what the command prints, until it ends.
+    let mut reader = master.try_clone().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut b) {
+            if n == 0 || tx.send(b[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut said = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let wait_for = |what: &str, said: &mut Vec<u8>| {
+        while !String::from_utf8_lossy(said).contains(what) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(b) => said.extend(b),
+                Err(_) => panic!(
+                    "no {what:?} from the command: {}",
+                    String::from_utf8_lossy(said)
+                ),
+            }
+        }
+    };
+    wait_for("ready", &mut said);
+    // The terminal's Ctrl-C, then a kill of `packfs run` alone.
+    (&master).write_all(b"\x03").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal("-USR1", child.id());
+    wait_for("usr1", &mut said);
+    let st = child.wait().unwrap();
+    let text = String::from_utf8_lossy(&said);
+    assert!(text.contains("int 1 usr1 1"), "{st:?}: {text}");
+    assert_eq!(st.code(), Some(0), "{text}");
+    assert!(!listed_in_mounts(&mp), "still mounted after run");
+}

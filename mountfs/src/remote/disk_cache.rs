@@ -184,7 +184,9 @@ impl DiskCache {
     /// Opens (creating) the cache under `dir` with a budget of `budget`
     /// bytes; the directory must be writable.
     pub fn open(dir: &Path, budget: u64) -> io::Result<Self> {
-        let root = dir.join("packfs-cache-v1");
+        // Absolute: a mount's daemon leaves the caller's directory once it
+        // is ready.
+        let root = std::path::absolute(dir)?.join("packfs-cache-v1");
         fs::create_dir_all(root.join("objects"))?;
         fs::create_dir_all(root.join("tmp"))?;
         let f = OpenOptions::new()
