@@ -193,12 +193,14 @@ pub fn serve_fs<I: Image>(
     let (session, serving) = match mount(&ops, mountpoint, opts, want, served) {
         Ok(s) => s,
         // Queues that fail to register leave the mount holding every
-        // request, so `auto` mounts again without offering them.
-        Err(e) if want && opts.transport == Transport::Auto => {
+        // request, so `auto` mounts again without offering them. A mount
+        // that failed before any queue (a mountpoint the user may not
+        // mount on) would fail the same way again.
+        Err(Failed::Queues(e)) if opts.transport == Transport::Auto => {
             log::warn!("{e}; serving through /dev/fuse");
-            mount(&ops, mountpoint, opts, false, served)?
+            mount(&ops, mountpoint, opts, false, served).map_err(Failed::into_io)?
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into_io()),
     };
     log::info!("FUSE transport: {}", served.served().name());
     if let Some(f) = on_ready {
@@ -244,7 +246,7 @@ fn mount<I: Image>(
     opts: &ServeOptions,
     want_uring: bool,
     served: &Arc<Shared>,
-) -> std::io::Result<(fuser::Session<FuseAdapter<I>>, Serving)> {
+) -> Result<(fuser::Session<FuseAdapter<I>>, Serving), Failed> {
     // Auto-unmount is not fusermount3's `auto_unmount` (with fuser that
     // forces allow_other, which unprivileged users cannot get without
     // user_allow_other in /etc/fuse.conf); the CLI runs its own watcher
@@ -275,9 +277,9 @@ fn mount<I: Image>(
     };
     if !served.negotiated() {
         if opts.transport == Transport::Uring {
-            return Err(std::io::Error::other(
+            return Err(Failed::Mount(std::io::Error::other(
                 "--transport uring: the kernel did not offer FUSE over io_uring at INIT",
-            ));
+            )));
         }
         if want_uring {
             log::warn!("the kernel did not offer FUSE over io_uring; serving through /dev/fuse");
@@ -296,16 +298,40 @@ fn mount<I: Image>(
         )?;
         return Ok((session, Serving::Dev(threads)));
     }
-    let dev = session.as_fd().try_clone_to_owned()?;
     // On an error the session is dropped, which unmounts.
-    let cpus = transport::possible_cpus().map_err(std::io::Error::other)?;
-    let per_queue = match (opts.queue_threads, opts.network) {
-        (Some(n), _) => n,
-        (None, false) => 1,
-        (None, true) => uring::threads_per_queue(opts.threads, cpus.len()),
-    };
-    let queues = uring::start(&dev, &cpus, ops.clone(), served.clone(), access, per_queue)?;
+    let queues = (|| {
+        let dev = session.as_fd().try_clone_to_owned()?;
+        let cpus = transport::possible_cpus().map_err(std::io::Error::other)?;
+        let per_queue = match (opts.queue_threads, opts.network) {
+            (Some(n), _) => n,
+            (None, false) => 1,
+            (None, true) => uring::threads_per_queue(opts.threads, cpus.len()),
+        };
+        uring::start(&dev, &cpus, ops.clone(), served.clone(), access, per_queue)
+    })()
+    .map_err(Failed::Queues)?;
     Ok((session, Serving::Uring(queues)))
+}
+
+/// Why [`mount`] failed: before the mount was usable, or in starting the
+/// io_uring queues of a mount made (which `auto` retries without them).
+enum Failed {
+    Mount(std::io::Error),
+    Queues(std::io::Error),
+}
+
+impl Failed {
+    fn into_io(self) -> std::io::Error {
+        match self {
+            Failed::Mount(e) | Failed::Queues(e) => e,
+        }
+    }
+}
+
+impl From<std::io::Error> for Failed {
+    fn from(e: std::io::Error) -> Self {
+        Failed::Mount(e)
+    }
 }
 
 /// Who serves a mount besides (or instead of) `fuser`'s session threads.

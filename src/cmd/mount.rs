@@ -389,11 +389,37 @@ fn check_mountpoint(mp: &Path, nonempty: bool) -> anyhow::Result<()> {
     }
     use crate::fusermount::which;
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0
-        && which("fusermount3").is_none()
-        && which("fusermount").is_none()
-    {
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        return Ok(());
+    }
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!(
+            "/dev/fuse: {}: this machine lets only some users mount FUSE filesystems (the fuse3 package makes it mode 0666; ask the administrator)",
+            crate::oserror::plain(&e)
+        );
+    }
+    if which("fusermount3").is_none() && which("fusermount").is_none() {
         bail!("fusermount3 not found in PATH: install the fuse3 package (needed to mount without root)");
+    }
+    // fusermount3's own rule for a user's mount; refused by it, the mount
+    // fails with a bare "permission denied".
+    use std::os::unix::fs::MetadataExt;
+    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        bail!(
+            "mountpoint {}: you cannot write to it, and a user may mount only on a directory they can write to (fusermount3's rule); use a directory of your own, e.g. under $TMPDIR",
+            mp.display()
+        );
+    }
+    if meta.mode() & libc::S_ISVTX != 0 && meta.uid() != euid {
+        bail!(
+            "mountpoint {}: a sticky directory of another user (fusermount3 mounts only on a sticky directory its user owns); use a directory of your own, e.g. under $TMPDIR",
+            mp.display()
+        );
     }
     Ok(())
 }

@@ -196,3 +196,84 @@ fn a_kernel_mount_at_the_mountpoint_is_named_in_the_refusal() {
     );
     assert_eq!(mounts_at(k.path()), 1, "a mount was stacked");
 }
+
+/// `packfs mount` as user `nobody`, in a mount namespace whose `/dev/fuse`
+/// is a plain file of mode `fuse_mode` (so the test neither depends on nor
+/// changes the machine's): its exit code and stderr.
+fn mount_as_nobody(img: &Path, mp: &Path, fuse_mode: u32) -> (Option<i32>, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = mp.parent().unwrap().join(format!("fuse-{fuse_mode:o}"));
+    std::fs::write(&fake, b"").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(fuse_mode)).unwrap();
+    let script = r#"mount --bind "$1" /dev/fuse && shift && exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@""#;
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(&fake)
+        .arg(packfs_bin())
+        .arg("mount")
+        .arg(img)
+        .arg(mp)
+        .env_remove("PACKFS_TRANSPORT")
+        .output()
+        .unwrap();
+    (out.status.code(), stderr(&out))
+}
+
+/// Bug: a user's mount that FUSE or fusermount3 refuses said only
+/// "permission denied", twice (once as a warning that it would retry
+/// without io_uring). Each cause is named now, before anything is tried:
+/// a `/dev/fuse` the user may not open, a mountpoint they cannot write
+/// to, another user's sticky directory; and a mount that fails is
+/// reported once.
+#[test]
+fn a_users_mount_that_fuse_would_refuse_says_why_once() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_root("a user's mount made in a mount namespace") {
+        return;
+    }
+    let t = scratch();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let img = image(t.path());
+    std::fs::set_permissions(&img, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let theirs = t.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+
+    let (code, err) = mount_as_nobody(&img, &theirs, 0o600);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("/dev/fuse: permission denied") && err.contains("0666"),
+        "{err}"
+    );
+
+    let roots = t.path().join("roots");
+    std::fs::create_dir(&roots).unwrap();
+    let (code, err) = mount_as_nobody(&img, &roots, 0o666);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "mountpoint {}: you cannot write to it",
+            roots.display()
+        )),
+        "{err}"
+    );
+
+    let sticky = t.path().join("sticky");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (code, err) = mount_as_nobody(&img, &sticky, 0o666);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("a sticky directory of another user"), "{err}");
+
+    // Past every check, the mount itself fails (the fake /dev/fuse is no
+    // device): one message, and no retry.
+    let (code, err) = mount_as_nobody(&img, &theirs, 0o666);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("packfs:")).count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("serving through"), "{err}");
+    assert_eq!(mounts_at(&theirs), 0);
+}
