@@ -295,9 +295,10 @@ pub struct PackArgs {
         conflicts_with_all = ["compression", "level", "xz_lzma2", "block_size", "order"]
     )]
     pub preset: Option<Preset>,
-    /// Data block size, a power of two from 4K to 1M.
-    #[arg(short, long, default_value = "128K", value_parser = crate::values::block_size)]
-    pub block_size: u64,
+    /// Data block size, a power of two from 4K to 1M [default: 128K]
+    /// (SquashFS images only).
+    #[arg(short, long, value_parser = crate::values::block_size)]
+    pub block_size: Option<u64>,
     /// Worker threads (default: all cores). The image is identical whatever the value.
     #[arg(short = 'j', long, default_value_t = 0)]
     pub threads: usize,
@@ -319,12 +320,14 @@ pub struct PackArgs {
     /// epoch; defaults to $SOURCE_DATE_EPOCH when that is set.
     #[arg(long)]
     pub mtime: Option<u32>,
-    /// Store file tails in their own blocks instead of packing them together.
+    /// Store file tails in their own blocks instead of packing them
+    /// together (SquashFS images only).
     #[arg(long)]
     pub no_fragments: bool,
     /// Pack incompressible file tails (JPEG, PNG, archives) into fragment
     /// blocks too, as mksquashfs does. By default each gets a raw block of
-    /// its own, which readers copy without decoding a shared block.
+    /// its own, which readers copy without decoding a shared block
+    /// (SquashFS images only).
     #[arg(long, conflicts_with = "no_fragments")]
     pub fragment_incompressible: bool,
     /// Python environments: rewrite, in the image only, what ties the venv

@@ -84,13 +84,28 @@ impl PackPlan {
         if format == OutFormat::Zip && args.preset.is_some() {
             return Err(usage("--preset makes SquashFS images, not ZIP archives"));
         }
+        // Each ZIP entry is one deflate or zstd stream, with no blocks or
+        // fragments: a flag that would change nothing is refused rather
+        // than ignored.
+        if format == OutFormat::Zip {
+            let squashfs_only = [
+                (args.block_size.is_some(), "--block-size"),
+                (args.no_fragments, "--no-fragments"),
+                (args.fragment_incompressible, "--fragment-incompressible"),
+            ];
+            if let Some((_, flag)) = squashfs_only.iter().find(|(given, _)| *given) {
+                return Err(usage(format!(
+                    "{flag} applies to SquashFS images; a ZIP archive stores each file as one stream"
+                )));
+            }
+        }
         // A preset stands for flags it conflicts with (clap refuses both).
         let (compression, level, xz_lzma2, block_size, order) = match args.preset {
             None => (
                 args.compression,
                 args.level,
                 args.xz_lzma2,
-                args.block_size as u32,
+                args.block_size.unwrap_or(128 << 10) as u32,
                 args.order.as_str(),
             ),
             Some(Preset::Smallest) => (

@@ -340,3 +340,28 @@ fn pack_option_errors_name_what_was_given() {
         expect(&all, w.path(), 2, says);
     }
 }
+
+/// Bug: `-b`, `--no-fragments` and `--fragment-incompressible` with a ZIP
+/// output were accepted and silently ignored (a ZIP entry is one stream).
+#[test]
+fn squashfs_only_pack_flags_are_refused_for_a_zip() {
+    let w = work();
+    for (args, says) in [
+        (
+            &["-b", "64K"][..],
+            "--block-size applies to SquashFS images",
+        ),
+        (
+            &["--no-fragments"][..],
+            "--no-fragments applies to SquashFS images",
+        ),
+        (
+            &["--fragment-incompressible"][..],
+            "--fragment-incompressible applies to SquashFS images",
+        ),
+    ] {
+        let all = [&["pack", "src", "-o", "x.zip"][..], args].concat();
+        expect(&all, w.path(), 2, says);
+        assert!(!w.path().join("x.zip").exists());
+    }
+}
