@@ -17,3 +17,12 @@ Exit codes:
 pub const CANNOT_EXECUTE: i32 = 126;
 /// `run`: a shell's status for a command that is not found.
 pub const NOT_FOUND: i32 = 127;
+
+/// Ends the process after a failed write to stdout (see `outln!`): quietly
+/// for a reader that went away, else with the cause on stderr; status 1.
+pub fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        say!("packfs: writing to stdout: {}", crate::oserror::plain(e));
+    }
+    std::process::exit(1)
+}

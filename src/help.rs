@@ -40,8 +40,22 @@ fn hide(mut c: Command, remote: &[clap::Arg]) -> Command {
 
 /// Parses the process's arguments; a usage error exits 2, as clap does.
 pub fn parse() -> Cli {
-    let matches = command().get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let matches = command().try_get_matches().unwrap_or_else(|e| exit(e));
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| exit(e))
+}
+
+/// clap's exit, except that `--help` or `--version` that cannot be written
+/// (`> /dev/full`) is an error, not a success.
+fn exit(e: clap::Error) -> ! {
+    use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+    if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+        use std::io::Write as _;
+        if let Err(w) = e.print().and_then(|()| std::io::stdout().flush()) {
+            crate::exit::stdout_failed(&w);
+        }
+        std::process::exit(0);
+    }
+    e.exit()
 }
 
 #[cfg(test)]

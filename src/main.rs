@@ -17,6 +17,18 @@ macro_rules! say {
     }};
 }
 
+/// `println!` for a command's output: a write that fails (a full disk or
+/// quota behind `> file`, a closed pipe) ends the command with status 1 and
+/// a message naming stdout, not a panic (status 101).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($t)*) {
+            crate::exit::stdout_failed(&e)
+        }
+    }};
+}
+
 mod cli;
 mod cmd;
 mod daemon;

@@ -54,6 +54,7 @@ pub use mounts::MountCommand;
 /// (the times are then printed but not comparable); an error when the
 /// bench refused or could not measure.
 pub fn run(a: &BenchArgs, mount: &MountCommand) -> Result<i32, BenchError> {
+    output::check_destinations(a.json.as_deref(), a.plot.as_deref())?;
     let p = plan::prepare(a)?;
     let mut sides = sides::open(
         plan::side_specs(a),

@@ -6,24 +6,73 @@ use super::plot;
 use super::report::{self, Report, Run};
 use std::path::Path;
 
-/// Phase 6: prints the table, then writes the JSON (--json) and the chart
-/// (--plot). Called once the sides are unmounted, so a failure to write
-/// leaves no mount behind.
+/// Refuses, before anything is measured, a `--json` or `--plot` path that
+/// could not be written at the end (found then, it would cost the whole
+/// run): a directory, or a file in a directory that is missing or not
+/// writable.
+pub fn check_destinations(json: Option<&Path>, plot: Option<&Path>) -> Result<(), BenchError> {
+    for (flag, p) in [("--json", json), ("--plot", plot)] {
+        let Some(p) = p else { continue };
+        if p.is_dir() {
+            return Err(BenchError::Refused(format!(
+                "{flag} {}: is a directory",
+                p.display()
+            )));
+        }
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| BenchError::Usage(format!("{flag} {}: path contains NUL", p.display())))?;
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+            return Err(BenchError::Io {
+                what: format!("{flag} {}: cannot write in {}", p.display(), dir.display()),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Phase 6: writes the JSON (--json) and the chart (--plot), then prints
+/// the table; a failure of one does not keep the others from being
+/// written, and the first is returned. Called once the sides are
+/// unmounted, so a failure to write leaves no mount behind.
 pub fn write(
     rep: &Report,
     json: Option<&Path>,
     plot: Option<&Path>,
     wide: bool,
 ) -> Result<(), BenchError> {
-    print!("{}", report::table(rep, wide));
+    let mut first = Ok(());
+    let mut keep = |r: Result<(), BenchError>| {
+        if first.is_ok() {
+            first = r;
+        }
+    };
     if let Some(p) = json {
-        let text = serde_json::to_string_pretty(rep).context("serialising the report")?;
-        std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+        keep(
+            serde_json::to_string_pretty(rep)
+                .context("serialising the report")
+                .and_then(|text| {
+                    std::fs::write(p, text + "\n")
+                        .with_context(|| format!("writing {}", p.display()))
+                }),
+        );
     }
     if let Some(p) = plot {
-        std::fs::write(p, plot::svg(rep)).with_context(|| format!("writing {}", p.display()))?;
+        keep(std::fs::write(p, plot::svg(rep)).with_context(|| format!("writing {}", p.display())));
     }
-    Ok(())
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    keep(
+        out.write_all(report::table(rep, wide).as_bytes())
+            .and_then(|()| out.flush())
+            .with_context(|| "writing the table to stdout".to_string()),
+    );
+    first
 }
 
 /// The exit status: 1 when an operation of any run failed, since those

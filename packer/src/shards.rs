@@ -744,37 +744,57 @@ pub fn read_manifest(p: &Path) -> Result<Manifest, PackError> {
         .map_err(|e| PackError::Shards(format!("{}: not a packfs manifest: {e}", p.display())))
 }
 
-/// `packfs shards verify`: every image present with its recorded size and
-/// blake3. Returns one line per shard; the error names the first bad one.
-pub fn verify(manifest: &Path) -> Result<Vec<String>, PackError> {
+/// One shard's result in [`verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardCheck {
+    /// Present with the recorded size and blake3.
+    Ok {
+        path: PathBuf,
+        size: u64,
+        blake3: String,
+    },
+    /// Missing, unreadable, of another size or another hash: `why`.
+    Bad { path: PathBuf, why: String },
+}
+
+/// `packfs shards verify`: checks every shard the manifest names (present,
+/// of its recorded size, of its blake3), in order, handing each result to
+/// `each` as soon as it is known; a bad shard does not stop the others
+/// from being checked. Returns how many were bad. Only the manifest's own
+/// failure (unreadable, not a manifest) is an error.
+pub fn verify(manifest: &Path, mut each: impl FnMut(&ShardCheck)) -> Result<usize, PackError> {
     let m = read_manifest(manifest)?;
-    let mut lines = Vec::new();
+    let mut bad = 0;
     for s in &m.shards {
-        let img = resolve(manifest, &s.file);
-        let size = std::fs::metadata(&img).map_err(PackError::io(&img))?.len();
-        if size != s.size {
-            return Err(PackError::Shards(format!(
-                "{}: {size} bytes, the manifest says {}",
-                img.display(),
-                s.size
-            )));
-        }
-        let h = hash_file(&img)?;
-        if h != s.blake3 {
-            return Err(PackError::Shards(format!(
-                "{}: blake3 {h}, the manifest says {}",
-                img.display(),
-                s.blake3
-            )));
-        }
-        lines.push(format!(
-            "{}: ok ({} bytes, blake3 {})",
-            img.display(),
-            size,
-            h
-        ));
+        let path = resolve(manifest, &s.file);
+        let r = check_shard(&path, s);
+        bad += usize::from(matches!(r, ShardCheck::Bad { .. }));
+        each(&r);
     }
-    Ok(lines)
+    Ok(bad)
+}
+
+fn check_shard(path: &Path, s: &packfs_format::shards::Shard) -> ShardCheck {
+    let bad = |why: String| ShardCheck::Bad {
+        path: path.to_path_buf(),
+        why,
+    };
+    let size = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) => return bad(e.to_string()),
+    };
+    if size != s.size {
+        return bad(format!("{size} bytes, the manifest says {}", s.size));
+    }
+    match hash_file(path) {
+        Ok(h) if h == s.blake3 => ShardCheck::Ok {
+            path: path.to_path_buf(),
+            size,
+            blake3: h,
+        },
+        Ok(h) => bad(format!("blake3 {h}, the manifest says {}", s.blake3)),
+        Err(e) => bad(e.to_string()),
+    }
 }
 
 #[cfg(test)]

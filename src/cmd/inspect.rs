@@ -49,7 +49,7 @@ pub fn info(image: &Path, remote: &RemoteArgs) -> anyhow::Result<i32> {
     }
     // Only for an image on Lustre (see packer::lustre).
     if let Some(layout) = packer::lustre::describe(image) {
-        println!("striping:     {layout}");
+        outln!("striping:     {layout}");
     }
     Ok(0)
 }
@@ -72,28 +72,29 @@ fn info_squashfs(image: &Path, s: &mountfs::squashfs::SquashFs, len: u64) {
     .into_iter()
     .flatten()
     .collect();
-    println!("image:        {}", image.display());
-    println!(
+    outln!("image:        {}", image.display());
+    outln!(
         "format:       SquashFS {}.{}",
-        sb.version_major, sb.version_minor
+        sb.version_major,
+        sb.version_minor
     );
-    println!("compression:  {}", s.compressor().name());
-    println!("block size:   {}", human(sb.block_size as u64));
-    println!(
+    outln!("compression:  {}", s.compressor().name());
+    outln!("block size:   {}", human(sb.block_size as u64));
+    outln!(
         "size:         {} ({} bytes used, file {} bytes)",
         human(sb.bytes_used),
         sb.bytes_used,
         len
     );
-    println!("inodes:       {}", sb.inode_count);
-    println!("fragments:    {}", sb.fragment_count);
-    println!("ids:          {}", sb.id_count);
-    println!(
+    outln!("inodes:       {}", sb.inode_count);
+    outln!("fragments:    {}", sb.fragment_count);
+    outln!("ids:          {}", sb.id_count);
+    outln!(
         "created:      {} ({} seconds since the epoch)",
         crate::date::format(sb.mod_time as i64, true),
         sb.mod_time
     );
-    println!(
+    outln!(
         "xattrs:       {}",
         if sb.xattr_id_table_start == INVALID_TABLE {
             "no"
@@ -101,7 +102,7 @@ fn info_squashfs(image: &Path, s: &mountfs::squashfs::SquashFs, len: u64) {
             "yes"
         }
     );
-    println!("flags:        {}", flags.join(" "));
+    outln!("flags:        {}", flags.join(" "));
 }
 
 fn info_zip(image: &Path, z: &mountfs::zip::ZipFs, len: u64) {
@@ -111,44 +112,48 @@ fn info_zip(image: &Path, z: &mountfs::zip::ZipFs, len: u64) {
         .iter()
         .map(|(_, n, c)| format!("{n} ({c})"))
         .collect();
-    println!("image:        {}", image.display());
-    println!("format:       ZIP{}", if i.zip64 { " (zip64)" } else { "" });
-    println!("entries:      {} in the central directory", i.entries);
-    println!(
+    outln!("image:        {}", image.display());
+    outln!("format:       ZIP{}", if i.zip64 { " (zip64)" } else { "" });
+    outln!("entries:      {} in the central directory", i.entries);
+    outln!(
         "tree:         {} files, {} directories ({} synthesised), {} symlinks",
-        i.files, i.dirs, i.synthesised_dirs, i.symlinks
+        i.files,
+        i.dirs,
+        i.synthesised_dirs,
+        i.symlinks
     );
-    println!(
+    outln!(
         "skipped:      {} (unsafe or duplicate names; see warnings)",
         i.skipped
     );
-    println!("encrypted:    {}", i.encrypted);
-    println!("methods:      {}", methods.join(", "));
-    println!(
+    outln!("encrypted:    {}", i.encrypted);
+    outln!("methods:      {}", methods.join(", "));
+    outln!(
         "data:         {} uncompressed, {} compressed",
         human(i.uncompressed_bytes),
         human(i.compressed_bytes)
     );
-    println!(
+    outln!(
         "size:         {} bytes (prefix {} bytes)",
-        len, i.prefix_bytes
+        len,
+        i.prefix_bytes
     );
-    println!("index memory: {}", human(i.index_bytes));
+    outln!("index memory: {}", human(i.index_bytes));
 }
 
 fn info_union(image: &Path, u: &mountfs::union::UnionImage<AnyImage>) {
     let paths: Vec<_> = u.shards().collect();
-    println!("image:        {}", image.display());
-    println!(
+    outln!("image:        {}", image.display());
+    outln!(
         "format:       union of {} shards (packfs manifest)",
         paths.len()
     );
     let mut total = 0;
     for (p, len) in &paths {
         total += len;
-        println!("shard:        {p} ({})", human(*len));
+        outln!("shard:        {p} ({})", human(*len));
     }
-    println!("size:         {} in all shards", human(total));
+    outln!("size:         {} in all shards", human(total));
 }
 
 fn mode_string(a: &Attr) -> String {

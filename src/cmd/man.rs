@@ -19,7 +19,7 @@ pub fn run(out: Option<&Path>) -> anyhow::Result<i32> {
         }
         Some(dir) => {
             for page in write_pages(dir)? {
-                println!("{}", page.display());
+                outln!("{}", page.display());
             }
         }
     }

@@ -3,11 +3,25 @@
 use crate::cli::ShardsCommand;
 use std::path::PathBuf;
 
+/// Refuses a manifest or template on object storage, which these commands
+/// cannot read yet, instead of calling a URL a missing file.
+fn local_only(what: &str, arg: &str) -> anyhow::Result<()> {
+    if crate::location::location(std::path::Path::new(arg))?.is_remote() {
+        return Err(crate::usage::usage(format!(
+            "{arg}: shards {what} works on shards in a local or shared filesystem; on object \
+             storage the task that completes the set writes the manifest, and every mount checks \
+             each shard's size"
+        )));
+    }
+    Ok(())
+}
+
 pub fn run(cmd: ShardsCommand) -> anyhow::Result<i32> {
     match cmd {
         ShardsCommand::Finalize {
             manifest_or_template,
         } => {
+            local_only("finalize", &manifest_or_template)?;
             let manifest = if manifest_or_template.contains("{shard}") {
                 PathBuf::from(packfs_format::shards::manifest_name(&manifest_or_template))
             } else {
@@ -23,9 +37,37 @@ pub fn run(cmd: ShardsCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
         ShardsCommand::Verify { manifest } => {
-            for line in packer::shards::verify(&manifest)? {
-                println!("{line}");
+            use packer::shards::ShardCheck;
+            local_only("verify", &manifest.to_string_lossy())?;
+            let (mut n, mut bytes) = (0, 0);
+            let t = std::time::Instant::now();
+            let bad = packer::shards::verify(&manifest, |c| {
+                n += 1;
+                match c {
+                    ShardCheck::Ok { path, size, blake3 } => {
+                        bytes += size;
+                        outln!("{}: ok ({size} bytes, blake3 {blake3})", path.display());
+                    }
+                    ShardCheck::Bad { path, why } => {
+                        outln!(
+                            "{}: BAD: {}",
+                            path.display(),
+                            crate::oserror::plain_text(why)
+                        );
+                    }
+                }
+            })?;
+            if bad > 0 {
+                anyhow::bail!(
+                    "{}: {bad} of {n} shards do not match the manifest (listed above)",
+                    manifest.display()
+                );
             }
+            say!(
+                "verified {n} shards ({}) in {:.1} s",
+                packfs_bench::size::human(bytes),
+                t.elapsed().as_secs_f64()
+            );
             Ok(0)
         }
     }

@@ -365,3 +365,64 @@ fn squashfs_only_pack_flags_are_refused_for_a_zip() {
         assert!(!w.path().join("x.zip").exists());
     }
 }
+
+/// Bug: `info`, `shards verify` and `bench` panicked (status 101, a
+/// backtrace) when their output could not be written (`> /dev/full`, a
+/// full quota), and `--help`/`--version` exited 0. Each says so and exits 1.
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let w = work();
+    for args in [
+        &["info", "img.sqfs"][..],
+        &["ls", "img.sqfs"],
+        &["--version"],
+        &["--help"],
+        &["pack", "--help"],
+        &[
+            "bench",
+            "--raw",
+            "src",
+            "--image",
+            "img.sqfs",
+            "--workload",
+            "walk",
+        ],
+    ] {
+        let out = Command::new(packfs_bin())
+            .args(args)
+            .current_dir(w.path())
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no space left on device"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Bug: `bench --json` into a directory that does not exist failed only
+/// after every run had been measured.
+#[test]
+fn a_bench_report_path_that_cannot_be_written_is_refused_before_measuring() {
+    let w = work();
+    for flag in ["--json", "--plot"] {
+        expect(
+            &[
+                "bench",
+                "--raw",
+                "src",
+                "--image",
+                "img.sqfs",
+                flag,
+                "no/such/dir/r.out",
+            ],
+            w.path(),
+            1,
+            &format!("{flag} no/such/dir/r.out: cannot write in no/such/dir"),
+        );
+    }
+}

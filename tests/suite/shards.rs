@@ -236,8 +236,10 @@ fn a_missing_or_altered_shard_is_a_clear_error() {
     bytes[mid] ^= 0xff;
     let saved = std::fs::read(&shards[1]).unwrap();
     std::fs::write(&shards[1], &bytes).unwrap();
-    let e = fails(packfs().args(["shards", "verify"]).arg(&m));
-    assert!(e.contains("t-1.sqfs") && e.contains("blake3"), "{e}");
+    let out = packfs().args(["shards", "verify"]).arg(&m).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("t-1.sqfs: BAD: blake3"), "{said}");
     std::fs::write(&shards[1], &saved).unwrap();
     // Truncated: refused at mount, naming the file and both sizes.
     std::fs::write(&shards[2], &saved[..4096]).unwrap();
@@ -249,6 +251,45 @@ fn a_missing_or_altered_shard_is_a_clear_error() {
     assert!(e.contains("t-2.sqfs") && e.contains("shard 2"), "{e}");
     let e = fails(packfs().arg("ls").arg(&m));
     assert!(e.contains("t-2.sqfs"), "{e}");
+}
+
+/// Bug: `shards verify` stopped at the first bad shard and printed nothing
+/// before it, so a set with several bad shards took a rerun per shard (a
+/// missing one stopped it before any hashing). Every shard gets its line,
+/// as it is checked, and the error counts the bad ones.
+#[test]
+fn shards_verify_reports_every_bad_shard() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let m = pack_shards(&src, &t.path().join("out"), "sqfs", 4, &[]);
+    let shards = shard_files(&m);
+    let mut bytes = std::fs::read(&shards[1]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&shards[1], &bytes).unwrap();
+    std::fs::write(&shards[2], &bytes[..4096]).unwrap();
+    std::fs::remove_file(&shards[3]).unwrap();
+    let out = packfs()
+        .args(["shards", "verify"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(lines[0].contains("t-0.sqfs: ok"), "{stdout}");
+    assert!(lines[1].contains("t-1.sqfs: BAD: blake3"), "{stdout}");
+    assert!(lines[2].contains("t-2.sqfs: BAD: 4096 bytes"), "{stdout}");
+    assert!(lines[3].contains("t-3.sqfs: BAD: no such file"), "{stdout}");
+    assert!(stderr.contains("3 of 4 shards do not match"), "{stderr}");
+    // A manifest on object storage is refused as such, not as a missing file.
+    let e = fails(packfs().args(["shards", "verify", "s3://bucket/t.manifest.json"]));
+    assert!(e.contains("object storage"), "{e}");
 }
 
 /// Two images where `a/x` is a file in one and a directory in the other,
