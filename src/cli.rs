@@ -34,7 +34,7 @@ pub struct RemoteArgs {
     /// profile's endpoint_url, else AWS).
     // The URL is help text, not a rustdoc link.
     #[allow(rustdoc::bare_urls)]
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL", value_parser = crate::values::endpoint)]
     pub endpoint: Option<String>,
     /// Profile in ~/.aws/credentials and ~/.aws/config (default: $AWS_PROFILE;
     /// keys in $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY win otherwise; no

@@ -301,6 +301,12 @@ fn source(images: Vec<PathBuf>, on_conflict: OnConflict) -> anyhow::Result<Sourc
         return Ok(Source::One(location(one)?));
     }
     for i in &images {
+        if mountfs::location::is_manifest(i) {
+            return Err(usage(format!(
+                "{}: a manifest mounts alone, not with other images",
+                i.display()
+            )));
+        }
         if location(i)?.is_remote() {
             return Err(usage(format!(
                 "{}: several images merge as local files only; mount a remote image alone",

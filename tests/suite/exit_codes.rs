@@ -4,7 +4,7 @@
 //! parser, or packfs's own checks of a combination), each with a message
 //! naming the cause; `run` gives a shell's 126 and 127.
 
-use crate::common::{pack, packfs_bin, require_root, scratch};
+use crate::common::{pack, packfs_bin, require_root, run, scratch};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -425,4 +425,28 @@ fn a_bench_report_path_that_cannot_be_written_is_refused_before_measuring() {
             &format!("{flag} no/such/dir/r.out: cannot write in no/such/dir"),
         );
     }
+}
+
+/// Bug: a malformed `--endpoint` and a manifest mounted with other images
+/// exited 1 ("invalid argument: ..."), as if something had failed, where
+/// a bad value or combination on the command line exits 2.
+#[test]
+fn a_bad_endpoint_or_a_manifest_among_images_is_a_usage_error() {
+    let w = work();
+    expect(
+        &["ls", "s3://bucket/x.sqfs", "--endpoint", "host:9000"],
+        w.path(),
+        2,
+        "expected a URL such as https://host",
+    );
+    run(Command::new(packfs_bin())
+        .args(["pack", "src", "--shards", "2", "-q", "-o", "t-{shard}.sqfs"])
+        .current_dir(w.path()));
+    std::fs::create_dir(w.path().join("mnt")).unwrap();
+    expect(
+        &["mount", "t.manifest.json", "img.sqfs", "mnt"],
+        w.path(),
+        2,
+        "t.manifest.json: a manifest mounts alone",
+    );
 }

@@ -236,7 +236,11 @@ fn a_missing_or_altered_shard_is_a_clear_error() {
     bytes[mid] ^= 0xff;
     let saved = std::fs::read(&shards[1]).unwrap();
     std::fs::write(&shards[1], &bytes).unwrap();
-    let out = packfs().args(["shards", "verify"]).arg(&m).output().unwrap();
+    let out = packfs()
+        .args(["shards", "verify"])
+        .arg(&m)
+        .output()
+        .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("t-1.sqfs: BAD: blake3"), "{said}");

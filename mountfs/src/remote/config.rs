@@ -139,8 +139,9 @@ pub fn resolve(
 }
 
 /// An endpoint is a URL with a scheme and a host: the S3 client takes
-/// anything else for a request it cannot build, and panics.
-fn check_endpoint(e: &str, from: &str) -> Result<(), RemoteError> {
+/// anything else for a request it cannot build, and panics. `from` names
+/// where it was given, for the message.
+pub fn check_endpoint(e: &str, from: &str) -> Result<(), RemoteError> {
     let host = e
         .strip_prefix("https://")
         .or_else(|| e.strip_prefix("http://"))
