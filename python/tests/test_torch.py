@@ -68,3 +68,21 @@ def test_dataloader_two_workers(folder, method, persistent):
                 assert want[data] == ds.classes[target]
                 seen.append(data)
         assert sorted(seen) == sorted(want), epoch
+
+
+def test_pil_loader_decodes_images_from_an_image(tmp_path, packfs_bin):
+    """The README's DataLoader example decodes with pil_loader: real PNG and
+    JPEG files written by Pillow come back as RGB images of their size and
+    pixels (Pillow is in the `torch` extra)."""
+    need(torch is not None, "torch is not installed (scripts/python_tests.sh installs it)")
+    from PIL import Image as PILImage
+
+    tree = tmp_path / "tree" / "train" / "red"
+    tree.mkdir(parents=True)
+    PILImage.new("RGB", (7, 5), (200, 10, 20)).save(tree / "a.png")
+    PILImage.new("L", (3, 9), 128).save(tree / "b.jpg", quality=100)
+    img = pack(packfs_bin, tmp_path / "tree", tmp_path / "pics.sqfs")
+    ds = packfs.torch.ImageFolder(img, "train", loader=packfs.torch.pil_loader)
+    got = sorted((ds[i][0].size, ds[i][0].mode, ds[i][0].getpixel((0, 0))) for i in range(len(ds)))
+    assert got[0][:2] == ((3, 9), "RGB") and all(abs(v - 128) <= 2 for v in got[0][2])
+    assert got[1] == ((7, 5), "RGB", (200, 10, 20))
