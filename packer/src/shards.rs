@@ -408,6 +408,12 @@ pub fn pack_shards(
     let manifest = spec.manifest_path();
     // The images and their sidecars are beside the template's first shard.
     let shards_dir = parent(&spec.image_path(0)).to_path_buf();
+    let mine = which.clone();
+    if only.is_some() {
+        // A sibling that finished before this task began is caught here,
+        // before anything is written; one finishing meanwhile, after.
+        check_siblings(&manifest, &shards_dir, &split, &mine, opts.force, begun, false)?;
+    }
     let mut out = Vec::new();
     for (k, target) in which.into_iter().zip(targets) {
         let sub = tree.subset(&keep_mask(&tree, &plan, k as usize));
@@ -441,7 +447,7 @@ pub fn pack_shards(
         });
     }
     if only.is_some() {
-        check_siblings(&manifest, &shards_dir, &split, &out, opts.force, begun)?;
+        check_siblings(&manifest, &shards_dir, &split, &mine, opts.force, begun, true)?;
     }
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
@@ -470,20 +476,23 @@ pub fn pack_shards(
 /// outputs, which needs `--force` to overwrite them: so without `--force`
 /// any disagreeing sidecar is an error, and with it only one written since
 /// this task began (a stale one is overwritten when its shard is repacked).
-/// This task's own images and sidecars are written by then and stay.
+/// Called before this task packs (nothing is written then) and after (its
+/// images and sidecars are written by then and stay, and the message says
+/// so). `mine` are the shards this task packs.
 fn check_siblings(
     manifest: &Path,
     shards_dir: &Path,
     split: &Split,
-    done: &[ShardResult],
+    mine: &[u32],
     force: bool,
     begun: std::time::SystemTime,
+    packed: bool,
 ) -> Result<(), PackError> {
     for (p, s) in sidecars(manifest, Some(shards_dir))? {
         // Not a sibling: this task's own shard, or one no task of this
         // split writes (left by a split into more shards).
         if &s.split == split
-            || done.iter().any(|r| r.index == s.shard.index)
+            || mine.contains(&s.shard.index)
             || s.shard.index >= split.shards
         {
             continue;
@@ -497,11 +506,16 @@ fn check_siblings(
             return Err(PackError::Shards(format!(
                 "{}: shard {} of {} was packed with other split options than this task ({}); \
                  every task of a split must pass the same options (repack the odd ones, \
-                 with --force)",
+                 with --force){}",
                 p.display(),
                 s.shard.index,
                 manifest.display(),
-                split_differences(split, "this task", &s.split, "that sidecar").join("; ")
+                split_differences(split, "this task", &s.split, "that sidecar").join("; "),
+                if packed {
+                    "; this task's own shard was written first and is kept"
+                } else {
+                    ""
+                }
             )));
         }
     }
