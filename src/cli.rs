@@ -491,6 +491,29 @@ pub struct RunArgs {
     /// Append the mounts' daemons' logs to FILE (as for `mount --log`).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// With one IMAGE:MOUNTPOINT: write the mount's counters to FILE as
+    /// JSON when it ends, before `run` returns (as for `mount --stats`).
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+    /// With one IMAGE:MOUNTPOINT: decode the files FILE lists into the
+    /// cache at mount (as for `mount --preload-profile`).
+    #[arg(long, value_name = "FILE")]
+    pub preload_profile: Option<PathBuf>,
+    /// Decode each whole image into its cache at mount (as for `mount --preload`).
+    #[arg(long)]
+    pub preload: bool,
+    /// FUSE session threads of each mount (as for `mount -j`).
+    #[arg(short = 'j', long)]
+    pub threads: Option<usize>,
+    /// How FUSE requests reach the daemons (as for `mount --transport`).
+    #[arg(long, value_enum)]
+    pub transport: Option<mountfs::transport::Transport>,
+    /// Spin before sleeping on `/dev/fuse` (as for `mount --dev-spin`).
+    #[arg(long, value_name = "MICROS")]
+    pub dev_spin: Option<u64>,
+    /// Let other users access the mounts (as for `mount --allow-other`).
+    #[arg(long)]
+    pub allow_other: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -152,6 +152,10 @@ mod tests {
         assert!(!hit(&e, "logs/old/a.gz", false));
         let e = ex(&["logs/**/*.gz"]);
         assert!(hit(&e, "logs/old/a.gz", false));
+        assert!(
+            hit(&e, "logs/a.gz", false),
+            "`/**/` is zero or more directories"
+        );
         // A name pattern's star matches any name.
         let e = ex(&["*.o"]);
         assert!(hit(&e, "a/b/c.o", false));

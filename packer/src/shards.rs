@@ -412,7 +412,15 @@ pub fn pack_shards(
     if only.is_some() {
         // A sibling that finished before this task began is caught here,
         // before anything is written; one finishing meanwhile, after.
-        check_siblings(&manifest, &shards_dir, &split, &mine, opts.force, begun, false)?;
+        check_siblings(
+            &manifest,
+            &shards_dir,
+            &split,
+            &mine,
+            opts.force,
+            begun,
+            false,
+        )?;
     }
     let mut out = Vec::new();
     for (k, target) in which.into_iter().zip(targets) {
@@ -447,7 +455,15 @@ pub fn pack_shards(
         });
     }
     if only.is_some() {
-        check_siblings(&manifest, &shards_dir, &split, &mine, opts.force, begun, true)?;
+        check_siblings(
+            &manifest,
+            &shards_dir,
+            &split,
+            &mine,
+            opts.force,
+            begun,
+            true,
+        )?;
     }
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
@@ -491,10 +507,7 @@ fn check_siblings(
     for (p, s) in sidecars(manifest, Some(shards_dir))? {
         // Not a sibling: this task's own shard, or one no task of this
         // split writes (left by a split into more shards).
-        if &s.split == split
-            || mine.contains(&s.shard.index)
-            || s.shard.index >= split.shards
-        {
+        if &s.split == split || mine.contains(&s.shard.index) || s.shard.index >= split.shards {
             continue;
         }
         let recent = || {

@@ -63,10 +63,16 @@ impl Mounted {
 
 pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("locating the packfs executable")?;
-    if args.record_access.is_some() && args.mounts.len() != 1 {
-        return Err(crate::usage::usage(
-            "--record-access records one mount: give one IMAGE:MOUNTPOINT",
-        ));
+    for (given, flag) in [
+        (args.record_access.is_some(), "--record-access records"),
+        (args.stats.is_some(), "--stats counts"),
+        (args.preload_profile.is_some(), "--preload-profile preloads"),
+    ] {
+        if given && args.mounts.len() != 1 {
+            return Err(crate::usage::usage(format!(
+                "{flag} one mount: give one IMAGE:MOUNTPOINT"
+            )));
+        }
     }
     let mut done = Mounted::default();
     for spec in &args.mounts {
@@ -108,7 +114,11 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         }
     }
     let status = child.wait();
+    let ended = std::time::SystemTime::now();
     done.undo();
+    if let Some(f) = &args.stats {
+        wait_for_stats(f, ended);
+    }
     let status = status.context("waiting for the command")?;
     use std::os::unix::process::ExitStatusExt;
     Ok(status
@@ -191,9 +201,33 @@ fn mount_one(
         cmd.arg("--record-access")
             .arg(std::path::absolute(f).unwrap_or_else(|_| f.clone()));
     }
-    if let Some(f) = &args.log {
-        cmd.arg("--log")
-            .arg(std::path::absolute(f).unwrap_or_else(|_| f.clone()));
+    for (flag, file) in [
+        ("--log", &args.log),
+        ("--stats", &args.stats),
+        ("--preload-profile", &args.preload_profile),
+    ] {
+        if let Some(f) = file {
+            cmd.arg(flag)
+                .arg(std::path::absolute(f).unwrap_or_else(|_| f.clone()));
+        }
+    }
+    for (flag, on) in [
+        ("--preload", args.preload),
+        ("--allow-other", args.allow_other),
+    ] {
+        if on {
+            cmd.arg(flag);
+        }
+    }
+    if let Some(n) = args.threads {
+        cmd.arg("--threads").arg(n.to_string());
+    }
+    if let Some(t) = args.transport {
+        let t = clap::ValueEnum::to_possible_value(&t).expect("no transport is hidden");
+        cmd.arg("--transport").arg(t.get_name());
+    }
+    if let Some(us) = args.dev_spin {
+        cmd.arg("--dev-spin").arg(us.to_string());
     }
     let st = cmd.status().context("starting packfs mount")?;
     if !st.success() {
@@ -201,6 +235,29 @@ fn mount_one(
     }
     done.mounts.push(mp.clone());
     Ok(())
+}
+
+/// Waits (up to 10 s) for the daemon, unmounted at `ended` or later, to
+/// have written its `--stats` file, so that a script can read it as soon as
+/// `run` returns; a daemon that does not is warned about.
+fn wait_for_stats(file: &Path, ended: std::time::SystemTime) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let written = std::fs::metadata(file)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= ended);
+        if written {
+            return;
+        }
+        if std::time::Instant::now() >= deadline {
+            say!(
+                "packfs: warning: --stats {}: not written within 10 s of the unmount",
+                file.display()
+            );
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Creates `mp` and whichever of its parents are missing, recording each

@@ -446,3 +446,66 @@ fn blocks_served_in_full_leave_the_cache_and_read_back_the_same() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("PACKFS_RELEASE_SERVED=\"no\""), "{err}");
 }
+
+/// Bug: `packfs run` took none of the mount options the docs recommend
+/// for jobs (`--stats`, `--preload-profile`, `--transport`, ...), only
+/// through the environment. They pass to its mounts now, and the stats
+/// are written by the time `run` returns.
+#[test]
+fn run_passes_mount_options_and_its_stats_are_there_when_it_returns() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"payload").unwrap();
+    let img = t.path().join("s.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let profile = t.path().join("profile");
+    std::fs::write(&profile, "f\n").unwrap();
+    let stats = t.path().join("stats.json");
+    let mp = t.path().join("mp");
+    let spec = format!("{}:{}", img.display(), mp.display());
+    let out = Command::new(packfs_bin())
+        .args([
+            "run",
+            &spec,
+            "--transport",
+            "dev",
+            "-j",
+            "2",
+            "--preload-profile",
+        ])
+        .arg(&profile)
+        .arg("--stats")
+        .arg(&stats)
+        .args(["--", "cat"])
+        .arg(mp.join("f"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"payload");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("no stats after run"))
+            .unwrap();
+    assert_eq!(v["transport"], "dev", "{v}");
+    assert_eq!(v["read_bytes"], 7, "{v}");
+    // One file of counters for one mount.
+    let two = format!(
+        "{spec} {}:{}",
+        img.display(),
+        t.path().join("mp2").display()
+    );
+    let out = Command::new(packfs_bin())
+        .arg("run")
+        .args(two.split(' '))
+        .arg("--stats")
+        .arg(&stats)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--stats counts one mount"));
+}
