@@ -130,10 +130,17 @@ def _as_worker(n: int):
 def test_cache_budget_divided_among_workers():
     from packfs import _budget
 
+    loader_ranges = _budget.default_range_cache()
+    assert 256 << 20 <= loader_ranges <= 8 << 30
     with _as_worker(4):
         cache, ranges, threads = _budget.process_budget(400 << 20)
-        assert cache == 100 << 20 and ranges == 64 << 20 and threads >= 1
+        assert cache == 100 << 20 and ranges == loader_ranges // 4 and threads >= 1
+        # A range cache given for the loader is divided the same way.
+        assert _budget.process_budget(None, range_cache=1 << 30)[1] == 256 << 20
     assert _budget.process_budget(400 << 20)[0] == 400 << 20
+    assert _budget.process_budget(None, range_cache=1 << 30)[1] == 1 << 30
+    with pytest.raises(ValueError, match="range_cache"):
+        _budget.process_budget(None, range_cache=-1)
 
 
 def test_an_image_opened_before_its_process_became_a_worker_takes_a_share(images):

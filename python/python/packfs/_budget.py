@@ -16,10 +16,8 @@ MIB = 1 << 20
 #: Smallest decoded-block cache one process gets: metadata blocks of a
 #: large directory and a few data blocks stay cached.
 MIN_CACHE = 8 * MIB
-#: Default fetched-range cache of a remote image for the whole loader (as
-#: ``RemoteOptions``'s default), and the smallest one process gets (two 4 MiB
-#: ranges, the least the remote source accepts).
-REMOTE_RANGE_CACHE = 256 * MIB
+#: Smallest fetched-range cache one process gets: two 4 MiB ranges, the
+#: least the remote source accepts.
 MIN_RANGE_CACHE = 8 * MIB
 
 
@@ -62,6 +60,13 @@ def default_cache_size() -> int:
     return max(64 * MIB, min(memory_limit() // 8, 1 << 30))
 
 
+def default_range_cache() -> int:
+    """The default fetched-range cache of a remote image for the whole
+    loader: an eighth of the memory limit, 256 MiB to 8 GiB (``packfs
+    mount --range-cache``'s default)."""
+    return max(256 * MIB, min(memory_limit() // 8, 8 << 30))
+
+
 def num_workers() -> int:
     """DataLoader workers sharing the budgets: ``num_workers`` inside a
     worker, else 1."""
@@ -82,7 +87,9 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def process_budget(cache_size: int | None, workers: int | None = None) -> tuple[int, int, int]:
+def process_budget(
+    cache_size: int | None, workers: int | None = None, range_cache: int | None = None
+) -> tuple[int, int, int]:
     """``(cache bytes, range-cache bytes, read_many threads)`` for this
     process: the loader's budgets divided by its worker count (``workers``,
     else :func:`num_workers`), and the cores allowed to this process shared
@@ -92,6 +99,9 @@ def process_budget(cache_size: int | None, workers: int | None = None) -> tuple[
     if total < 0:
         raise ValueError(f"cache_size must be >= 0, not {cache_size}")
     cache = max(total // workers, MIN_CACHE)
-    ranges = max(REMOTE_RANGE_CACHE // workers, MIN_RANGE_CACHE)
+    remote = default_range_cache() if range_cache is None else int(range_cache)
+    if remote < 0:
+        raise ValueError(f"range_cache must be >= 0, not {range_cache}")
+    ranges = max(remote // workers, MIN_RANGE_CACHE)
     threads = max(1, cpu_count() // workers)
     return cache, ranges, threads

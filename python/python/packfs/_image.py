@@ -68,6 +68,7 @@ class Image:
         location: str | os.PathLike,
         *,
         cache_size: int | None = None,
+        range_cache: int | None = None,
         profile: str | None = None,
         endpoint: str | None = None,
         disk_cache: str | os.PathLike | None = None,
@@ -92,6 +93,7 @@ class Image:
         )
         self._options = {
             "cache_size": cache_size,
+            "range_cache": range_cache,
             "profile": profile,
             "endpoint": endpoint,
             # One cache for the whole node, shared by every worker: neither
@@ -134,7 +136,9 @@ class Image:
         if self._closed:
             raise ValueError("I/O operation on a closed image")
         workers = _budget.num_workers()
-        cache, ranges, threads = _budget.process_budget(self._options["cache_size"], workers)
+        cache, ranges, threads = _budget.process_budget(
+            self._options["cache_size"], workers, self._options.get("range_cache")
+        )
         native = _native.Image(
             where or self._reopen,
             cache,
