@@ -76,7 +76,7 @@ def _remote_options(target_options: dict | None) -> dict:
 class PackFileSystem(AbstractFileSystem):
     """The files inside one packfs image (SquashFS, ZIP or shard manifest),
     read-only. ``fo`` is the image location or an open :class:`packfs.Image`;
-    ``cache_size``, ``profile``, ``endpoint``, ``disk_cache``,
+    ``cache_size``, ``range_cache``, ``profile``, ``endpoint``, ``disk_cache``,
     ``disk_cache_size`` and ``remote_timeout`` are :class:`packfs.Image`'s."""
 
     protocol = "packfs"
@@ -94,6 +94,7 @@ class PackFileSystem(AbstractFileSystem):
         disk_cache: str | os.PathLike | None = None,
         disk_cache_size: int | None = None,
         remote_timeout: float | None = None,
+        range_cache: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -114,6 +115,8 @@ class PackFileSystem(AbstractFileSystem):
                 opts["disk_cache_size"] = disk_cache_size
             if remote_timeout is not None:
                 opts["remote_timeout"] = remote_timeout
+            if range_cache is not None:
+                opts["range_cache"] = range_cache
             self.image = Image(_location(fo, target_protocol), cache_size=cache_size, **opts)
 
     @classmethod
