@@ -448,10 +448,30 @@ pub fn extract(
                 );
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir(output)
-            .with_context(|| format!("{}: cannot create", output.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir(output)
+                .with_context(|| format!("{}: cannot create", output.display()))?;
+            // A failure before anything was extracted leaves no empty
+            // directory of ours behind (remove_dir takes only an empty one).
+            return extract_into(&fs, image, top, output).inspect_err(|_| {
+                let _ = std::fs::remove_dir(output);
+            });
+        }
         Err(e) => return Err(e).with_context(|| output.display().to_string()),
     }
+    extract_into(&fs, image, top, output)
+}
+
+/// Extracts the tree under `top` into the empty directory `output`; an
+/// error names the image or the output file it is about.
+fn extract_into(
+    fs: &PackFs<AnyImage>,
+    image: &Path,
+    top: Attr,
+    output: &Path,
+) -> anyhow::Result<i32> {
+    // One line, the image first: "IMG: member: what is wrong".
+    let in_image = |e: mountfs::FsError| anyhow::anyhow!("{}: {e}", image.display());
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let mut links: HashMap<u64, PathBuf> = HashMap::new();
@@ -459,9 +479,9 @@ pub fn extract(
     let mut stack = vec![(output.to_path_buf(), top)];
     let (mut files, mut bytes) = (0u64, 0u64);
     while let Some((dir, a)) = stack.pop() {
-        for e in fs.list(a.node)? {
+        for e in fs.list(a.node).map_err(in_image)? {
             let p = dir.join(OsStr::from_bytes(&e.name));
-            let attr = fs.getattr(e.node)?;
+            let attr = fs.getattr(e.node).map_err(in_image)?;
             if attr.kind != FileKind::Dir && attr.nlink > 1 {
                 if let Some(first) = links.get(&attr.node) {
                     std::fs::hard_link(first, &p)
@@ -481,9 +501,17 @@ pub fn extract(
                     let mut f = SparseWriter::new(
                         std::fs::File::create(&p).with_context(|| p.display().to_string())?,
                     );
+                    let mut wrote = Ok(());
                     let copied = fs
-                        .read_all(attr.node, |b| f.write(b))
-                        .map_err(anyhow::Error::from)
+                        .read_all(attr.node, |b| {
+                            f.write(b).inspect_err(|e| {
+                                wrote = Err(std::io::Error::new(e.kind(), e.to_string()))
+                            })
+                        })
+                        .map_err(|e| match std::mem::replace(&mut wrote, Ok(())) {
+                            Err(w) => anyhow::Error::new(w).context(p.display().to_string()),
+                            Ok(()) => in_image(e),
+                        })
                         .and_then(|n| {
                             f.finish(n).with_context(|| p.display().to_string())?;
                             Ok(n)
@@ -497,7 +525,7 @@ pub fn extract(
                     files += 1;
                 }
                 FileKind::Symlink => {
-                    let t = fs.readlink(attr.node)?;
+                    let t = fs.readlink(attr.node).map_err(in_image)?;
                     std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
                         .with_context(|| p.display().to_string())?;
                 }
@@ -506,12 +534,12 @@ pub fn extract(
                 | FileKind::Fifo
                 | FileKind::Socket => make_node(&p, &attr)?,
             }
-            apply_meta(&fs, &p, &attr, is_root)?;
+            apply_meta(fs, &p, &attr, is_root)?;
         }
     }
     // Directories last, deepest first, so writing into them does not reset their mtimes.
     for (p, a) in dirs.iter().rev() {
-        apply_meta(&fs, p, a, is_root)?;
+        apply_meta(fs, p, a, is_root)?;
     }
     say!(
         "extracted {} directories, {files} files, {} into {}",

@@ -986,3 +986,35 @@ fn run_passes_a_killed_signal_on_but_not_a_terminal_ctrl_c() {
     assert_eq!(st.code(), Some(0), "{text}");
     assert!(!listed_in_mounts(&mp), "still mounted after run");
 }
+
+/// Bug: `extract` of an image whose member cannot be read (encrypted)
+/// said "a.txt: encrypted: permission denied" without naming the image,
+/// and left behind the empty output directory it had made.
+#[test]
+fn extract_names_the_image_and_leaves_no_empty_directory_of_its_own() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"secret").unwrap();
+    let zip = t.path().join("enc.zip");
+    run(Command::new("zip")
+        .args(["-q", "-e", "-P", "pw"])
+        .arg(&zip)
+        .arg("a.txt")
+        .current_dir(&src));
+    let out_dir = t.path().join("out");
+    let out = Command::new(packfs_bin())
+        .arg("extract")
+        .arg(&zip)
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains(&format!("packfs: {}: a.txt: encrypted", zip.display())),
+        "{e}"
+    );
+    assert!(!out_dir.exists(), "the output directory was left behind");
+}
