@@ -300,7 +300,7 @@ pub struct PackArgs {
     #[arg(short, long, value_parser = crate::values::block_size)]
     pub block_size: Option<u64>,
     /// Worker threads (default: all cores). The image is identical whatever the value.
-    #[arg(short = 'j', long, default_value_t = 0)]
+    #[arg(short = 'j', long, default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
     /// Leave out what matches this glob; repeatable. Without a `/` (but a
     /// trailing one) it matches names at any depth (`*.tmp`, `__pycache__`); with one, the path from
@@ -396,7 +396,8 @@ pub struct MountArgs {
     /// (error: refuse to mount).
     #[arg(long, value_enum, default_value_t = OnConflict::Error)]
     pub on_conflict: OnConflict,
-    /// Byte budget of the decoded block cache (default: 1/8 of RAM, at most 1G).
+    /// Byte budget of the decoded block cache (default: 1/8 of the memory
+    /// limit, RAM or the cgroup's (a Slurm job's --mem), 64M to 1G).
     #[arg(long, value_parser = packfs_bench::size::parse_size)]
     pub cache_size: Option<u64>,
     /// FUSE session threads, each reading requests from its own /dev/fuse clone and

@@ -8,7 +8,7 @@ use clap::{Command, CommandFactory, FromArgMatches};
 
 /// Commands that take no image: the remote options are hidden from their
 /// help (still accepted, and ignored, like any global flag).
-const NO_IMAGE: [&str; 2] = ["umount", "shards"];
+const NO_IMAGE: [&str; 4] = ["umount", "shards", "completions", "man"];
 
 /// The command tree, with [`NO_IMAGE`]'s help trimmed: those commands get
 /// hidden, non-global copies of the remote options before clap propagates
@@ -96,6 +96,15 @@ mod tests {
             "{help}"
         );
         assert!(help.contains("MOUNTPOINT"), "{help}");
+        // Nor do the commands that write shell completions or manual pages.
+        for name in ["completions", "man"] {
+            let help = cmd
+                .find_subcommand_mut(name)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            assert!(!help.contains("--endpoint"), "{name}: {help}");
+        }
         // Commands that read images still show them.
         let info = cmd
             .find_subcommand_mut("info")

@@ -36,6 +36,24 @@ def test_wheel_is_abi3_and_carries_the_extension_and_the_fsspec_entry_point():
     assert "[fsspec.specs]" in lines, entry_points
     assert "packfs=packfs.fsspec:PackFileSystem" in lines, entry_points
     assert "Requires-Python: >=3.10" in metadata
+    # The package's description on an index is python/README.md.
+    assert "Description-Content-Type: text/markdown" in metadata, metadata
+    assert "without a FUSE mount" in metadata, metadata
+
+
+def test_the_readme_example_runs(tmp_path, packfs_bin, monkeypatch):
+    """python/README.md's first example, on an image with its paths."""
+    from conftest import pack
+
+    (tmp_path / "src" / "train" / "cat").mkdir(parents=True)
+    (tmp_path / "src" / "train" / "cat" / "001.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(100))
+    image = pack(packfs_bin, tmp_path / "src", tmp_path / "data.sqfs")
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    example = readme.split("```python\n")[1].split("\nimport packfs.torch")[0]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(example, scope)
+    assert scope["head"] == b"\xff\xd8\xff\xe0" + bytes(12)
 
 
 def test_the_package_under_test_is_the_installed_wheel_not_the_sources():
