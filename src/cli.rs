@@ -66,6 +66,15 @@ pub struct RemoteArgs {
 impl RemoteArgs {
     pub fn options(&self) -> mountfs::remote::RemoteOptions {
         mountfs::remote::RemoteOptions {
+            disk_cache: self.disk_cache(),
+            ..self.settings()
+        }
+    }
+
+    /// [`Self::options`] without opening the disk cache: for checking the
+    /// values (opening it twice would warn twice about a bad directory).
+    pub fn settings(&self) -> mountfs::remote::RemoteOptions {
+        mountfs::remote::RemoteOptions {
             endpoint: self.endpoint.clone(),
             profile: self.profile.clone(),
             range_size: self.range_size,
@@ -73,7 +82,6 @@ impl RemoteArgs {
                 .range_cache
                 .unwrap_or_else(|| default_range_cache(crate::memory::limit(), self.range_size)),
             timeout: std::time::Duration::from_secs(self.remote_timeout),
-            disk_cache: self.disk_cache(),
             ..Default::default()
         }
     }

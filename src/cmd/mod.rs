@@ -17,7 +17,7 @@ use crate::cli::{Cli, Command};
 /// Runs a command; returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let remote = cli.remote;
-    remote.options().validate().map_err(crate::usage::usage)?;
+    remote.settings().validate().map_err(crate::usage::usage)?;
     if let Some(image) = one_image(&cli.cmd) {
         crate::logging::set_image(&image.display().to_string());
     }

@@ -1018,3 +1018,25 @@ fn extract_names_the_image_and_leaves_no_empty_directory_of_its_own() {
     );
     assert!(!out_dir.exists(), "the output directory was left behind");
 }
+
+/// Bug: a `--disk-cache` directory that cannot be used was warned about
+/// twice (the options were built once to check them, once to use them).
+#[test]
+fn an_unusable_disk_cache_is_warned_about_once() {
+    let t = scratch();
+    fixture_image(t.path());
+    let server = crate::common::servers::RangeServer::start(t.path(), &[]);
+    let out = Command::new(packfs_bin())
+        .arg("ls")
+        .arg(server.url("i.sqfs"))
+        .args(["--disk-cache", "/proc/no-such-dir"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert_eq!(
+        e.matches("--disk-cache /proc/no-such-dir").count(),
+        1,
+        "{e}"
+    );
+}
