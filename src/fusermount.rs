@@ -35,15 +35,22 @@ pub fn umount(given: &Path) -> anyhow::Result<i32> {
     let mp = mounted.as_path();
     for bin in ["fusermount3", "fusermount"] {
         if which(bin).is_some() {
-            let st = std::process::Command::new(bin)
+            // Its message is kept for ours: a caller that finds the mount
+            // gone meanwhile (its daemon unmounted it) says nothing.
+            let out = std::process::Command::new(bin)
                 .arg("-u")
                 .arg(mp)
-                .status()
+                .stdin(std::process::Stdio::null())
+                .output()
                 .with_context(|| format!("running {bin}"))?;
-            if st.success() {
+            if out.status.success() {
                 return Ok(0);
             }
-            bail!("{bin} -u {} failed ({st})", mp.display());
+            let said = String::from_utf8_lossy(&out.stderr);
+            match said.trim() {
+                "" => bail!("{bin} -u {} failed ({})", mp.display(), out.status),
+                said => bail!("{said}"),
+            }
         }
     }
     umount2(mp, 0)?;

@@ -40,7 +40,13 @@ struct Mounted {
 impl Mounted {
     fn undo(&self) {
         for mp in self.mounts.iter().rev() {
-            if let Err(e) = umount(mp) {
+            // Gone already: its daemon took the job's SIGTERM (Slurm
+            // signals every process of a cancelled step) and unmounted.
+            if !crate::mountinfo::at(mp).is_some_and(|m| m.is_fuse()) {
+                continue;
+            }
+            let gone = || !crate::mountinfo::at(mp).is_some_and(|m| m.is_fuse());
+            if let Err(e) = umount(mp).or_else(|e| if gone() { Ok(0) } else { Err(e) }) {
                 // Busy: a process the command left behind (in the
                 // background) still has a file open there. Detached now,
                 // the mount goes when that file is closed, and its daemon

@@ -1040,3 +1040,42 @@ fn an_unusable_disk_cache_is_warned_about_once() {
         "{e}"
     );
 }
+
+/// A cancelled Slurm step signals every process in it: `packfs run`, its
+/// command and the mount's daemon alike. The daemon now unmounts itself on
+/// SIGTERM; `run` then finds the mount gone and must clean up quietly (it
+/// warned "not mounted") and still remove the mountpoint it made.
+#[test]
+fn run_cancelled_with_its_daemon_cleans_up_without_warnings() {
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    let mp = t.path().join("made/mp");
+    let mut child = Command::new(packfs_bin())
+        .arg("run")
+        .arg(format!("{}:{}", img.display(), mp.display()))
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(within_10s(|| listed_in_mounts(&mp)), "never mounted");
+    let daemon = daemon_at(&mp).expect("no daemon for the mount");
+    let sleeper = within_10s(|| {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c.starts_with(b"sleep\x0030"))
+        })
+    });
+    assert!(sleeper, "the command never started");
+    // As Slurm does: every process of the step, the daemon first.
+    signal("-TERM", daemon);
+    signal("-TERM", child.id());
+    let st = child.wait().unwrap();
+    let mut e = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{e}");
+    assert!(!e.contains("warning"), "{e}");
+    assert!(!listed_in_mounts(&mp), "still mounted");
+    assert!(
+        !t.path().join("made").exists(),
+        "the mountpoint run made is left"
+    );
+}
