@@ -276,6 +276,37 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
             Err(e) => reply.error(errno(e)),
         }
     }
+
+    // Requests a read-only image has nothing to do for. ENOSYS is what
+    // `fuser`'s defaults answer too, and the kernel remembers it (no_flush,
+    // no_fsync, no_lseek...) and stops asking; but those defaults also log a
+    // "[Not Implemented]" warning, which in a mount's --log reads like a
+    // failure. The io_uring queues answer these ENOSYS as well
+    // (`transport::dispatch`).
+
+    fn flush(&self, _: &Request, _: INodeNo, _: FileHandle, _: LockOwner, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn fsync(&self, _: &Request, _: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn fsyncdir(&self, _: &Request, _: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn lseek(
+        &self,
+        _: &Request,
+        _: INodeNo,
+        _: FileHandle,
+        _: i64,
+        _: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
 }
 
 fn xattr_reply(x: crate::ops::Answer<Xattr>, reply: ReplyXattr) {

@@ -1079,3 +1079,40 @@ fn run_cancelled_with_its_daemon_cleans_up_without_warnings() {
         "the mountpoint run made is left"
     );
 }
+
+/// Bug: closing, fsyncing or seeking (SEEK_DATA) a file of a mount served
+/// by `fuser`'s threads logged "[Not Implemented] flush(...)" and the like
+/// in the mount's --log, which reads like a failure; the answers
+/// (ENOSYS, which the kernel remembers) are unchanged, and quiet.
+#[test]
+fn closing_syncing_and_seeking_files_log_nothing() {
+    use std::os::fd::AsRawFd;
+    let t = scratch();
+    let (src, img) = fixture_image(t.path());
+    for transport in ["dev", "auto"] {
+        let mp = t.path().join(format!("mp-{transport}"));
+        let log = t.path().join(format!("log-{transport}"));
+        std::fs::create_dir(&mp).unwrap();
+        run(Command::new(packfs_bin())
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp)
+            .args(["--transport", transport, "--log"])
+            .arg(&log));
+        let _gone = PackfsMountAt(&mp);
+        let f = std::fs::File::open(mp.join("small.txt")).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: lseek on a descriptor this test owns.
+        let at = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+        assert_eq!(at, 0, "{transport}");
+        drop(f);
+        std::fs::File::open(&mp).unwrap().sync_all().unwrap();
+        assert_eq!(
+            std::fs::read(mp.join("small.txt")).unwrap(),
+            std::fs::read(src.join("small.txt")).unwrap()
+        );
+        run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(!said.contains("Not Implemented"), "{transport}: {said}");
+    }
+}
