@@ -495,8 +495,9 @@ impl NativeImage {
         self.bytes_of(py, node, offset, len, &p)
     }
 
-    /// Up to `size` bytes of file `node` (from `open_file`) from `offset`;
-    /// `path` is for messages.
+    /// Exactly `size` bytes of file `node` from `offset`, where the caller
+    /// (`ImageFile`) has kept the read within the size `open_file` gave:
+    /// no lookup of the file's attributes per read. `path` is for messages.
     fn read_node<'py>(
         &self,
         py: Python<'py>,
@@ -506,10 +507,7 @@ impl NativeImage {
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let p = path_arg(path).unwrap_or_default();
-        let len = self
-            .call(py, |i| i.len_at(node, offset, size))
-            .map_err(|e| self.err(py, e, &p, Some(offset)))?;
-        self.bytes_of(py, node, offset, len, &p)
+        self.bytes_of(py, node, offset, size, &p)
     }
 
     /// Whole files, decoded in parallel on this image's read threads; the
