@@ -14,6 +14,7 @@
 //! nothing, touches no fresh pages, and the heap stops churning. The pool
 //! holds at most [`POOL_BYTES`]; anything beyond goes back to malloc.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Largest total capacity kept for reuse: enough for a burst of evictions
@@ -91,6 +92,7 @@ fn take_any(capacity: usize) -> Vec<u8> {
             return b;
         }
     }
+    ALLOCATED.fetch_add(1, Ordering::Relaxed);
     Vec::with_capacity(capacity)
 }
 
@@ -106,7 +108,47 @@ pub fn recycle(buf: Vec<u8>) {
     if p.bytes + cap <= POOL_BYTES {
         p.bytes += cap;
         p.classes[class(cap)].push(buf);
+    } else {
+        FREED.fetch_add(cap, Ordering::Relaxed);
     }
+}
+
+/// Bytes of block buffers given back to malloc since the last trim.
+static FREED: AtomicUsize = AtomicUsize::new(0);
+/// Block buffers newly allocated (not taken from the pool), ever.
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+/// Freed bytes that make a trim worth its cost (a walk of malloc's free
+/// lists, and page faults for whatever is allocated there again).
+pub const TRIM_AFTER: usize = 32 << 20;
+
+/// Starts a thread that hands free memory back to the kernel, for a
+/// long-running server (the mount daemon). glibc keeps freed space inside
+/// its arenas' heaps, so after a shuffled pass, whose cache fills with
+/// partly read blocks that then all leave, the daemon would hold its peak
+/// for good. Every `every` the thread trims (`malloc_trim`) when at least
+/// [`TRIM_AFTER`] bytes of block buffers were freed since the last trim and
+/// no new one was allocated since the last look: while blocks are still
+/// being decoded into new memory, a trim would only make them fault the
+/// same pages in again.
+pub fn spawn_trimmer(every: std::time::Duration) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("packfs-trim".into())
+        .spawn(move || {
+            let mut seen = ALLOCATED.load(Ordering::Relaxed);
+            loop {
+                std::thread::sleep(every);
+                let now = ALLOCATED.load(Ordering::Relaxed);
+                if now == seen && FREED.load(Ordering::Relaxed) >= TRIM_AFTER {
+                    FREED.store(0, Ordering::Relaxed);
+                    // SAFETY: malloc_trim only returns free pages of
+                    // malloc's own heaps.
+                    unsafe { libc::malloc_trim(0) };
+                }
+                seen = now;
+            }
+        })
+        .map(|_| ())
 }
 
 /// Bytes held for reuse now.

@@ -57,7 +57,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+/// Shards of a cache whose budget allows it: one lock per shard, so that
+/// threads loading different blocks seldom wait for each other.
 const SHARDS: usize = 16;
+/// Budget per shard below which a cache has fewer shards: each shard keeps
+/// at least the block it last loaded, so sixteen shards of a tiny budget
+/// would hold sixteen blocks (16 MiB of 1 MiB blocks under `--cache-size 1M`).
+const MIN_SHARD_BUDGET: usize = 4 << 20;
+
+/// Shards for a budget: 16, or fewer (at least 1) so that each has
+/// [`MIN_SHARD_BUDGET`].
+fn shards_for(budget_bytes: usize) -> usize {
+    (budget_bytes / MIN_SHARD_BUDGET).clamp(1, SHARDS)
+}
 
 /// Releases each shard remembers, so that readahead does not decode a
 /// block its reader has just served (module doc): 4,096 blocks in all,
@@ -248,7 +260,7 @@ impl BlockCache {
 impl Core {
     fn new(budget_bytes: usize) -> Self {
         Core {
-            shards: (0..SHARDS)
+            shards: (0..shards_for(budget_bytes))
                 .map(|_| {
                     Mutex::new(Shard {
                         lru: LruCache::unbounded(),
@@ -257,7 +269,7 @@ impl Core {
                     })
                 })
                 .collect(),
-            shard_budget: budget_bytes / SHARDS,
+            shard_budget: budget_bytes / shards_for(budget_bytes),
             budget: budget_bytes,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -292,7 +304,7 @@ impl Core {
     fn shard(&self, key: Key) -> &Mutex<Shard> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(h.finish() as usize) % self.shards.len()]
     }
 
     fn get_or_load<E>(
@@ -430,6 +442,23 @@ mod tests {
         assert_eq!(s.misses, 1000);
     }
 
+    /// Regression: under a budget of a few blocks, sixteen shards each kept
+    /// their last block, so `--cache-size 1M` held 16 blocks of 1 MiB.
+    #[test]
+    fn a_tiny_budget_holds_about_its_budget_whatever_the_block_size() {
+        // At most the budget, or one block when a block is larger.
+        for (block_size, most) in [(1 << 20, (1 << 20) + 4096), (128 << 10, 1 << 20)] {
+            let c = BlockCache::new(1 << 20);
+            for k in 0..100u64 {
+                c.get_or_load(k, || Ok::<_, ()>(block(block_size))).unwrap();
+            }
+            assert!(c.stats().bytes <= most, "{block_size}: {:?}", c.stats());
+        }
+        // A budget of 64 MiB or more keeps all sixteen shards.
+        assert_eq!(super::shards_for(64 << 20), 16);
+        assert_eq!(super::shards_for(8 << 20), 2);
+    }
+
     #[test]
     fn hit_does_not_reload() {
         let c = BlockCache::new(1 << 20);
@@ -533,7 +562,8 @@ mod tests {
     /// eviction of a block charged twice, or never, would break it).
     #[test]
     fn releases_racing_loads_and_evictions_keep_the_accounting() {
-        let c = Arc::new(BlockCache::new(16 * 8 * 1000));
+        // Small enough to evict (one shard at this budget).
+        let c = Arc::new(BlockCache::new(20_000));
         c.release_served(true);
         let threads: Vec<_> = (0..8u64)
             .map(|t| {

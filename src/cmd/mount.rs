@@ -281,7 +281,13 @@ pub fn run(args: MountArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         // thread that waits for it (see `serve`), never its default action
         // (terminate) in a thread that does not.
         super::stats::block_sigusr1();
+    } else {
+        // SIGUSR1's default action ends a process: a `kill -USR1` meant to
+        // ask a mount for its stats must not end one that writes none.
+        // SAFETY: setting a signal's disposition, before any thread starts.
+        unsafe { libc::signal(libc::SIGUSR1, libc::SIG_IGN) };
     }
+    crate::memory::limit_malloc_arenas();
     let target = daemon::Target {
         mountpoint: &plan.mountpoint,
         fsname: &plan.serve.fsname,
@@ -486,6 +492,9 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
             })
             .context("starting the profile preload")?;
     }
+    // Memory freed when blocks leave the cache goes back to the kernel.
+    mountfs::buffers::spawn_trimmer(std::time::Duration::from_secs(2))
+        .context("starting the memory trimmer")?;
     let served = std::sync::Arc::new(mountfs::transport::Shared::default());
     if let Some(path) = &plan.stats {
         super::stats::spawn_writer(path, fs.clone(), remote.clone(), served.clone())?;

@@ -1116,3 +1116,25 @@ fn closing_syncing_and_seeking_files_log_nothing() {
         assert!(!said.contains("Not Implemented"), "{transport}: {said}");
     }
 }
+
+/// Bug: `kill -USR1` (how a mount is asked for its `--stats`) killed a
+/// daemon mounted without `--stats`: SIGUSR1's default action ends a
+/// process. It is ignored there now.
+#[test]
+fn sigusr1_to_a_mount_without_stats_does_not_end_it() {
+    let t = scratch();
+    let (src, img) = fixture_image(t.path());
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    run(Command::new(packfs_bin()).arg("mount").arg(&img).arg(&mp));
+    let _gone = PackfsMountAt(&mp);
+    let pid = daemon_at(&mp).expect("no daemon for the mount");
+    signal("-USR1", pid);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(daemon_at(&mp), Some(pid), "the daemon ended");
+    assert_eq!(
+        std::fs::read(mp.join("small.txt")).unwrap(),
+        std::fs::read(src.join("small.txt")).unwrap()
+    );
+    run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+}
