@@ -13,7 +13,7 @@ use anyhow::bail;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 
 /// Called once by the server when the mount is usable.
 pub type Ready = Box<dyn FnOnce() + Send>;
@@ -43,8 +43,11 @@ pub fn run<T>(
     if foreground {
         let _watch = spawn_unmount_watcher(target)?;
         stop_on_signals(target)?;
-        let ready: Ready = Box::new(|| MOUNTED.store(true, SeqCst));
-        return serve(open()?, Some(ready));
+        let mp = std::fs::canonicalize(target.mountpoint)?;
+        let ready: Ready = Box::new(move || mounted_at(&mp));
+        let r = serve(open()?, Some(ready));
+        STATE.store(ENDING, SeqCst);
+        return r;
     }
     let (fds, pid) = pipe_and_fork()?;
     if pid > 0 {
@@ -129,9 +132,10 @@ fn daemon<T>(
     };
     let w = std::sync::Mutex::new(Some(w));
     let log = target.log.map(Path::to_path_buf);
+    let mp = std::fs::canonicalize(target.mountpoint).unwrap_or_default();
     let ready: Ready = Box::new(move || {
         if let Some(mut w) = w.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            MOUNTED.store(true, SeqCst);
+            mounted_at(&mp);
             let _ = w.write_all(b"ok");
             // Logs from now on would go to a terminal we no longer own:
             // to --log's file, or nowhere.
@@ -151,7 +155,9 @@ fn daemon<T>(
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; CLOEXEC keeps it out of
     // fusermount3, which would otherwise hold the pipe open.
     let err_fd = unsafe { libc::fcntl(pipe_fd, libc::F_DUPFD_CLOEXEC, 0) };
-    match serve(served, Some(ready)) {
+    let r = serve(served, Some(ready));
+    STATE.store(ENDING, SeqCst);
+    match r {
         Ok(code) => code,
         Err(e) => {
             if err_fd >= 0 {
@@ -164,9 +170,35 @@ fn daemon<T>(
     }
 }
 
-/// Set once the mount is usable: from then on SIGTERM, SIGINT or SIGHUP
-/// unmounts it (see [`stop_on_signals`]).
-static MOUNTED: AtomicBool = AtomicBool::new(false);
+/// Where the mount is in its life, for [`stop_on_signals`]: [`STARTING`]
+/// until it is usable, [`MOUNTED`] while served, [`ENDING`] once the server
+/// has returned (writing `--stats` and `--record-access`, then exiting).
+static STATE: AtomicU8 = AtomicU8::new(STARTING);
+const STARTING: u8 = 0;
+const MOUNTED: u8 = 1;
+const ENDING: u8 = 2;
+/// The mount's `MAJ:MIN` in the mount table once usable: what is mounted
+/// at the path has another when our mount is no longer there, and is then
+/// not ours to remove.
+static MOUNT_DEV: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Called by the [`Ready`] of both modes: records the mount's device from
+/// the mount table (`mp` is canonical). Not by a stat of the mountpoint:
+/// that is a FUSE request, which the daemon may not be able to answer yet
+/// (`fuser`'s session threads start after the ready call), and it would
+/// fill the kernel's attribute cache of the root.
+fn mounted_at(mp: &Path) {
+    if let Some(m) = crate::mountinfo::at_resolved(mp) {
+        *MOUNT_DEV.lock().unwrap_or_else(|p| p.into_inner()) = m.dev;
+    }
+    STATE.store(MOUNTED, SeqCst);
+}
+
+/// Whether the topmost mount at `mp` is still ours.
+fn still_ours(mp: &Path) -> bool {
+    let ours = MOUNT_DEV.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    crate::mountinfo::at_resolved(mp).is_some_and(|m| ours.is_empty() || m.dev == ours)
+}
 
 /// The signals that stop a mount: Slurm's at a job's end or cancel, a
 /// terminal's, a closed session's.
@@ -178,19 +210,28 @@ const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHU
 /// them detaches it (lazily: files still open through it are served until
 /// closed) and the server returns as after any unmount. Before the mount is
 /// usable, or at a second signal, the daemon exits at once with 128+N (the
-/// watcher removes a half-made mount). Must be called before any thread is
+/// watcher removes a half-made mount). A signal that arrives while the
+/// server is ending is left to the exit under way; one that finds another
+/// mount at the path (ours was detached already) unmounts nothing. A signal
+/// the caller ignores (`nohup`, a script's background job and SIGINT) stays
+/// ignored: it is not waited for. Must be called before any thread is
 /// started: the signals are blocked in this thread, every thread inherits
 /// that, and one thread waits for them. Processes the daemon starts do not
 /// inherit the mask (std's `Command` clears it).
 fn stop_on_signals(target: &Target) -> anyhow::Result<()> {
     let mp = std::fs::canonicalize(target.mountpoint)?;
-    // SAFETY: a sigset_t filled by sigemptyset/sigaddset before use; the
-    // mask change is this thread's (and its future threads').
+    // SAFETY: sigaction with a null new action only reads the current one;
+    // a sigset_t filled by sigemptyset/sigaddset before use; the mask
+    // change is this thread's (and its future threads').
     let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in STOP_SIGNALS {
-            libc::sigaddset(&mut set, s);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(s, std::ptr::null(), &mut old);
+            if old.sa_sigaction != libc::SIG_IGN {
+                libc::sigaddset(&mut set, s);
+            }
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
@@ -205,8 +246,19 @@ fn stop_on_signals(target: &Target) -> anyhow::Result<()> {
                 if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
                     return;
                 }
-                if detached || !MOUNTED.load(SeqCst) {
-                    std::process::exit(128 + sig);
+                match STATE.load(SeqCst) {
+                    ENDING => continue,
+                    MOUNTED if !detached => {}
+                    _ => std::process::exit(128 + sig),
+                }
+                detached = true;
+                if !still_ours(&mp) {
+                    log::info!(
+                        "{}: our mount at {} is gone already",
+                        signal_name(sig),
+                        mp.display()
+                    );
+                    continue;
                 }
                 log::info!("{}: unmounting {}", signal_name(sig), mp.display());
                 if let Err(e) = crate::fusermount::umount_lazy(&mp) {
@@ -217,7 +269,6 @@ fn stop_on_signals(target: &Target) -> anyhow::Result<()> {
                     );
                     std::process::exit(128 + sig);
                 }
-                detached = true;
             }
         })?;
     Ok(())

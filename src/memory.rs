@@ -36,12 +36,17 @@ pub fn limit() -> u64 {
 /// space, and RSS grew past the cache budget by that much per arena (with
 /// ZIP members' decoders, with the number of reader threads). Fewer arenas
 /// bound that; docs/BENCHMARKS.md ("Memory") has the measurements.
+/// Only glibc has arenas to cap (a static musl build has one allocator
+/// lock, no arenas).
 pub fn limit_malloc_arenas() {
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let arenas = cpus.clamp(2, 8) as libc::c_int;
-    // SAFETY: mallopt only sets an allocator parameter; called before any
-    // thread exists, so no arena is being chosen meanwhile.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
+    #[cfg(target_env = "gnu")]
+    {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let arenas = cpus.clamp(2, 8) as libc::c_int;
+        // SAFETY: mallopt only sets an allocator parameter; called before
+        // any thread exists, so no arena is being chosen meanwhile.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
+    }
 }
 
 /// The tightest limit named by `/proc/self/cgroup` (`cgroups`) under the

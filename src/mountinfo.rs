@@ -13,6 +13,9 @@ pub struct Mount {
     pub fstype: String,
     /// What is mounted (an image path, a device), as the table shows it.
     pub source: String,
+    /// `MAJ:MIN` of the mounted filesystem: a new mount at the same place
+    /// (of the same image, even) has another.
+    pub dev: String,
 }
 
 impl Mount {
@@ -24,10 +27,16 @@ impl Mount {
 /// The topmost mount at `path` (as given, made absolute without following
 /// a symlink in its last component), if any.
 pub fn at(path: &Path) -> Option<Mount> {
+    at_resolved(&resolve(path))
+}
+
+/// The topmost mount at `want`, an absolute path with no symlink in it,
+/// looked up without touching the path itself: a FUSE daemon asking about
+/// its own mountpoint must not send itself a request.
+pub fn at_resolved(want: &Path) -> Option<Mount> {
     // Bytes: one mountpoint anywhere that is not UTF-8 (any user's) must
     // not hide the whole table.
     let table = std::fs::read("/proc/self/mountinfo").ok()?;
-    let want = resolve(path);
     // Later lines are mounted later, on top of earlier ones.
     table
         .split(|&b| b == b'\n')
@@ -57,13 +66,16 @@ fn parse_line(line: &[u8]) -> Option<Mount> {
     use std::os::unix::ffi::OsStringExt;
     let sep = line.windows(3).position(|w| w == b" - ")?;
     let (head, tail) = (&line[..sep], &line[sep + 3..]);
-    let mountpoint = head.split(|&b| b == b' ').nth(4)?;
+    let mut fields = head.split(|&b| b == b' ');
+    let dev = fields.nth(2)?;
+    let mountpoint = fields.nth(1)?;
     let mut tail = tail.split(|&b| b == b' ');
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     Some(Mount {
         mountpoint: PathBuf::from(std::ffi::OsString::from_vec(unescape(mountpoint))),
         fstype: text(tail.next()?),
         source: text(&unescape(tail.next()?)),
+        dev: text(dev),
     })
 }
 
@@ -99,6 +111,7 @@ mod tests {
                 mountpoint: "/tmp/my mnt".into(),
                 fstype: "fuse.packfs".into(),
                 source: "packfs:/data/a b.sqfs".into(),
+                dev: "0:45".into(),
             })
         );
         assert!(parse_line(l.as_bytes()).unwrap().is_fuse());

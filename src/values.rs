@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-/// `pack --block-size`: a size (`128K`, `1M`), a power of two from 4K to 1M.
 /// `--endpoint`: a URL with a scheme and a host (refused here, with status
 /// 2, rather than when the first request is built).
 pub fn endpoint(s: &str) -> Result<String, String> {
@@ -17,6 +16,7 @@ pub fn endpoint(s: &str) -> Result<String, String> {
         })
 }
 
+/// `pack --block-size`: a size (`128K`, `1M`), a power of two from 4K to 1M.
 pub fn block_size(s: &str) -> Result<u64, String> {
     let n = packfs_bench::size::parse_size(s)?;
     if !n.is_power_of_two() || !(4096..=1 << 20).contains(&n) {

@@ -92,8 +92,13 @@ fn take_any(capacity: usize) -> Vec<u8> {
             return b;
         }
     }
-    ALLOCATED.fetch_add(1, Ordering::Relaxed);
     Vec::with_capacity(capacity)
+}
+
+/// Counts a block decoded (or read) into the cache, whatever its buffer:
+/// the trimmer waits for these to stop. Called by `cache::Block::new`.
+pub fn note_block() {
+    BLOCKS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Returns a buffer for reuse (or to malloc when the pool is full).
@@ -115,8 +120,8 @@ pub fn recycle(buf: Vec<u8>) {
 
 /// Bytes of block buffers given back to malloc since the last trim.
 static FREED: AtomicUsize = AtomicUsize::new(0);
-/// Block buffers newly allocated (not taken from the pool), ever.
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// Blocks made, ever ([`note_block`]).
+static BLOCKS: AtomicUsize = AtomicUsize::new(0);
 
 /// Freed bytes that make a trim worth its cost (a walk of malloc's free
 /// lists, and page faults for whatever is allocated there again).
@@ -128,22 +133,25 @@ pub const TRIM_AFTER: usize = 32 << 20;
 /// partly read blocks that then all leave, the daemon would hold its peak
 /// for good. Every `every` the thread trims (`malloc_trim`) when at least
 /// [`TRIM_AFTER`] bytes of block buffers were freed since the last trim and
-/// no new one was allocated since the last look: while blocks are still
-/// being decoded into new memory, a trim would only make them fault the
-/// same pages in again.
+/// no block was made since the last look: while blocks are still being
+/// decoded into new memory, a trim would only make them fault the same
+/// pages in again. Only glibc is trimmed (musl returns freed memory itself).
 pub fn spawn_trimmer(every: std::time::Duration) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("packfs-trim".into())
         .spawn(move || {
-            let mut seen = ALLOCATED.load(Ordering::Relaxed);
+            let mut seen = BLOCKS.load(Ordering::Relaxed);
             loop {
                 std::thread::sleep(every);
-                let now = ALLOCATED.load(Ordering::Relaxed);
+                let now = BLOCKS.load(Ordering::Relaxed);
                 if now == seen && FREED.load(Ordering::Relaxed) >= TRIM_AFTER {
                     FREED.store(0, Ordering::Relaxed);
+                    #[cfg(target_env = "gnu")]
                     // SAFETY: malloc_trim only returns free pages of
                     // malloc's own heaps.
-                    unsafe { libc::malloc_trim(0) };
+                    unsafe {
+                        libc::malloc_trim(0)
+                    };
                 }
                 seen = now;
             }

@@ -72,8 +72,9 @@ fn shards_for(budget_bytes: usize) -> usize {
 }
 
 /// Releases each shard remembers, so that readahead does not decode a
-/// block its reader has just served (module doc): 4,096 blocks in all,
-/// 512 MiB at the default block size, about a second of a cold pass.
+/// block its reader has just served (module doc): 4,096 blocks in all with
+/// 16 shards, 512 MiB at the default block size, about a second of a cold
+/// pass.
 pub const RECENT_RELEASES: usize = 256;
 
 /// How long after its release a block is left to readers (module doc):
@@ -96,6 +97,7 @@ pub struct Block {
 
 impl Block {
     pub fn new(data: Vec<u8>, next: u64) -> Block {
+        crate::buffers::note_block();
         Block {
             data,
             next,
@@ -432,9 +434,10 @@ mod tests {
 
     #[test]
     fn stays_within_budget() {
-        let c = BlockCache::new(16 * 100_000);
+        let c = BlockCache::new(16 << 20);
+        assert_eq!(c.core.shards.len(), 4);
         for k in 0..1000u64 {
-            c.get_or_load(k, || Ok::<_, ()>(block(10_000))).unwrap();
+            c.get_or_load(k, || Ok::<_, ()>(block(100_000))).unwrap();
         }
         let s = c.stats();
         assert!(s.bytes <= s.budget, "{s:?}");
@@ -562,8 +565,9 @@ mod tests {
     /// eviction of a block charged twice, or never, would break it).
     #[test]
     fn releases_racing_loads_and_evictions_keep_the_accounting() {
-        // Small enough to evict (one shard at this budget).
-        let c = Arc::new(BlockCache::new(20_000));
+        // Two shards, and more distinct blocks than the budget holds.
+        let c = Arc::new(BlockCache::new(8 << 20));
+        assert_eq!(c.core.shards.len(), 2);
         c.release_served(true);
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
@@ -574,7 +578,7 @@ mod tests {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        let key = x % 48;
+                        let key = x % 12_000;
                         let len = 500 + (key as usize * 37) % 1500;
                         let b = c
                             .get_or_load(key, || Ok::<_, ()>(Block::new(vec![key as u8; len], 0)))

@@ -411,7 +411,9 @@ pub fn pack_shards(
     let mine = which.clone();
     if only.is_some() {
         // A sibling that finished before this task began is caught here,
-        // before anything is written; one finishing meanwhile, after.
+        // before anything is written (with --force, only one whose sidecar
+        // is newer than this task: an older one is taken for a leftover);
+        // one finishing meanwhile, after.
         check_siblings(
             &manifest,
             &shards_dir,
@@ -820,6 +822,8 @@ fn check_shard(path: &Path, s: &packfs_format::shards::Shard) -> ShardCheck {
             blake3: h,
         },
         Ok(h) => bad(format!("blake3 {h}, the manifest says {}", s.blake3)),
+        // Without the path, which the line starts with already.
+        Err(PackError::Io { source, .. }) => bad(source.to_string()),
         Err(e) => bad(e.to_string()),
     }
 }

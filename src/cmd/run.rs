@@ -12,17 +12,27 @@ use std::sync::atomic::{AtomicI32, Ordering};
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 /// Passes a signal sent to `packfs run` on to the command, except one the
-/// kernel sent (a terminal's Ctrl-C, Ctrl-\ or hangup): that went to the
-/// whole foreground process group, the command included, and a second copy
+/// kernel sent to our whole process group with the command in it (a
+/// terminal's Ctrl-C or Ctrl-\): the command has its own copy, and a second
 /// would cut short a command that handles the first (a training loop that
-/// saves a checkpoint on Ctrl-C).
+/// saves a checkpoint on Ctrl-C). A command in a process group of its own
+/// (under `timeout`, `setsid`) gets the kernel's signals from us, and so
+/// does it a hangup when we lead the session (`srun --pty`, `ssh -t`): the
+/// kernel sends that to the leader alone.
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    if info.is_null() || unsafe { (*info).si_code } == libc::SI_KERNEL {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid <= 0 {
         return;
     }
-    let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0 {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler;
+    // getpgid, getpgrp, getsid and getpid are plain system calls.
+    let kernel_to_our_group = unsafe {
+        !info.is_null()
+            && (*info).si_code == libc::SI_KERNEL
+            && libc::getpgid(pid) == libc::getpgrp()
+            && !(sig == libc::SIGHUP && libc::getsid(0) == libc::getpid())
+    };
+    if !kernel_to_our_group {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
     }
@@ -80,6 +90,7 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
             )));
         }
     }
+    let stats_before = args.stats.as_deref().and_then(file_id);
     let mut done = Mounted::default();
     for spec in &args.mounts {
         if let Err(e) = mount_one(&exe, spec, args, remote, &mut done) {
@@ -120,10 +131,11 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         }
     }
     let status = child.wait();
-    let ended = std::time::SystemTime::now();
+    // Reaped: its pid may be anyone's now.
+    CHILD.store(0, Ordering::SeqCst);
     done.undo();
     if let Some(f) = &args.stats {
-        wait_for_stats(f, ended);
+        wait_for_stats(f, stats_before.as_ref());
     }
     let status = status.context("waiting for the command")?;
     use std::os::unix::process::ExitStatusExt;
@@ -243,16 +255,25 @@ fn mount_one(
     Ok(())
 }
 
-/// Waits (up to 10 s) for the daemon, unmounted at `ended` or later, to
-/// have written its `--stats` file, so that a script can read it as soon as
-/// `run` returns; a daemon that does not is warned about.
-fn wait_for_stats(file: &Path, ended: std::time::SystemTime) {
+/// The identity of a `--stats` file as it is now (device and inode; the
+/// daemon writes a new file and renames it over, so each write changes
+/// it), or None when there is none.
+fn file_id(file: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Waits (up to 10 s) for the mount's daemon to have written its
+/// `--stats` file since the run began (`before`: the file then), so that a
+/// script can read it as soon as `run` returns; a daemon that does not is
+/// warned about. By identity, not time: a daemon stopped with the job's
+/// SIGTERM may have written it before the command ended, and file times
+/// come from a coarse clock (a server's, on NFS).
+fn wait_for_stats(file: &Path, before: Option<&(u64, u64)>) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let written = std::fs::metadata(file)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t >= ended);
-        if written {
+        let now = file_id(file);
+        if now.is_some() && now.as_ref() != before {
             return;
         }
         if std::time::Instant::now() >= deadline {
