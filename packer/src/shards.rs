@@ -408,24 +408,25 @@ pub fn pack_shards(
     let manifest = spec.manifest_path();
     // The images and their sidecars are beside the template's first shard.
     let shards_dir = parent(&spec.image_path(0)).to_path_buf();
-    let mine = which.clone();
-    if only.is_some() {
-        // A sibling that finished before this task began is caught here,
-        // before anything is written (with --force, only one whose sidecar
-        // is newer than this task: an older one is taken for a leftover);
-        // one finishing meanwhile, after.
-        check_siblings(
+    // For a job-array task: a sibling that finished before this task
+    // began is caught before anything is written (with --force, only one
+    // whose sidecar is newer than this task: an older one is taken for a
+    // leftover); one finishing meanwhile, after.
+    let siblings = |packed| match only {
+        Some(_) => check_siblings(
             &manifest,
             &shards_dir,
             &split,
-            &mine,
+            &which,
             opts.force,
             begun,
-            false,
-        )?;
-    }
+            packed,
+        ),
+        None => Ok(()),
+    };
+    siblings(false)?;
     let mut out = Vec::new();
-    for (k, target) in which.into_iter().zip(targets) {
+    for (&k, target) in which.iter().zip(targets) {
         let sub = tree.subset(&keep_mask(&tree, &plan, k as usize));
         let tmp = target.create_temp()?;
         let summary = match spec.format {
@@ -456,17 +457,7 @@ pub fn pack_shards(
             manifest: None,
         });
     }
-    if only.is_some() {
-        check_siblings(
-            &manifest,
-            &shards_dir,
-            &split,
-            &mine,
-            opts.force,
-            begun,
-            true,
-        )?;
-    }
+    siblings(true)?;
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
     let wrote = match finalize_if_complete(&manifest, Some(&shards_dir), &split)? {

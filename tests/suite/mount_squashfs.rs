@@ -454,11 +454,7 @@ fn blocks_served_in_full_leave_the_cache_and_read_back_the_same() {
 #[test]
 fn run_passes_mount_options_and_its_stats_are_there_when_it_returns() {
     let t = scratch();
-    let src = t.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::write(src.join("f"), b"payload").unwrap();
-    let img = t.path().join("s.sqfs");
-    mksquashfs(&src, &img, &[]);
+    let img = one_file_image(t.path());
     let profile = t.path().join("profile");
     std::fs::write(&profile, "f\n").unwrap();
     let stats = t.path().join("stats.json");
@@ -486,12 +482,12 @@ fn run_passes_mount_options_and_its_stats_are_there_when_it_returns() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(out.stdout, b"payload");
+    assert_eq!(out.stdout, b"x");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).expect("no stats after run"))
             .unwrap();
     assert_eq!(v["transport"], "dev", "{v}");
-    assert_eq!(v["read_bytes"], 7, "{v}");
+    assert_eq!(v["read_bytes"], 1, "{v}");
     // One file of counters for one mount.
     let two = format!(
         "{spec} {}:{}",
