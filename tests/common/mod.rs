@@ -488,7 +488,18 @@ pub fn signal(sig: &str, pid: u32) {
 
 /// The pid of the `packfs mount` daemon serving `mountpoint`.
 pub fn daemon_pid(mountpoint: &Path) -> u32 {
+    daemon_of(mountpoint).unwrap_or_else(|| panic!("no daemon for {}", mountpoint.display()))
+}
+
+/// The pid of the `packfs mount` daemon serving `mountpoint`, if one runs.
+///
+/// Until it reports the mount ready, the daemon's parent (the command the
+/// caller ran, waiting for it) has the same command line; the daemon is the
+/// one of them that is no other's parent. Picking the waiter instead made a
+/// test signal a process that had just exited.
+pub fn daemon_of(mountpoint: &Path) -> Option<u32> {
     let want = mountpoint.as_os_str().as_encoded_bytes();
+    let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -498,10 +509,21 @@ pub fn daemon_pid(mountpoint: &Path) -> u32 {
         };
         let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
         if args.contains(&b"mount".as_slice()) && args.contains(&want) {
-            return pid;
+            found.push((pid, parent_pid(pid)));
         }
     }
-    panic!("no daemon for {}", mountpoint.display());
+    found
+        .iter()
+        .find(|(pid, _)| !found.iter().any(|(_, parent)| parent == &Some(*pid)))
+        .map(|(pid, _)| *pid)
+}
+
+/// `pid`'s parent, from /proc (`None` once it has exited).
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A process's anonymous RSS (heap, cache, buffers; not file pages), in kB.

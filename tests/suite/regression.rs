@@ -746,16 +746,6 @@ fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
 
 /// The pid of the `packfs mount` process serving at `mp` (as given on its
 /// command line), if one runs.
-fn daemon_at(mp: &Path) -> Option<u32> {
-    let mp = mp.as_os_str().as_encoded_bytes();
-    std::fs::read_dir("/proc").unwrap().flatten().find_map(|p| {
-        let c = std::fs::read(p.path().join("cmdline")).ok()?;
-        let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
-        (args.get(1) == Some(&&b"mount"[..]) && args.contains(&mp))
-            .then(|| p.file_name().to_str()?.parse().ok())?
-    })
-}
-
 fn listed_in_mounts(mp: &Path) -> bool {
     String::from_utf8_lossy(&std::fs::read("/proc/self/mounts").unwrap())
         .contains(mp.to_str().unwrap())
@@ -794,7 +784,7 @@ fn a_signalled_daemon_unmounts_and_writes_its_stats() {
             std::fs::read(mp.join("small.txt")).unwrap(),
             std::fs::read(src.join("small.txt")).unwrap()
         );
-        let pid = daemon_at(&mp).expect("no daemon found for the mount");
+        let pid = daemon_of(&mp).expect("no daemon found for the mount");
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
         assert_eq!(
             cwd,
@@ -803,7 +793,7 @@ fn a_signalled_daemon_unmounts_and_writes_its_stats() {
         );
         signal(sig, pid);
         assert!(
-            within_10s(|| daemon_at(&mp).is_none()),
+            within_10s(|| daemon_of(&mp).is_none()),
             "{sig}: the daemon is still running"
         );
         assert!(!listed_in_mounts(&mp), "{sig}: still mounted");
@@ -1082,7 +1072,7 @@ fn run_cancelled_with_its_daemon_cleans_up_without_warnings() {
         .spawn()
         .unwrap();
     assert!(within_10s(|| listed_in_mounts(&mp)), "never mounted");
-    let daemon = daemon_at(&mp).expect("no daemon for the mount");
+    let daemon = daemon_of(&mp).expect("no daemon for the mount");
     let sleeper = within_10s(|| {
         std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
             std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c.starts_with(b"sleep\x0030"))
@@ -1152,10 +1142,10 @@ fn sigusr1_to_a_mount_without_stats_does_not_end_it() {
     std::fs::create_dir(&mp).unwrap();
     run(Command::new(packfs_bin()).arg("mount").arg(&img).arg(&mp));
     let _gone = PackfsMountAt(&mp);
-    let pid = daemon_at(&mp).expect("no daemon for the mount");
+    let pid = daemon_of(&mp).expect("no daemon for the mount");
     signal("-USR1", pid);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(daemon_at(&mp), Some(pid), "the daemon ended");
+    assert_eq!(daemon_of(&mp), Some(pid), "the daemon ended");
     assert_eq!(
         std::fs::read(mp.join("small.txt")).unwrap(),
         std::fs::read(src.join("small.txt")).unwrap()
