@@ -180,6 +180,17 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["bytes"] += end - start - left
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up mid-answer (a cancelled or timed-out read)
+        # is normal; anything else is a bug in this script and is printed.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=".")
@@ -200,8 +211,7 @@ def main():
         status, _, count = a.fail.partition(":")
         Handler.fail_status = int(status)
         Handler.fail_count = int(count) if count else None
-    ThreadingHTTPServer.daemon_threads = True
-    srv = ThreadingHTTPServer((a.bind, a.port), Handler)
+    srv = Server((a.bind, a.port), Handler)
     print("PORT %d" % srv.server_address[1], flush=True)
     try:
         srv.serve_forever()
