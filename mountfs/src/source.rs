@@ -43,6 +43,37 @@ pub trait ImageSource: Send + Sync {
         self.read_at(off, &mut v)?;
         Ok(v)
     }
+    /// Which version of which file this source reads, for a source that
+    /// reads an open file (`None` for any other).
+    fn identity(&self) -> Option<FileIdentity> {
+        None
+    }
+}
+
+/// One version of one file, as `fstat` tells it: what is built from a
+/// file's bytes may be reused for another opening of the file only while
+/// all of these are the same. Any write to the file moves its change time,
+/// which no one can set back; a replaced file has another inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileIdentity {
+    pub fn of(meta: &std::fs::Metadata) -> FileIdentity {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
 }
 
 /// Lets a shared source be used where an owned one is expected.
@@ -56,6 +87,9 @@ impl<S: ImageSource + ?Sized> ImageSource for std::sync::Arc<S> {
     fn will_need(&self, off: u64, len: usize) {
         (**self).will_need(off, len)
     }
+    fn identity(&self) -> Option<FileIdentity> {
+        (**self).identity()
+    }
 }
 
 impl<S: ImageSource + ?Sized> ImageSource for Box<S> {
@@ -67,6 +101,9 @@ impl<S: ImageSource + ?Sized> ImageSource for Box<S> {
     }
     fn will_need(&self, off: u64, len: usize) {
         (**self).will_need(off, len)
+    }
+    fn identity(&self) -> Option<FileIdentity> {
+        (**self).identity()
     }
 }
 
@@ -245,6 +282,9 @@ impl ImageSource for FileSource {
             );
         }
     }
+    fn identity(&self) -> Option<FileIdentity> {
+        self.file.metadata().ok().map(|m| FileIdentity::of(&m))
+    }
 }
 
 /// The unit `FileSource` advises in. A hint names one block, often a small
@@ -350,6 +390,9 @@ impl<S: ImageSource> ImageSource for CountingSource<S> {
     }
     fn will_need(&self, off: u64, len: usize) {
         self.inner.will_need(off, len)
+    }
+    fn identity(&self) -> Option<FileIdentity> {
+        self.inner.identity()
     }
 }
 

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use std::mem::ManuallyDrop;
 use std::os::unix::ffi::OsStringExt;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The longest read handed to mountfs at once. A longer read is split, its
 /// pieces copied into one buffer of the whole length allocated first, so
@@ -43,9 +43,10 @@ struct Inner {
     location: String,
     storage: Arc<StorageCounters>,
     remote: Option<Arc<RemoteCounters>>,
-    /// Threads for `read_many`, made at its first call.
-    pool: OnceLock<std::result::Result<rayon::ThreadPool, String>>,
-    threads: usize,
+    /// This process's threads for opening the image and for `read_many`.
+    pool: std::result::Result<rayon::ThreadPool, String>,
+    /// A local ZIP image's index, for the processes this one forks.
+    zip_index: Option<open::ZipIndex>,
 }
 
 #[pyclass(frozen, module = "packfs._native", name = "Image")]
@@ -96,16 +97,20 @@ fn type_bits(kind: FileKind) -> u32 {
     kind.mode_bits()
 }
 
+/// The threads an image opens and reads (`read_many`) on, `threads` of
+/// them.
+fn read_pool(threads: usize) -> std::result::Result<rayon::ThreadPool, String> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("packfs-read-{i}"))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 impl Inner {
     fn read_pool(&self) -> Result<&rayon::ThreadPool> {
-        let pool = self.pool.get_or_init(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(self.threads.max(1))
-                .thread_name(|i| format!("packfs-read-{i}"))
-                .build()
-                .map_err(|e| e.to_string())
-        });
-        pool.as_ref()
+        self.pool
+            .as_ref()
             .map_err(|e| Error::Panic(format!("cannot start read threads: {e}")))
     }
 
@@ -334,7 +339,7 @@ impl NativeImage {
     /// `disk_cache_size` bytes, or half the free space there).
     #[new]
     #[pyo3(signature = (location, cache_size, range_cache, threads, profile=None, endpoint=None,
-                        disk_cache=None, disk_cache_size=None, remote_timeout=None))]
+                        disk_cache=None, disk_cache_size=None, remote_timeout=None, inherited=None))]
     #[allow(clippy::too_many_arguments)] // the keyword arguments of packfs.Image
     fn new(
         py: Python<'_>,
@@ -347,6 +352,7 @@ impl NativeImage {
         disk_cache: Option<&Bound<'_, PyAny>>,
         disk_cache_size: Option<u64>,
         remote_timeout: Option<f64>,
+        inherited: Option<PyRef<'_, NativeImage>>,
     ) -> PyResult<Self> {
         let timeout = remote_timeout
             .map(|s| {
@@ -374,11 +380,22 @@ impl NativeImage {
             endpoint,
             disk_cache,
             timeout,
+            // Read, never dropped or otherwise used: an image a fork
+            // inherited (see the module documentation).
+            zip_index: inherited.and_then(|i| i.inner.zip_index.clone()),
         };
+        // Opening runs on this image's own threads: indexing a ZIP sorts in
+        // parallel, and on rayon's global pool that sort waited forever in
+        // a forked child (a DataLoader worker) whose parent had started
+        // the pool, since a fork copies the pool but not its threads.
+        let pool = read_pool(threads);
         let opened = py
             .detach(|| {
                 let _call = Call::enter();
-                guarded(|| Ok(open::open(&path, &o)?))
+                let pool = pool
+                    .as_ref()
+                    .map_err(|e| Error::Panic(format!("cannot start read threads: {e}")))?;
+                guarded(|| pool.install(|| Ok(open::open(&path, &o)?)))
             })
             .map_err(|e| crate::errors::open_to_py(e, &location))?;
         Ok(NativeImage {
@@ -388,8 +405,8 @@ impl NativeImage {
                 location,
                 storage: opened.storage,
                 remote: opened.remote,
-                pool: OnceLock::new(),
-                threads,
+                pool,
+                zip_index: opened.zip_index,
             }),
         })
     }

@@ -8,13 +8,15 @@
 //! one shared set of counters instead. Format detection, the union, remote
 //! sources and the readers are mountfs's.
 
+use mountfs::cache::BlockCache;
 use mountfs::location::{self, ImageLocation};
 use mountfs::open::{open_manifest_bytes, AnyImage};
 use mountfs::readahead::StreamReadahead;
 use mountfs::remote::disk_cache::DiskCache;
 use mountfs::remote::{RemoteCounters, RemoteOptions};
-use mountfs::source::{open_image, ImageSource, IoMode};
+use mountfs::source::{open_image, FileIdentity, ImageSource, IoMode};
 use mountfs::union::{OnConflict, UnionOptions};
+use mountfs::zip::{index::Index, ZipFs};
 use mountfs::FsError;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -35,6 +37,33 @@ pub struct Options {
     /// How long a remote fetch may take, retries included (`None`: the
     /// command line's default).
     pub timeout: Option<std::time::Duration>,
+    /// The index of a ZIP image this process inherited (a forked
+    /// DataLoader worker's parent's), used if the file opened is still the
+    /// file it was built from.
+    pub zip_index: Option<ZipIndex>,
+}
+
+/// A local ZIP image's index and the version of the file it describes.
+///
+/// A ZIP's index (about 90 bytes an entry) is built from its central
+/// directory by each process that opens it. A forked child that opens the
+/// same, unchanged file again takes its parent's instead: the index is
+/// immutable, so its pages stay shared with the parent (copy-on-write,
+/// never written), and four forked DataLoader workers hold one index, not
+/// five.
+#[derive(Clone)]
+pub struct ZipIndex {
+    pub file: FileIdentity,
+    pub index: Arc<Index>,
+}
+
+impl std::fmt::Debug for ZipIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZipIndex")
+            .field("file", &self.file)
+            .field("nodes", &self.index.nodes.len())
+            .finish()
+    }
 }
 
 /// Reads that reached the image file or object source, summed over shards.
@@ -69,6 +98,8 @@ pub struct Opened {
     pub image: AnyImage,
     pub storage: Arc<StorageCounters>,
     pub remote: Option<Arc<RemoteCounters>>,
+    /// A local ZIP image's index, for a forked child's [`Options::zip_index`].
+    pub zip_index: Option<ZipIndex>,
 }
 
 /// Counted, then wrapped for stream readahead, as `AnyImage` opens images.
@@ -126,13 +157,31 @@ pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> 
                 image: AnyImage::Union(Box::new(u)),
                 storage,
                 remote: any_remote.then_some(counters),
+                zip_index: None,
             });
         }
     };
-    let image = AnyImage::from_source(wrap(opened.source, &storage), &opened.name, o.cache_bytes)?;
+    let file = opened.source.identity();
+    let src = wrap(opened.source, &storage);
+    let image = match (&o.zip_index, file) {
+        (Some(z), Some(file)) if z.file == file => AnyImage::Zip(ZipFs::with_index(
+            Arc::from(src),
+            Arc::new(BlockCache::new(o.cache_bytes)),
+            z.index.clone(),
+        )),
+        _ => AnyImage::from_source(src, &opened.name, o.cache_bytes)?,
+    };
+    let zip_index = match (&image, file) {
+        (AnyImage::Zip(z), Some(file)) => Some(ZipIndex {
+            file,
+            index: z.index(),
+        }),
+        _ => None,
+    };
     Ok(Opened {
         image,
         storage,
         remote: opened.remote,
+        zip_index,
     })
 }

@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -152,3 +153,66 @@ def test_an_image_opened_before_its_process_became_a_worker_takes_a_share(images
     with _as_worker(4):
         assert img.read("a/hello.txt") == b"hello world\n"
         assert img.stats()["cache_budget"] == 100 << 20
+
+
+def _private_kb() -> int:
+    """This process's private memory (its own pages, not shared ones), kB."""
+    with open("/proc/self/smaps_rollup") as f:
+        return sum(int(l.split()[1]) for l in f if l.startswith(("Private_Clean:", "Private_Dirty:")))
+
+
+def _many_entries_zip(path, n=150_000):
+    """A ZIP of ``n`` one-line members in 300 directories."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for i in range(n):
+            z.writestr(f"d{i % 300}/f{i}", b"%d" % i)
+    return path
+
+
+def _first_use_cost(img, name, q):
+    before = _private_kb()
+    data = img.read(name)  # opens the image in this process
+    q.put((_private_kb() - before, data))
+
+
+def _in_forked_child(img, name):
+    """(private kB the child's first read of ``name`` cost, its bytes)."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_first_use_cost, args=(img, name, q), daemon=True)
+    p.start()
+    try:
+        return q.get(timeout=60)
+    finally:
+        p.kill()
+        p.join(10)
+
+
+def test_a_forked_child_indexes_a_large_zip(tmp_path):
+    """Bug: indexing a ZIP of more than a few thousand entries sorts on
+    rayon's global pool; once a parent had indexed one, a forked child
+    (a DataLoader worker) that indexed one waited forever for the pool's
+    threads, which a fork does not copy."""
+    big = packfs.Image(_many_entries_zip(tmp_path / "a.zip", 20_000))
+    assert big.read("d7/f7") == b"7"
+    other = packfs.Image._lazy(str(_many_entries_zip(tmp_path / "b.zip", 20_000)), big._options)
+    _, data = _in_forked_child(other, "d9/f19509")
+    assert data == b"19509"
+
+
+def test_forked_workers_share_an_unchanged_zips_index(tmp_path):
+    """A ZIP's index (about 90 bytes an entry) was built again by every
+    forked DataLoader worker. A worker now takes its parent's, whose pages
+    stay shared, if the file is still the one the parent indexed; a file
+    written since (here, touched) is indexed again. The anchor is that
+    rebuild, in the same run."""
+    path = _many_entries_zip(tmp_path / "many.zip")
+    img = packfs.Image(path)
+    assert img.read("d7/f7") == b"7"
+    shared, data = _in_forked_child(img, "d9/f149709")
+    assert data == b"149709"
+    os.utime(path)  # a write would move the change time too
+    rebuilt, data = _in_forked_child(img, "d9/f149709")
+    assert data == b"149709"
+    assert rebuilt > 8_000, f"rebuilding the index cost only {rebuilt} kB"
+    assert shared < rebuilt * 0.3, f"shared {shared} kB, rebuilt {rebuilt} kB"

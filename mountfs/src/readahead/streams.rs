@@ -70,6 +70,9 @@ impl<S: ImageSource> ImageSource for StreamReadahead<S> {
         // the map did when this detector lived inside it.
         self.inner.will_need(from, (to - from) as usize);
     }
+    fn identity(&self) -> Option<crate::source::FileIdentity> {
+        self.inner.identity()
+    }
 }
 
 /// Continuations a stream needs before its hints are widened.

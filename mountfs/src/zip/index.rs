@@ -1,6 +1,6 @@
 //! The compact in-memory index of a ZIP archive's central directory.
 //!
-//! One fixed-size [`Node`] per entry (about 80 bytes), base names in one
+//! One fixed-size [`Node`] per entry (64 bytes), base names in one
 //! arena, and every directory's children as a range of one `u32` array
 //! sorted by name. Node index 0 is the root; node id = index + 1, so entry
 //! nodes start at id 2.
@@ -29,7 +29,6 @@ use crate::error::{FsError, Result};
 use crate::source::ImageSource;
 use packfs_format::zip::entry::{parse_central, CentralEntry};
 use packfs_format::zip::*;
-use std::sync::atomic::AtomicU64;
 
 mod layout;
 mod node;
@@ -322,7 +321,6 @@ fn entry_node(
         local_offset,
         csize: if is_dir { 0 } else { e.csize },
         size: if is_dir { 0 } else { e.size },
-        data_off: AtomicU64::new(0),
         mtime: entry_mtime(e),
         name_off: 0,
         parent: 0,

@@ -6,7 +6,7 @@
 //! **Index.** Opening reads the end records (EOCD, searched backwards over at
 //! most 65557 bytes; Zip64 locator and record when present) and walks the
 //! central directory once into a compact index (see [`index`]): one
-//! fixed-size node per entry (~80 bytes), base names in one arena, children
+//! fixed-size node per entry (64 bytes), base names in one arena, children
 //! as ranges of one sorted `u32` array. Node id = index + 1 (entries from 2,
 //! root = 1); `st_ino` = node id. Lookup is a binary search in the parent's
 //! children; a readdir cookie is 3 + the position in that range.
@@ -126,7 +126,16 @@ const MAX_LINK: u64 = 4096;
 pub struct ZipFs {
     src: Arc<dyn ImageSource>,
     cache: Arc<BlockCache>,
-    idx: Index,
+    /// Immutable once built, so processes and images may share one: a
+    /// forked child that opens the same file again reuses its parent's
+    /// (see [`ZipFs::with_index`]) instead of building its own copy.
+    idx: Arc<Index>,
+    /// Per node (same index as `idx.nodes`), what reading found out: the
+    /// member's data offset, from its local header (0 = not yet; data never
+    /// starts at 0), and the [`VERIFIED`] and [`CRC_BAD`] bits. Kept out of
+    /// the index so that reads never write to pages a forked process
+    /// shares.
+    state: Vec<AtomicU64>,
     cps: Checkpoints,
     /// Uncompressed bytes produced by member decoders (tests, benchmarks).
     decoded: AtomicU64,
@@ -191,14 +200,38 @@ impl ZipFs {
         // SAFETY: no preconditions.
         let owner = unsafe { (libc::getuid(), libc::getgid()) };
         let idx = Index::build(&*src, owner)?;
+        Ok(ZipFs::with_index(src, cache, Arc::new(idx)))
+    }
+
+    /// A reader of `src` over an index already built from the same bytes
+    /// (by [`ZipFs::index`] of another reader of the same, unchanged file):
+    /// no read of the central directory, and the index's memory shared.
+    /// What reads find out (data offsets, checked CRCs) stays this
+    /// reader's own.
+    pub fn with_index(src: Arc<dyn ImageSource>, cache: Arc<BlockCache>, idx: Arc<Index>) -> ZipFs {
         let cps = Checkpoints::new(default_checkpoint_budget(cache.budget()));
-        Ok(ZipFs {
+        // 8 bytes per node, this reader's own; the index stays shared.
+        let state = std::iter::repeat_with(|| AtomicU64::new(0))
+            .take(idx.nodes.len())
+            .collect();
+        ZipFs {
             src,
             cache,
             idx,
+            state,
             cps,
             decoded: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// The index, for [`ZipFs::with_index`].
+    pub fn index(&self) -> Arc<Index> {
+        self.idx.clone()
+    }
+
+    /// Node `i`'s [`ZipFs::state`] word.
+    fn state(&self, i: u32) -> &AtomicU64 {
+        &self.state[i as usize]
     }
 
     /// Replaces the checkpoint store by an empty one of `bytes` (0 disables
@@ -281,7 +314,7 @@ impl ZipFs {
 
     /// The member's data offset, from its local header (cached).
     fn data_off(&self, i: u32, n: &Node) -> Result<u64> {
-        let cached = n.data_off.load(Ordering::Acquire) & !(VERIFIED | CRC_BAD);
+        let cached = self.state(i).load(Ordering::Acquire) & !(VERIFIED | CRC_BAD);
         if cached != 0 {
             return Ok(cached);
         }
@@ -302,7 +335,7 @@ impl ZipFs {
                 n.size
             )));
         }
-        n.data_off.fetch_or(off, Ordering::AcqRel);
+        self.state(i).fetch_or(off, Ordering::AcqRel);
         Ok(off)
     }
 
@@ -488,7 +521,7 @@ impl ZipFs {
         if n.method == METHOD_STORED {
             let mut out = vec![0u8; (end - offset) as usize];
             self.src.read_at(h.data_off + offset, &mut out)?;
-            if n.data_off.load(Ordering::Acquire) & VERIFIED == 0 {
+            if self.state(h.node).load(Ordering::Acquire) & VERIFIED == 0 {
                 self.check_stored(h, n, offset, &out)?;
             }
             return Ok(out);
@@ -529,7 +562,7 @@ impl ZipFs {
     /// run ([`StoredCheck`]); fails the read that completes a run whose
     /// CRC-32 is not the archive's.
     fn check_stored(&self, h: &ZipFile, n: &Node, offset: u64, data: &[u8]) -> Result<()> {
-        if n.data_off.load(Ordering::Acquire) & CRC_BAD != 0 {
+        if self.state(h.node).load(Ordering::Acquire) & CRC_BAD != 0 {
             return Err(FsError::corrupt(format!(
                 "{}: CRC-32 mismatch (expected {:08x})",
                 self.path_of(h.node),
@@ -557,10 +590,10 @@ impl ZipFs {
         }
         let got = c.crc.take().map_or(0, |h| h.finalize());
         if got != n.crc {
-            n.data_off.fetch_or(CRC_BAD, Ordering::AcqRel);
+            self.state(h.node).fetch_or(CRC_BAD, Ordering::AcqRel);
             return Err(data::crc_mismatch(&self.path_of(h.node), n.crc, got));
         }
-        n.data_off.fetch_or(VERIFIED, Ordering::AcqRel);
+        self.state(h.node).fetch_or(VERIFIED, Ordering::AcqRel);
         Ok(())
     }
 
@@ -581,7 +614,7 @@ impl ZipFs {
         }
         if n.method == METHOD_STORED
             && n.size < SMALL
-            && n.data_off.load(Ordering::Acquire) & VERIFIED == 0
+            && self.state(i).load(Ordering::Acquire) & VERIFIED == 0
         {
             let data = self.src.read_vec(data_off, n.size as usize)?;
             let crc = crc32fast::hash(&data);
@@ -589,7 +622,7 @@ impl ZipFs {
             if crc != n.crc {
                 return Err(data::crc_mismatch(&self.path_of(i), n.crc, crc));
             }
-            n.data_off.fetch_or(VERIFIED, Ordering::AcqRel);
+            self.state(i).fetch_or(VERIFIED, Ordering::AcqRel);
         }
         Ok(ZipFile {
             node: i,

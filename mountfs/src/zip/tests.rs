@@ -955,3 +955,28 @@ fn random_reads_in_a_large_deflate_member() {
         );
     }
 }
+
+/// A reader over another's index (what a forked DataLoader worker gets
+/// from its parent) shares the index, reads every member as a reader of
+/// its own would, and keeps what its reads find out to itself: a member
+/// found damaged in one is checked again, and found damaged, in the other.
+#[test]
+fn a_reader_over_a_shared_index_reads_alone() {
+    let d = data(5, 3 << 20);
+    let mut bad = e("bad", &d);
+    bad.method = 0;
+    bad.bad_crc = true;
+    let img = zip(&[bad, e("dir/deflated", &d[..5000]), e("small", b"hi")]);
+    let first = open(img.clone(), 64 << 20).unwrap();
+    let src: Arc<dyn ImageSource> = Arc::new(MemSource(img));
+    let second = ZipFs::with_index(src, Arc::new(BlockCache::new(64 << 20)), first.index());
+    assert!(Arc::ptr_eq(&first.index(), &second.index()));
+    let (first, second) = (PackFs::new(first, 0, 0), PackFs::new(second, 0, 0));
+    assert!(matches!(cat(&first, "bad"), Err(FsError::Corrupt(_))));
+    assert_eq!(cat(&second, "dir/deflated").unwrap(), d[..5000]);
+    assert_eq!(cat(&second, "small").unwrap(), b"hi");
+    // Served unchecked out of order in the second, though the first knows.
+    let n = second.resolve(b"bad").unwrap().node;
+    assert_eq!(second.read(n, 1 << 20, 4096).unwrap(), d[1 << 20..][..4096]);
+    assert!(matches!(cat(&second, "bad"), Err(FsError::Corrupt(_))));
+}

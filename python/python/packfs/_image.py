@@ -149,6 +149,10 @@ class Image:
             self._options.get("disk_cache"),
             self._options.get("disk_cache_size"),
             self._options.get("remote_timeout"),
+            # A ZIP's index, built where this image was opened before (the
+            # parent of a forked worker), is taken over if the file is
+            # unchanged: its memory stays shared with that process.
+            None if opened is None else opened[1],
         )
         # One assignment: a thread reading `_opened` sees the old or the new pair.
         self._opened = (pid, native, workers)

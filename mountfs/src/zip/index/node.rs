@@ -1,22 +1,17 @@
 //! The index's node type, shared by the build phases (`index.rs`,
 //! `tree.rs`, `layout.rs`) so that none of them imports another's parent.
 
-use std::sync::atomic::AtomicU64;
-
 pub const S_IFMT: u32 = libc::S_IFMT;
 
-/// One node (72 bytes). Files and symlinks use the data fields; a
+/// One node (64 bytes). Files and symlinks use the data fields; a
 /// directory has no data, so its `csize` holds its children range in
 /// `Index::children` (start << 32 | len) and its `crc` its number of
 /// subdirectories (for nlink).
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Node {
     pub local_offset: u64,
     pub csize: u64,
     pub size: u64,
-    /// Resolved data offset (0 = not yet; data never starts at 0). Bit 63 is
-    /// set once a stored member's CRC has been verified.
-    pub data_off: AtomicU64,
     pub mtime: i64,
     pub name_off: u32,
     pub parent: u32,
@@ -40,7 +35,6 @@ impl Node {
             local_offset: 0,
             csize: 0,
             size: 0,
-            data_off: AtomicU64::new(0),
             mtime: i64::MIN,
             name_off: name.0,
             parent,

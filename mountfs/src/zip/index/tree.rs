@@ -3,7 +3,6 @@
 
 use super::node::{Node, Pending};
 use crate::error::{FsError, Result};
-use std::sync::atomic::AtomicU64;
 
 /// A pending entry's normalised path.
 fn path_of<'a>(p: &Pending, paths: &'a [u8]) -> &'a [u8] {
@@ -202,10 +201,7 @@ impl<'a> Walk<'a> {
             top.len as usize + 1
         }..];
         let dup = self.last.filter(|&l| self.path(l) == full).map(|l| l.node);
-        let mut node = Node {
-            data_off: AtomicU64::new(0),
-            ..p.node
-        };
+        let mut node = p.node;
         node.parent = top.node;
         let idx = match dup {
             Some(li) => {
