@@ -314,3 +314,27 @@ def test_a_missing_shard_is_named_with_its_manifest(tmp_path, packfs_bin):
     msg = str(e.value)
     assert f"shard 1 of {manifest}: " in msg and "s-1.sqfs" in msg, msg
     assert e.value.filename == str(manifest)
+
+
+def test_walk_stops_at_a_directory_listed_inside_itself(tmp_path):
+    """Bug: in a damaged image whose directory lists itself (one flipped
+    bit in a directory entry), ``walk`` descended forever, each level
+    slower. The repeated directory now goes to ``onerror`` as ELOOP."""
+    need_tool("mksquashfs")
+    tree = tmp_path / "tree"
+    (tree / "loopdirAAAA" / "childBBBB").mkdir(parents=True)
+    (tree / "loopdirAAAA" / "fileCCCC").write_text("hi")
+    img = tmp_path / "cycle.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(img), "-noI", "-noD", "-noF", "-noX",
+                    "-noappend", "-quiet", "-no-progress"], check=True)
+    b = bytearray(img.read_bytes())
+    # A directory entry starts with the u16 offset of its inode, 8 bytes
+    # before its name: the child's entry is pointed at its parent's inode.
+    parent, child = b.index(b"loopdirAAAA") - 8, b.index(b"childBBBB") - 8
+    b[child:child + 2] = b[parent:parent + 2]
+    img.write_bytes(bytes(b))
+    errors = []
+    walked = list(packfs.Image(img).walk(onerror=errors.append))
+    assert [w[0] for w in walked] == ["", "loopdirAAAA"]
+    assert [(e.errno, e.filename) for e in errors] == [(errno.ELOOP, "loopdirAAAA/childBBBB")]
+    assert "corrupt image" in str(errors[0]) and "cycle.sqfs" in str(errors[0])

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use mountfs::fs::{Attr, FileKind, PackFs};
 use mountfs::open::AnyImage;
 use packfs_bench::size::human;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -203,10 +203,14 @@ pub fn ls(
         top = rest;
     }
     let mut stack = vec![(top.to_vec(), at)];
+    let mut walked = Walked::default();
     while let Some((dir, a)) = stack.pop() {
         if a.kind != FileKind::Dir {
             print_entry(&fs, &mut out, &dir, &a, long)?;
             continue;
+        }
+        if recursive {
+            walked.enter(image, &a, Path::new(OsStr::from_bytes(&dir)))?;
         }
         let entries = fs.list(a.node)?;
         let mut subdirs = Vec::new();
@@ -223,6 +227,27 @@ pub fn ls(
     }
     out.flush()?;
     Ok(0)
+}
+
+/// The directories a walk of the image has entered. Each is entered once:
+/// a directory has one parent, so one met again is listed inside itself
+/// or inside its own subtree, which only a damaged image does, and a walk
+/// that followed it would never end.
+#[derive(Default)]
+struct Walked(HashSet<u64>);
+
+impl Walked {
+    fn enter(&mut self, image: &Path, dir: &Attr, path: &Path) -> anyhow::Result<()> {
+        if !self.0.insert(dir.node) {
+            let path = path.strip_prefix("/").unwrap_or(path);
+            bail!(
+                "{}: {}: corrupt image: a directory listed inside itself (a directory cycle)",
+                image.display(),
+                path.display()
+            );
+        }
+        Ok(())
+    }
 }
 
 fn print_entry(
@@ -428,6 +453,21 @@ impl SparseWriter {
     }
 }
 
+/// The error of creating `p`: a name extraction already made means the
+/// directory lists it twice (every entry is created new, in an empty
+/// output directory), which is the image's fault, not the output's.
+fn exists_twice(image: &Path, output: &Path, p: &Path, e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::AlreadyExists {
+        let within = p.strip_prefix(output).unwrap_or(p);
+        return anyhow::anyhow!(
+            "{}: {}: corrupt image: the directory lists this name twice",
+            image.display(),
+            within.display()
+        );
+    }
+    anyhow::Error::new(e).context(p.display().to_string())
+}
+
 pub fn extract(
     image: &Path,
     path: &Path,
@@ -478,13 +518,17 @@ fn extract_into(
     let mut dirs = vec![(output.to_path_buf(), top.clone())];
     let mut stack = vec![(output.to_path_buf(), top)];
     let (mut files, mut bytes) = (0u64, 0u64);
+    let mut walked = Walked::default();
     while let Some((dir, a)) = stack.pop() {
+        let within = dir.strip_prefix(output).unwrap_or(&dir);
+        walked.enter(image, &a, within)?;
         for e in fs.list(a.node).map_err(in_image)? {
             let p = dir.join(OsStr::from_bytes(&e.name));
             let attr = fs.getattr(e.node).map_err(in_image)?;
             if attr.kind != FileKind::Dir && attr.nlink > 1 {
                 if let Some(first) = links.get(&attr.node) {
                     std::fs::hard_link(first, &p)
+                        .map_err(|e| exists_twice(image, output, &p, e))
                         .with_context(|| format!("{}: hard link", p.display()))?;
                     continue;
                 }
@@ -492,15 +536,17 @@ fn extract_into(
             }
             match attr.kind {
                 FileKind::Dir => {
-                    std::fs::create_dir(&p).with_context(|| p.display().to_string())?;
+                    std::fs::create_dir(&p).map_err(|e| exists_twice(image, output, &p, e))?;
                     dirs.push((p.clone(), attr.clone()));
                     stack.push((p, attr));
                     continue;
                 }
                 FileKind::File => {
-                    let mut f = SparseWriter::new(
-                        std::fs::File::create(&p).with_context(|| p.display().to_string())?,
-                    );
+                    // Never through what is there: a damaged image may list
+                    // a name twice, first as a symlink to anywhere.
+                    let created = std::fs::File::create_new(&p)
+                        .map_err(|e| exists_twice(image, output, &p, e))?;
+                    let mut f = SparseWriter::new(created);
                     let mut wrote = Ok(());
                     let copied = fs
                         .read_all(attr.node, |b| {
@@ -527,7 +573,7 @@ fn extract_into(
                 FileKind::Symlink => {
                     let t = fs.readlink(attr.node).map_err(in_image)?;
                     std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
-                        .with_context(|| p.display().to_string())?;
+                        .map_err(|e| exists_twice(image, output, &p, e))?;
                 }
                 FileKind::BlockDevice
                 | FileKind::CharDevice

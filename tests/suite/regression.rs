@@ -1188,3 +1188,109 @@ fn a_signal_the_caller_ignores_does_not_unmount() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(!listed_in_mounts(&mp));
 }
+
+/// An image by mksquashfs of `src` with every table stored raw, edited by
+/// `edit` (names and directory entries are then plain bytes to change).
+fn edited_raw_image(src: &Path, img: &Path, edit: impl FnOnce(&mut Vec<u8>)) {
+    mksquashfs(src, img, &["-noI", "-noD", "-noF", "-noX"]);
+    let mut b = std::fs::read(img).unwrap();
+    edit(&mut b);
+    std::fs::write(img, b).unwrap();
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len())
+        .position(|w| w == needle)
+        .expect("name in the image")
+}
+
+/// Bug: a damaged image that lists a name twice, first as a symlink to a
+/// file outside the output directory and then as a file, made `extract`
+/// write the file's bytes through the link: anywhere, run as root. Every
+/// entry is now created new, and the name met twice is the image's error.
+#[test]
+fn extract_never_writes_through_a_name_listed_twice() {
+    let t = scratch();
+    let (src, outside) = (t.path().join("tree"), t.path().join("outside"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let victim = outside.join("victim");
+    std::fs::write(&victim, "original").unwrap();
+    std::os::unix::fs::symlink(&victim, src.join("zzzzzzzzzzzz0")).unwrap();
+    std::fs::write(src.join("zzzzzzzzzzzz1"), "from the image").unwrap();
+    let img = t.path().join("dup.sqfs");
+    edited_raw_image(&src, &img, |b| {
+        let at = find(b, b"zzzzzzzzzzzz1");
+        b[at + 12] = b'0';
+    });
+    let out = Command::new(packfs_bin())
+        .arg("extract")
+        .arg(&img)
+        .arg("-o")
+        .arg(t.path().join("out"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains(&format!(
+            "{}: zzzzzzzzzzzz0: corrupt image: the directory lists this name twice",
+            img.display()
+        )),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original");
+}
+
+/// Bug: a damaged image whose directory lists itself (one bit flipped in
+/// a directory entry does it) sent `ls -R` into endless output and made
+/// `extract` nest directories until the path was too long, blaming the
+/// output ("file name too long"). Both now stop at the cycle, naming it.
+#[test]
+fn a_directory_listed_inside_itself_ends_ls_and_extract_with_an_error() {
+    let t = scratch();
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(src.join("loopdirAAAA/childBBBB")).unwrap();
+    std::fs::write(src.join("loopdirAAAA/fileCCCC"), "hi").unwrap();
+    let img = t.path().join("cycle.sqfs");
+    // A directory entry starts with the u16 offset of its inode, 8 bytes
+    // before its name: the child's entry is pointed at its parent's inode.
+    edited_raw_image(&src, &img, |b| {
+        let parent = find(b, b"loopdirAAAA") - 8;
+        let child = find(b, b"childBBBB") - 8;
+        let at = [b[parent], b[parent + 1]];
+        b[child..child + 2].copy_from_slice(&at);
+    });
+    let bounded = |args: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(packfs_bin())
+            .args(args)
+            .arg(&img)
+            .args(if args[0] == "extract" {
+                vec!["-o".to_string(), t.path().join("out").display().to_string()]
+            } else {
+                vec![]
+            })
+            .output()
+            .unwrap();
+        assert!(
+            out.stdout.len() < 4096,
+            "{} bytes of output",
+            out.stdout.len()
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let want = format!(
+        "{}: loopdirAAAA/childBBBB: corrupt image: a directory listed inside itself",
+        img.display()
+    );
+    for args in [&["ls", "-R"][..], &["extract"]] {
+        let (code, e) = bounded(args);
+        assert_eq!(code, Some(1), "{args:?}: {e}");
+        assert!(e.contains(&want), "{args:?}: {e}");
+    }
+}

@@ -316,6 +316,16 @@ class Image:
         """``os.walk`` over the image: ``(dirpath, dirnames, filenames)``."""
         top = os.fspath(top)
         stack: list = [top]
+        # Directories entered, by inode number: in a sound image a
+        # directory has one parent, so one met again (not through a link)
+        # is listed inside its own subtree, a damaged image that would
+        # keep the walk going forever.
+        entered: set = set()
+        if not followlinks:
+            try:
+                entered.add(self.stat(top).st_ino)
+            except OSError:
+                pass  # said by the listing of top, below
         while stack:
             item = stack.pop()
             if isinstance(item, tuple):  # bottom-up: yield after the children
@@ -345,8 +355,26 @@ class Image:
                 stack.append((item, dirs, files))
             # As os.walk: after a top-down yield, what the caller left in (or
             # put into) `dirs`; a name that is no directory ends in onerror.
+            entry = {e.name: e for e in entries}
             for d in reversed([d for d in dirs if d not in links]):
-                stack.append(_join(item, d))
+                path = _join(item, d)
+                e = entry.get(d)
+                # The inode's own number, not the listing's: a damaged
+                # listing may name one inode and point at another.
+                try:
+                    ino = None if e is None or followlinks else e.stat(follow_symlinks=False).st_ino
+                except OSError as err:
+                    if onerror is not None:
+                        onerror(err)
+                    continue
+                if ino is not None:
+                    if ino in entered:
+                        if onerror is not None:
+                            onerror(OSError(errno.ELOOP, f"{self._location}: corrupt image: "
+                                            "a directory listed inside itself", path))
+                        continue
+                    entered.add(ino)
+                stack.append(path)
 
 
 def _stat_result(t: tuple, blksize: int) -> os.stat_result:
