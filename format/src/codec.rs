@@ -174,18 +174,13 @@ pub fn decompress(
             }
         }
         Compressor::Lzo => {
-            // lzokay-native can panic (arithmetic overflow) on corrupt input;
-            // a bad block must become an error, never take the daemon down.
-            let v = std::panic::catch_unwind(|| lzokay_native::decompress_all(input, Some(limit)))
-                .map_err(|_| corrupt(codec, "decoder rejected the stream"))?
-                .map_err(|e| corrupt(codec, format!("{e:?}")))?;
-            if v.len() > limit {
-                return Err(CodecError::TooLarge {
+            crate::lzo::decompress(input, limit, out).map_err(|e| match e {
+                crate::lzo::LzoError::TooLong { limit } => CodecError::TooLarge {
                     codec: codec.name(),
                     limit,
-                });
-            }
-            *out = v;
+                },
+                e => corrupt(codec, e),
+            })?;
         }
     }
     Ok(())

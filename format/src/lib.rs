@@ -22,6 +22,7 @@
 pub mod bytes;
 pub mod codec;
 mod error;
+pub mod lzo;
 pub mod shards;
 pub mod squashfs;
 pub mod zip;
