@@ -80,7 +80,7 @@ impl RemoteArgs {
             range_size: self.range_size,
             cache_bytes: self
                 .range_cache
-                .unwrap_or_else(|| default_range_cache(crate::memory::limit(), self.range_size)),
+                .unwrap_or_else(|| default_range_cache(mountfs::memory::limit(), self.range_size)),
             timeout: std::time::Duration::from_secs(self.remote_timeout),
             ..Default::default()
         }

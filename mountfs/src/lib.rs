@@ -12,6 +12,7 @@ pub mod fs;
 pub mod fuse;
 pub mod image;
 pub mod location;
+pub mod memory;
 pub mod open;
 #[cfg(feature = "fuse")]
 pub mod ops;

@@ -17,6 +17,13 @@ mod open;
 
 use pyo3::prelude::*;
 
+/// Bytes this process may use: RAM, or the tightest cgroup limit (v2 or
+/// v1) of a Slurm job or container, as `packfs mount` computes it.
+#[pyfunction]
+fn memory_limit() -> u64 {
+    mountfs::memory::limit()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<image::NativeImage>()?;
@@ -24,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "NotAnImageError",
         m.py().get_type::<errors::NotAnImageError>(),
     )?;
+    m.add_function(wrap_pyfunction!(memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(fork::before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork_in_parent, m)?)?;
     m.add_function(wrap_pyfunction!(fork::after_fork_in_child, m)?)?;

@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 import packfs
+from conftest import need
 
 
 def test_importing_packfs_imports_no_torch():
@@ -216,3 +217,52 @@ def test_forked_workers_share_an_unchanged_zips_index(tmp_path):
     assert data == b"149709"
     assert rebuilt > 8_000, f"rebuilding the index cost only {rebuilt} kB"
     assert shared < rebuilt * 0.3, f"shared {shared} kB, rebuilt {rebuilt} kB"
+
+
+def _memory_cgroup(tmp_name: str, limit: int):
+    """A memory cgroup limited to ``limit`` bytes (v1 where this machine
+    mounts the v1 memory controller, else v2), as a path to write pids to;
+    the caller removes it."""
+    v1 = "/sys/fs/cgroup/memory"
+    if os.path.isdir(v1):
+        cg = os.path.join(v1, tmp_name)
+        os.mkdir(cg)
+        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        return cg
+    cg = os.path.join("/sys/fs/cgroup", tmp_name)
+    os.mkdir(cg)
+    with open(os.path.join(cg, "memory.max"), "w") as f:
+        f.write(str(limit))
+    return cg
+
+
+def test_default_budgets_follow_a_cgroup_memory_limit(images):
+    """Bug: the package read only cgroup v2's ``memory.max``, so in a job
+    limited by a v1 memory cgroup (this machine's kind) its default caches
+    were sized from the node's RAM: a 4 GiB job on a large node got 1 GiB
+    of block cache and up to 8 GiB of range cache. It now asks the code
+    ``packfs mount`` sizes its defaults with."""
+    need(os.geteuid() == 0, "making a memory cgroup needs root")
+    name = f"packfs-test-{os.getpid()}"
+    try:
+        cg = _memory_cgroup(name, 1 << 30)
+    except OSError as e:
+        need(False, f"cannot make a memory cgroup: {e}")
+    script = (
+        "import sys, packfs\n"
+        "sys.stdin.readline()\n"  # moved into the cgroup meanwhile
+        f"print(packfs.Image({str(images['packfs-sqfs'][0])!r}).stats()['cache_budget'])\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(p.pid))
+        out, _ = p.communicate("go\n", timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+        os.rmdir(cg)
+    # An eighth of the limit, within the 64 MiB to 1 GiB the default keeps.
+    assert int(out) == (1 << 30) // 8

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from . import _native
+
 MIB = 1 << 20
 #: Smallest decoded-block cache one process gets: metadata blocks of a
 #: large directory and a few data blocks stay cached.
@@ -22,36 +24,11 @@ MIN_RANGE_CACHE = 8 * MIB
 
 
 def memory_limit() -> int:
-    """Bytes this process may use: RAM, or the tighter cgroup v2 limit (a
-    Slurm job's or a container's), as ``packfs mount`` computes it."""
-    try:
-        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        ram = 8 << 30
-    limit = ram
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3 or parts[1] != "":
-            continue
-        rel = parts[2].strip("/")
-        # The cgroup and each of its ancestors.
-        while True:
-            try:
-                with open(os.path.join("/sys/fs/cgroup", rel, "memory.max")) as f:
-                    v = f.read().strip()
-                if v.isdigit():
-                    limit = min(limit, int(v))
-            except OSError:
-                pass
-            if not rel:
-                break
-            rel = os.path.dirname(rel)
-    return limit
+    """Bytes this process may use: RAM, or the tighter cgroup limit (v2
+    ``memory.max`` of the cgroup and its ancestors, v1
+    ``memory.limit_in_bytes``) of a Slurm job or a container: what
+    ``packfs mount`` computes, by the same code."""
+    return _native.memory_limit()
 
 
 def default_cache_size() -> int:
