@@ -17,8 +17,11 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 
+// Named as `packfs` exports it: pickle finds a class by its module and
+// name, and an error a DataLoader worker cannot pickle never reaches the
+// main process, which then waits for it forever.
 pyo3::create_exception!(
-    _native,
+    packfs,
     NotAnImageError,
     PyOSError,
     "The file or object is not a SquashFS or ZIP image packfs can read (or is damaged where the format starts)."

@@ -338,3 +338,24 @@ def test_walk_stops_at_a_directory_listed_inside_itself(tmp_path):
     assert [w[0] for w in walked] == ["", "loopdirAAAA"]
     assert [(e.errno, e.filename) for e in errors] == [(errno.ELOOP, "loopdirAAAA/childBBBB")]
     assert "corrupt image" in str(errors[0]) and "cycle.sqfs" in str(errors[0])
+
+
+def test_errors_pickle_as_they_are(tmp_path):
+    """Bug: ``NotAnImageError`` named a module ``_native`` no one can import,
+    so it did not pickle: a DataLoader worker that met it (its image
+    overwritten by something else) could not send it, and the main process
+    waited forever. Every error the package raises must cross a process."""
+    import pickle
+
+    bad = tmp_path / "not.sqfs"
+    bad.write_bytes(b"not an image any more" * 10)
+    raised = []
+    for call in (lambda: packfs.Image(bad), lambda: packfs.Image(tmp_path / "missing.sqfs")):
+        with pytest.raises(OSError) as e:
+            call()
+        raised.append(e.value)
+    assert isinstance(raised[0], packfs.NotAnImageError)
+    for err in raised:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err)
+        assert (back.errno, back.strerror, back.filename) == (err.errno, err.strerror, err.filename)
