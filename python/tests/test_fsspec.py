@@ -159,3 +159,27 @@ def test_two_images_of_one_file_get_their_own_filesystems(images):
     assert fb.image is b
     assert fb.cat_file("a/hello.txt") == b"hello world\n"
     assert fa is not fb
+
+
+def test_a_relative_image_path_means_the_working_directorys_image(packfs_bin, tmp_path):
+    """Bug: fsspec returns one instance per set of constructor arguments,
+    so ``fo="data.sqfs"`` after a ``chdir`` gave the previous directory's
+    image, and a pickled filesystem (a spawned worker's) opened the path
+    in the worker's own working directory."""
+    for name in ("one", "two"):
+        tree = tmp_path / name / "tree"
+        tree.mkdir(parents=True)
+        (tree / f"{name}.txt").write_text(name)
+        pack(packfs_bin, tree, tmp_path / name / "data.sqfs")
+    was = os.getcwd()
+    try:
+        os.chdir(tmp_path / "one")
+        one = fsspec.filesystem("packfs", fo="data.sqfs")
+        os.chdir(tmp_path / "two")
+        two = fsspec.filesystem("packfs", fo="data.sqfs")
+        assert one.ls("", detail=False) == ["one.txt"]
+        assert two.ls("", detail=False) == ["two.txt"]
+        copy = pickle.loads(pickle.dumps(one))
+        assert copy.cat("one.txt") == b"one"
+    finally:
+        os.chdir(was)

@@ -73,7 +73,37 @@ def _remote_options(target_options: dict | None) -> dict:
     return out
 
 
-class PackFileSystem(AbstractFileSystem):
+def _absolute(fo: Any, target_protocol: str | None) -> Any:
+    """A relative local image path, joined to the working directory."""
+    if target_protocol not in _LOCAL or not isinstance(fo, (str, bytes, os.PathLike)):
+        return fo
+    path = os.fsdecode(os.fspath(fo))
+    if not path or "://" in path or os.path.isabs(path):
+        return fo
+    return os.path.join(os.getcwd(), path)
+
+
+class _AbsoluteImagePath(type(AbstractFileSystem)):  # type: ignore[misc]
+    """fsspec's metaclass, with a relative ``fo`` made absolute first.
+
+    fsspec hands out one instance per set of constructor arguments and
+    pickles an instance as those arguments. With ``fo="data.sqfs"`` both
+    meant the first image opened: after a ``chdir``, the same arguments
+    returned the old directory's image, and a spawned worker unpickled
+    them in its own working directory. An absolute path names one file
+    wherever it is used, as :class:`packfs.Image` makes it.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any):
+        target = kwargs.get("target_protocol", args[2] if len(args) > 2 else None)
+        if args:
+            args = (_absolute(args[0], target), *args[1:])
+        elif "fo" in kwargs:
+            kwargs["fo"] = _absolute(kwargs["fo"], target)
+        return super().__call__(*args, **kwargs)
+
+
+class PackFileSystem(AbstractFileSystem, metaclass=_AbsoluteImagePath):
     """The files inside one packfs image (SquashFS, ZIP or shard manifest),
     read-only. ``fo`` is the image location or an open :class:`packfs.Image`;
     ``cache_size``, ``range_cache``, ``profile``, ``endpoint``, ``disk_cache``,
