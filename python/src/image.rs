@@ -29,10 +29,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// The longest read handed to mountfs at once. A longer read is split, its
-/// pieces copied into one buffer of the whole length allocated first, so
-/// that it costs the result plus one piece, and a length larger than memory
-/// raises `MemoryError` instead of aborting the interpreter.
-const CHUNK: u64 = 64 << 20;
+/// pieces copied into one buffer of the whole length allocated first (a
+/// failure there is `MemoryError`), so that it costs the result plus one
+/// piece. A piece is allocated inside mountfs, where running out of memory
+/// aborts the process: pieces are small so that an address-space limit
+/// (`ulimit -v`) that leaves room for the result leaves room for them too.
+const CHUNK: u64 = 4 << 20;
 
 /// What one process holds of an opened image.
 struct Inner {

@@ -359,3 +359,46 @@ def test_errors_pickle_as_they_are(tmp_path):
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err)
         assert (back.errno, back.strerror, back.filename) == (err.errno, err.strerror, err.filename)
+
+
+_UNDER_A_LIMIT = r"""
+import packfs, resource, sys
+img = packfs.Image(sys.argv[1], cache_size=8 << 20)
+img.read("small.txt")
+def vm():
+    for l in open("/proc/self/status"):
+        if l.startswith("VmSize"):
+            return int(l.split()[1]) * 1024
+lim = vm() + int(sys.argv[2]) * (1 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+ops = {
+    "read": lambda: img.read("huge.bin"),
+    "read_range": lambda: img.read_range("huge.bin", 0, 70_000_000),
+    "read_many": lambda: img.read_many(["huge.bin"])[0],
+    "open_read": lambda: img.open("huge.bin").read(),
+    "raw_read": lambda: img.open("huge.bin", buffering=0).read(),
+}
+try:
+    print(len(ops[sys.argv[3]]()))
+except MemoryError:
+    print("MemoryError")
+"""
+
+
+def test_large_reads_under_an_address_space_limit_raise_memory_error(packfs_bin, tmp_path):
+    """Bug: under ``ulimit -v`` (which some clusters set), reading a 70 MB
+    file aborted the interpreter (SIGABRT) when the limit left room for the
+    result but not for the 64 MiB pieces mountfs was asked for, whose
+    allocation cannot fail gracefully. Pieces are small now: every read
+    returns the file or raises ``MemoryError``."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "small.txt").write_text("x")
+    (tree / "huge.bin").write_bytes(b"".join(b"%09d\n" % i for i in range(7_000_000)))
+    img = pack(packfs_bin, tree, tmp_path / "img.sqfs")
+    for headroom in (30, 100, 200):
+        for op in ("read", "read_range", "read_many", "open_read", "raw_read"):
+            r = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, str(img), str(headroom), op],
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, f"+{headroom} MiB {op}: exit {r.returncode}: {r.stderr[-500:]}"
+            assert r.stdout.strip() in ("70000000", "MemoryError"), (headroom, op, r.stdout)
