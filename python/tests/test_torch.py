@@ -4,6 +4,7 @@ start method, and persistent workers."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -86,3 +87,29 @@ def test_pil_loader_decodes_images_from_an_image(tmp_path, packfs_bin):
     got = sorted((ds[i][0].size, ds[i][0].mode, ds[i][0].getpixel((0, 0))) for i in range(len(ds)))
     assert got[0][:2] == ((3, 9), "RGB") and all(abs(v - 128) <= 2 for v in got[0][2])
     assert got[1] == ((7, 5), "RGB", (200, 10, 20))
+
+
+def test_arguments_and_errors_as_torchvision_has_them(folder):
+    """Found by a review: ``extensions=".jpg"`` was split into characters,
+    a ``pathlib`` root raised AttributeError, a class without samples and
+    both filters at once were accepted silently, a loader's error named no
+    file, and there were no ``samples``/``imgs``."""
+    import pathlib
+
+    img, _ = folder
+    ds = packfs.torch.ImageFolder(img, pathlib.PurePosixPath("train"), extensions=".JPG")
+    assert len(ds) == 69 and all(p.endswith(".jpg") for p, _ in ds.samples)
+    assert ds.imgs == ds.samples and ds.samples[0] == (ds.path(0), int(ds.targets[0]))
+    with pytest.raises(ValueError):
+        packfs.torch.ImageFolder(img, "train", extensions=".jpg", is_valid_file=lambda p: True)
+    with pytest.raises(FileNotFoundError, match="cat, dog, eel"):
+        packfs.torch.ImageFolder(img, "train", extensions=".png")
+    assert len(packfs.torch.ImageFolder(img, "train", extensions=".png", allow_empty=True)) == 0
+
+    def bad_loader(data):
+        raise OSError("cannot identify image file <_io.BytesIO>")
+
+    with pytest.raises(OSError) as e:
+        packfs.torch.ImageFolder(img, "train", loader=bad_loader, extensions=".jpg")[0]
+    if sys.version_info >= (3, 11):  # exception notes are 3.11's
+        assert f"loading {ds.path(0)}" in "".join(e.value.__notes__)

@@ -57,8 +57,15 @@ class ImageFolder:
     ``extensions`` (case-insensitive; default: every file). Items are
     ``(sample, target)``.
 
+    As torchvision's: ``extensions`` may be one string; giving both
+    ``extensions`` and ``is_valid_file`` is a ``ValueError``; a class with
+    no sample is a ``FileNotFoundError`` unless ``allow_empty``; a loader's
+    error says which file it was loading.
+
     Attributes as torchvision's: ``classes``, ``class_to_idx``, ``targets``
-    (a numpy array); ``path(i)`` is sample ``i``'s path in the image.
+    (a numpy array), ``samples`` and ``imgs`` (``(path, target)`` pairs,
+    made as a list when asked for: the dataset itself holds no Python
+    object per sample); ``path(i)`` is sample ``i``'s path in the image.
     """
 
     def __init__(
@@ -68,11 +75,16 @@ class ImageFolder:
         transform: Callable | None = None,
         target_transform: Callable | None = None,
         loader: Callable[[bytes], Any] | None = None,
-        extensions: Sequence[str] | None = None,
+        extensions: str | Sequence[str] | None = None,
         is_valid_file: Callable[[str], bool] | None = None,
+        allow_empty: bool = False,
     ) -> None:
+        if extensions is not None and is_valid_file is not None:
+            raise ValueError("give extensions or is_valid_file, not both")
+        if isinstance(extensions, str):
+            extensions = (extensions,)
         self.image = image if isinstance(image, Image) else Image(image)
-        self.root = root.strip("/")
+        self.root = os.fsdecode(os.fspath(root)).strip("/")
         self.transform = transform
         self.target_transform = target_transform
         self.loader = loader if loader is not None else raw_loader
@@ -102,6 +114,13 @@ class ImageFolder:
                         blob += os.fsencode(p)
                         offsets.append(len(blob))
                         targets.append(self.class_to_idx[c])
+        empty = sorted(set(self.classes) - {self.classes[t] for t in set(targets)})
+        if empty and not allow_empty:
+            what = f"with extensions {', '.join(exts)}" if exts else "that is a sample"
+            raise FileNotFoundError(
+                f"{self.image.location}: no file {what} in the class directories "
+                f"{', '.join(empty)} under {self.root or '/'!r} (allow_empty=True keeps them)"
+            )
         self._paths = np.frombuffer(bytes(blob), dtype=np.uint8)
         self._offsets = np.asarray(offsets, dtype=np.int64)
         self.targets = np.asarray(targets, dtype=np.int64)
@@ -121,8 +140,22 @@ class ImageFolder:
         """Sample ``i``'s path in the image."""
         return os.fsdecode(self._path_bytes(i))
 
+    @property
+    def samples(self) -> list:
+        """``(path, target)`` of every sample, as torchvision's."""
+        return [(self.path(i), int(t)) for i, t in enumerate(self.targets)]
+
+    imgs = samples
+
     def _item(self, i: int, data: bytes) -> tuple:
-        sample = self.loader(data)
+        try:
+            sample = self.loader(data)
+        except Exception as e:
+            # A decoder given bytes (PIL: "cannot identify image file
+            # <_io.BytesIO ...>") cannot say which file they were.
+            if hasattr(e, "add_note"):
+                e.add_note(f"loading {self.path(i)} of {self.image.location}")
+            raise
         if self.transform is not None:
             sample = self.transform(sample)
         target = int(self.targets[i])
