@@ -154,6 +154,14 @@ def test_ranges_files_and_many(images, tree):
     assert raw.readinto(buf) == 1000 and bytes(buf) == (tree / "random.bin").read_bytes()[:1000]
     raw.seek(0)
     assert raw.readall() == (tree / "random.bin").read_bytes()
+    # As a read-only FileIO: writing is UnsupportedOperation (an OSError
+    # and a ValueError), a float position a TypeError.
+    for write in (lambda: raw.write(b"x"), lambda: raw.writelines([b"x"]), lambda: raw.truncate(0)):
+        with pytest.raises(io.UnsupportedOperation):
+            write()
+    with pytest.raises(TypeError):
+        raw.seek(1.5)
+    assert raw.tell() == len((tree / "random.bin").read_bytes())
     raw.close()
     with img.open("table.csv", "r") as t:
         assert t.readline() == "x,y,name\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import operator
 import os
 from typing import Any
 
@@ -87,6 +88,7 @@ class ImageFile(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._check_open()
+        offset = operator.index(offset)  # as FileIO: 1.5 is a TypeError
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:
@@ -99,6 +101,15 @@ class ImageFile(io.RawIOBase):
             raise OSError(22, "Invalid argument: negative seek position")
         self._pos = pos
         return pos
+
+    def write(self, b: Any) -> int:
+        raise io.UnsupportedOperation("write: packfs images are read-only")
+
+    def writelines(self, lines: Any) -> None:
+        raise io.UnsupportedOperation("write: packfs images are read-only")
+
+    def truncate(self, size: Any = None) -> int:
+        raise io.UnsupportedOperation("truncate: packfs images are read-only")
 
     def tell(self) -> int:
         self._check_open()
