@@ -51,6 +51,10 @@ fn named(name: &str) -> impl Fn(FsError) -> FsError + '_ {
     move |e| match e {
         FsError::Corrupt(m) => FsError::Corrupt(format!("{name}: {m}")),
         FsError::Unsupported(m) => FsError::Unsupported(format!("{name}: {m}")),
+        FsError::BadBlock { what, source } => FsError::BadBlock {
+            what: format!("{name}: {what}"),
+            source,
+        },
         other => other,
     }
 }

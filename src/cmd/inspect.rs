@@ -212,13 +212,23 @@ pub fn ls(
         if recursive {
             walked.enter(image, &a, Path::new(OsStr::from_bytes(&dir)))?;
         }
-        let entries = fs.list(a.node)?;
+        // An error names the image and the entry, as `ls IMG PATH` does.
+        let at = |p: &[u8], e: mountfs::FsError| {
+            let p = String::from_utf8_lossy(p);
+            anyhow::anyhow!("{}: {}: {e}", image.display(), p.trim_start_matches('/'))
+        };
+        let entries = fs.list(a.node).map_err(|e| at(&dir, e))?;
         let mut subdirs = Vec::new();
         for e in entries {
             let under = [&dir[..], b"/", &e.name].concat();
             let full = if recursive { &under } else { &e.name };
-            let attr = fs.getattr(e.node)?;
-            print_entry(&fs, &mut out, full, &attr, long)?;
+            let attr = fs.getattr(e.node).map_err(|e| at(&under, e))?;
+            print_entry(&fs, &mut out, full, &attr, long).map_err(|e| {
+                match e.downcast::<mountfs::FsError>() {
+                    Ok(fe) => at(&under, fe),
+                    Err(e) => e,
+                }
+            })?;
             if recursive && attr.kind == FileKind::Dir {
                 subdirs.push((under, attr));
             }

@@ -1294,3 +1294,52 @@ fn a_directory_listed_inside_itself_ends_ls_and_extract_with_an_error() {
         assert!(e.contains(&want), "{args:?}: {e}");
     }
 }
+
+/// Found by a review: damage met while opening (a metadata block that
+/// does not decode) and while listing a directory under `ls -R` was
+/// reported without the image's name ("corrupt image: metadata block at
+/// offset N: ..."), which says nothing in a job that reads several.
+#[test]
+fn damage_found_at_open_or_in_a_listing_names_the_image() {
+    let t = scratch();
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/fileCCCC"), "hi").unwrap();
+    std::fs::write(src.join("top.txt"), "top").unwrap();
+    let gz = t.path().join("gz.sqfs");
+    mksquashfs(&src, &gz, &["-comp", "gzip"]);
+    let mut b = std::fs::read(&gz).unwrap();
+    let inodes = u64::from_le_bytes(b[64..72].try_into().unwrap()) as usize;
+    // Past the block's length word and the zlib header: a deflate block
+    // of the reserved type, which no decoder takes.
+    b[inodes + 4] = 0xff;
+    std::fs::write(&gz, b).unwrap();
+    let raw = t.path().join("raw.sqfs");
+    // The directory header (count, start, inode number) before the
+    // entry (offset, inode delta, type, size) of `sub`'s only file.
+    edited_raw_image(&src, &raw, |b| {
+        let count = find(b, b"fileCCCC") - 8 - 12;
+        b[count..count + 4].copy_from_slice(&0x0404_0404u32.to_le_bytes());
+    });
+    for (img, args, want) in [
+        (
+            &gz,
+            &["info"][..],
+            format!("{}: metadata block", gz.display()),
+        ),
+        (
+            &raw,
+            &["ls", "-R"],
+            format!("{}: sub: corrupt image", raw.display()),
+        ),
+    ] {
+        let out = Command::new(packfs_bin())
+            .args(args)
+            .arg(img)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains(&want), "{args:?}: {e}");
+    }
+}
