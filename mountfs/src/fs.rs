@@ -269,13 +269,39 @@ impl<I: Image> PackFs<I> {
         self.readahead.bytes()
     }
 
+    /// A symlink's target. An empty one, or one holding a NUL byte, is
+    /// damage: no system call can make either, the kernel refuses to
+    /// follow them, and `extract` could only blame its output for them.
     pub fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
-        self.note(self.image.readlink(node))
+        self.note(self.image.readlink(node).and_then(|t| {
+            if t.is_empty() {
+                return Err(FsError::corrupt("the symlink's target is empty"));
+            }
+            if t.contains(&0) {
+                return Err(FsError::corrupt("the symlink's target holds a NUL byte"));
+            }
+            Ok(t)
+        }))
+    }
+
+    /// The node's extended attributes; a name that is empty or holds a NUL
+    /// byte is damage (the list the kernel is given separates names by NUL,
+    /// so such a name would make the whole list unreadable).
+    fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.note(self.image.xattrs(node).and_then(|list| {
+            match list.iter().find(|(n, _)| n.is_empty() || n.contains(&0)) {
+                Some((n, _)) => Err(FsError::corrupt(format!(
+                    "extended attribute name {:?} is empty or holds a NUL byte",
+                    String::from_utf8_lossy(n)
+                ))),
+                None => Ok(list),
+            }
+        }))
     }
 
     pub fn listxattr(&self, node: NodeId) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        for (name, _) in self.note(self.image.xattrs(node))? {
+        for (name, _) in self.xattrs(node)? {
             out.extend_from_slice(&name);
             out.push(0);
         }
@@ -283,7 +309,7 @@ impl<I: Image> PackFs<I> {
     }
 
     pub fn getxattr(&self, node: NodeId, name: &[u8]) -> Result<Vec<u8>> {
-        self.note(self.image.xattrs(node))?
+        self.xattrs(node)?
             .into_iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v)

@@ -522,6 +522,14 @@ fn extract_into(
 ) -> anyhow::Result<i32> {
     // One line, the image first: "IMG: member: what is wrong".
     let in_image = |e: mountfs::FsError| anyhow::anyhow!("{}: {e}", image.display());
+    // "IMG: entry: what is wrong", for what is wrong with one entry.
+    let in_entry = |p: &Path, e: anyhow::Error| match e.downcast::<mountfs::FsError>() {
+        Ok(e) => {
+            let within = p.strip_prefix(output).unwrap_or(p);
+            anyhow::anyhow!("{}: {}: {e}", image.display(), within.display())
+        }
+        Err(e) => e,
+    };
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     let mut links: HashMap<u64, PathBuf> = HashMap::new();
@@ -581,7 +589,7 @@ fn extract_into(
                     files += 1;
                 }
                 FileKind::Symlink => {
-                    let t = fs.readlink(attr.node).map_err(in_image)?;
+                    let t = fs.readlink(attr.node).map_err(|e| in_entry(&p, e.into()))?;
                     std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
                         .map_err(|e| exists_twice(image, output, &p, e))?;
                 }
@@ -590,7 +598,7 @@ fn extract_into(
                 | FileKind::Fifo
                 | FileKind::Socket => make_node(&p, &attr)?,
             }
-            apply_meta(fs, &p, &attr, is_root)?;
+            apply_meta(fs, &p, &attr, is_root).map_err(|e| in_entry(&p, e))?;
         }
     }
     // Directories last, deepest first, so writing into them does not reset their mtimes.

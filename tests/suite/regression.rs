@@ -1343,3 +1343,62 @@ fn damage_found_at_open_or_in_a_listing_names_the_image() {
         assert!(e.contains(&want), "{args:?}: {e}");
     }
 }
+
+/// Found by a review: a symlink whose target is empty (SquashFS) or holds
+/// a NUL byte (ZIP), and an extended attribute name that holds one, are
+/// damage, but `extract` blamed its output ("x/s: file name contained an
+/// unexpected NUL byte", "no such file or directory", "no such
+/// attribute") and a mount answered listxattr EIO without a word. Each is
+/// now the image's error, naming the entry. (A ZIP's empty link is an
+/// empty file, as unzip makes it.)
+#[test]
+fn damaged_symlink_targets_and_xattr_names_are_the_images_errors() {
+    let t = scratch();
+    let zip = t.path().join("nul.zip");
+    let script = "import sys, zipfile\n\
+        with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
+        \x20   i = zipfile.ZipInfo('nul')\n\
+        \x20   i.external_attr = (0o120777 << 16)\n\
+        \x20   i.create_system = 3\n\
+        \x20   z.writestr(i, b'a\\0b')\n";
+    run(Command::new("python3").args(["-c", script]).arg(&zip));
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), "a").unwrap();
+    std::os::unix::fs::symlink("TTTTTTTT", src.join("s")).unwrap();
+    let link = t.path().join("link.sqfs");
+    // A symlink inode's target length (u32) comes right before the target.
+    edited_raw_image(&src, &link, |b| {
+        let at = find(b, b"TTTTTTTT") - 4;
+        b[at..at + 4].fill(0);
+    });
+    xattr::set(src.join("a.txt"), "user.k", b"v").unwrap();
+    std::fs::remove_file(src.join("s")).unwrap();
+    let xa = t.path().join("xattr.sqfs");
+    // The name is stored without its "user." prefix, then its value's
+    // length (u32) and the value.
+    edited_raw_image(&src, &xa, |b| {
+        let at = find(b, b"k\x01\0\0\0v");
+        b[at] = 0;
+    });
+    let cases = [
+        (
+            &zip,
+            "nul: corrupt image: the symlink's target holds a NUL byte",
+        ),
+        (&link, "s: corrupt image: the symlink's target is empty"),
+        (&xa, "a.txt: corrupt image: extended attribute name"),
+    ];
+    for (i, (img, want)) in cases.into_iter().enumerate() {
+        let out = Command::new(packfs_bin())
+            .arg("extract")
+            .arg(img)
+            .arg("-o")
+            .arg(t.path().join(format!("out{i}")))
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{e}");
+        assert!(e.contains(&format!("{}: {want}", img.display())), "{e}");
+    }
+}
