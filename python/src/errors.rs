@@ -140,6 +140,19 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
 }
 
 /// The exception for a failed open of the image at `location`.
+/// An I/O error's text without the " (os error N)" Rust appends to the
+/// system's words: the exception carries N as its errno already.
+fn os_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(n) => text
+            .strip_suffix(&format!(" (os error {n})"))
+            .unwrap_or(&text)
+            .to_string(),
+        None => text,
+    }
+}
+
 pub fn open_to_py(err: Error, location: &str) -> PyErr {
     // mountfs names the image in some messages, first or after what kind
     // of failure it is ("corrupt image: IMG: empty file"); the exception
@@ -160,7 +173,7 @@ pub fn open_to_py(err: Error, location: &str) -> PyErr {
     let loc = location.to_string();
     match err {
         Error::Fs(FsError::Io { source, .. }) => {
-            let msg = strip(source.to_string());
+            let msg = strip(os_text(&source));
             match source.kind() {
                 std::io::ErrorKind::NotFound => {
                     PyFileNotFoundError::new_err((libc::ENOENT, msg, loc))

@@ -183,3 +183,22 @@ def test_a_relative_image_path_means_the_working_directorys_image(packfs_bin, tm
         assert copy.cat("one.txt") == b"one"
     finally:
         os.chdir(was)
+
+
+def test_writes_say_read_only_and_keys_and_times_are_a_files(images):
+    """Found by a review: ``mkdir`` did nothing and said nothing, ``rm``
+    and ``modified`` were "not implemented", and ``ukey`` of "/x" differed
+    from that of "x"."""
+    import errno
+    import datetime
+
+    fs = fsspec.filesystem("packfs", fo=str(images["packfs-sqfs"][0]))
+    for write in (lambda: fs.mkdir("new"), lambda: fs.makedirs("new/x"), lambda: fs.rm("big.txt"),
+                  lambda: fs.touch("t"), lambda: fs.mv("big.txt", "b"), lambda: fs.pipe("p", b"x")):
+        with pytest.raises(OSError) as e:
+            write()
+        assert e.value.errno == errno.EROFS
+    assert fs.ls("", detail=False) == fsspec.filesystem("packfs", fo=str(images["packfs-sqfs"][0])).ls("", detail=False)
+    assert fs.ukey("/big.txt") == fs.ukey("big.txt")
+    when = fs.modified("big.txt")
+    assert isinstance(when, datetime.datetime) and when.timestamp() == fs.info("big.txt")["mtime"]

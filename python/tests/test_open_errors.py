@@ -29,3 +29,13 @@ def test_a_directory_raises_is_a_directory(tmp_path):
     assert e.value.filename == str(tmp_path)
     assert "is a directory" in str(e.value)
     assert "not a SquashFS" not in str(e.value)
+
+
+def test_a_missing_image_says_it_once(tmp_path):
+    """Found by a review: the message carried Rust's " (os error 2)" after
+    the system's words, which the exception's errno already says."""
+    missing = tmp_path / "nope.sqfs"
+    with pytest.raises(FileNotFoundError) as e:
+        packfs.Image(missing)
+    assert e.value.errno == errno.ENOENT and e.value.filename == str(missing)
+    assert e.value.strerror == "No such file or directory"

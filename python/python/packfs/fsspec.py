@@ -22,6 +22,7 @@ holds the image's whole file list in Python.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as _stat
 from typing import Any
@@ -273,5 +274,21 @@ class PackFileSystem(AbstractFileSystem, metaclass=_AbsoluteImagePath):
         return f
 
     def ukey(self, path: str) -> str:
-        st = self.image.stat(self._strip_protocol(path))
+        path = self._strip_protocol(path)
+        st = self.image.stat(path)
         return f"{self.image.location}:{path}:{st.st_ino}:{st.st_size}:{st.st_mtime}"
+
+    def modified(self, path: str):
+        import datetime
+
+        st = self.image.stat(self._strip_protocol(path))
+        return datetime.datetime.fromtimestamp(st.st_mtime, tz=datetime.timezone.utc)
+
+    # Writes: fsspec's defaults for these do nothing (mkdir) or say "not
+    # implemented"; an image is read-only, and says so as the kernel does
+    # for a read-only mount.
+    def _read_only(self, path: Any, *args: Any, **kwargs: Any):
+        raise OSError(errno.EROFS, f"{self.image.location} is a read-only image", str(path))
+
+    mkdir = makedirs = rmdir = rm_file = _rm = rm = touch = _read_only
+    mv = cp_file = pipe_file = put_file = _read_only
