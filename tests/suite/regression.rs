@@ -1402,3 +1402,35 @@ fn damaged_symlink_targets_and_xattr_names_are_the_images_errors() {
         assert!(e.contains(&format!("{}: {want}", img.display())), "{e}");
     }
 }
+
+/// Found by a review: the ZIP reader logged every damaged member it met
+/// ("[ERROR mountfs::zip::data] zip: x: CRC-32 mismatch ...") and returned
+/// the error too, so `cat` and `extract` printed the damage twice and a
+/// mount's log had it twice. The error is said once, by whoever gets it.
+#[test]
+fn a_damaged_zip_member_is_reported_once() {
+    let t = scratch();
+    let zip = t.path().join("z.zip");
+    let script = "import sys, zipfile\n\
+        with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_STORED) as z:\n\
+        \x20   z.writestr('text.txt', b'stored text that will be damaged ' * 10)\n";
+    run(Command::new("python3").args(["-c", script]).arg(&zip));
+    let mut b = std::fs::read(&zip).unwrap();
+    let at = find(&b, b"stored text");
+    b[at] ^= 0x20;
+    std::fs::write(&zip, b).unwrap();
+    for args in [&["cat"][..], &["extract"]] {
+        let mut cmd = Command::new(packfs_bin());
+        cmd.args(args).arg(&zip);
+        if args[0] == "cat" {
+            cmd.arg("text.txt");
+        } else {
+            cmd.arg("-o").arg(t.path().join("out"));
+        }
+        let out = cmd.output().unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{e}");
+        assert_eq!(e.matches("CRC-32 mismatch").count(), 1, "{args:?}: {e}");
+        assert!(e.contains("text.txt: CRC-32 mismatch") && !e.contains("[ERROR"), "{e}");
+    }
+}

@@ -299,10 +299,6 @@ impl Member<'_> {
 }
 
 fn unsupported(name: &str, method: u16) -> FsError {
-    log::error!(
-        "zip: {name}: unsupported compression method {method} ({})",
-        method_name(method)
-    );
     FsError::Unsupported(format!(
         "{name}: unsupported method {} ({method})",
         method_name(method)
@@ -438,7 +434,6 @@ impl Stream {
     }
 
     fn corrupt(&self, why: impl std::fmt::Display) -> FsError {
-        log::error!("zip: {}: decoding failed: {why}", self.name);
         FsError::corrupt(format!("{}: compressed data is corrupt: {why}", self.name))
     }
 
@@ -528,10 +523,11 @@ fn lzma_reader(mut raw: SrcReader, m: &Member<'_>) -> Result<impl Read + Send> {
     ))
 }
 
-/// The error (logged once, where it is found) for member `name`, whose
-/// bytes have CRC-32 `got` where the archive says `expected`.
+/// The error for member `name`, whose bytes have CRC-32 `got` where the
+/// archive says `expected`. Not logged here, as no error a reader returns
+/// is: whoever is handed it says it once (the FUSE edge logs what it
+/// answers EIO for, the CLI and Python report it).
 pub(crate) fn crc_mismatch(name: &str, expected: u32, got: u32) -> FsError {
-    log::error!("zip: {name}: CRC-32 mismatch (archive says {expected:08x}, data has {got:08x})");
     FsError::corrupt(format!(
         "{name}: CRC-32 mismatch (expected {expected:08x}, got {got:08x})"
     ))

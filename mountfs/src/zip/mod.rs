@@ -485,10 +485,6 @@ impl ZipFs {
 
     fn check_readable(&self, i: u32, n: &Node) -> Result<()> {
         if n.encrypted() {
-            log::warn!(
-                "zip: {}: encrypted entry, not readable (EACCES)",
-                self.path_of(i)
-            );
             return Err(FsError::io(
                 format!("{}: encrypted", self.path_of(i)),
                 std::io::Error::from_raw_os_error(libc::EACCES),
@@ -497,18 +493,11 @@ impl ZipFs {
         match n.method {
             METHOD_STORED | METHOD_DEFLATE | METHOD_DEFLATE64 | METHOD_BZIP2 | METHOD_LZMA
             | METHOD_ZSTD | 20 | METHOD_XZ => Ok(()),
-            m => {
-                log::error!(
-                    "zip: {}: unsupported compression method {m} ({})",
-                    self.path_of(i),
-                    method_name(m)
-                );
-                Err(FsError::Unsupported(format!(
-                    "{}: unsupported method {} ({m})",
-                    self.path_of(i),
-                    method_name(m)
-                )))
-            }
+            m => Err(FsError::Unsupported(format!(
+                "{}: unsupported method {} ({m})",
+                self.path_of(i),
+                method_name(m)
+            ))),
         }
     }
 
