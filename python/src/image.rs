@@ -243,9 +243,30 @@ impl NativeImage {
         let no_memory = || self.err(py, Error::NoMemory { bytes: len }, path, None);
         let mut allocated = false;
         let n = usize::try_from(len).map_err(|_| no_memory())?;
+        // A read longer than a piece reads its first piece before the whole
+        // length is allocated: a damaged entry's size (gigabytes) then fails
+        // with its damage, not with the memory it claims.
+        let first = if n > CHUNK as usize {
+            let piece = self.call(py, |i| Ok(i.fs.read(node, offset, CHUNK as u32)?));
+            Some(piece.map_err(|e| self.err(py, e, path, Some(offset)))?)
+        } else {
+            None
+        };
         let r = PyBytes::new_with(py, n, |buf| {
             allocated = true;
             let mut done = 0;
+            if let Some(first) = first {
+                let got = &first[..first.len().min(CHUNK as usize)];
+                buf[..got.len()].copy_from_slice(got);
+                done = got.len();
+                if done < CHUNK as usize {
+                    let e = Error::Short {
+                        got: offset + done as u64,
+                        size: offset + len,
+                    };
+                    return Err(self.err(py, e, path, Some(offset)));
+                }
+            }
             while done < buf.len() {
                 let at = offset + done as u64;
                 let want = (buf.len() - done).min(CHUNK as usize);

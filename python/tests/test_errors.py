@@ -402,3 +402,42 @@ def test_large_reads_under_an_address_space_limit_raise_memory_error(packfs_bin,
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, f"+{headroom} MiB {op}: exit {r.returncode}: {r.stderr[-500:]}"
             assert r.stdout.strip() in ("70000000", "MemoryError"), (headroom, op, r.stdout)
+
+
+_PEAK = r"""
+import packfs, sys
+img = packfs.Image(sys.argv[1])
+for read in (lambda: img.read("f.bin"), lambda: img.open("f.bin").read()):
+    try:
+        read()
+        print("read")
+    except OSError as e:
+        print("OSError", e.errno)
+# This process's peak (ru_maxrss would carry the forking parent's over exec).
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) >> 10)
+"""
+
+
+def test_a_damaged_size_fails_before_its_memory_is_taken(tmp_path):
+    """Found by a review: ``read`` of a file whose inode claims 1.8 GB (one
+    damaged size field) allocated the whole claim before the read failed:
+    under a job's memory limit, one damaged inode killed the worker. The
+    first piece is now read before the rest is allocated."""
+    need_tool("mksquashfs")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f.bin").write_bytes(b"z" * 777_777)
+    img = tmp_path / "big-claim.sqfs"
+    subprocess.run(["mksquashfs", str(tree), str(img), "-noI", "-noD", "-noF", "-noX",
+                    "-noappend", "-quiet", "-no-progress"], check=True)
+    b = bytearray(img.read_bytes())
+    size = (777_777).to_bytes(4, "little")
+    at = b.index(size)
+    assert b.count(size) == 1
+    b[at:at + 4] = (0x7000_0000).to_bytes(4, "little")
+    img.write_bytes(bytes(b))
+    r = subprocess.run([sys.executable, "-c", _PEAK, str(img)], capture_output=True, text=True,
+                       timeout=120)
+    out = r.stdout.split()
+    assert r.returncode == 0 and out[:4] == ["OSError", "5", "OSError", "5"], r.stdout + r.stderr
+    assert int(out[4]) < 300, f"peak {out[4]} MiB for a read that fails"
