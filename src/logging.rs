@@ -5,7 +5,8 @@
 //!
 //! The ZIP reader names no file in its warnings (it reads bytes, not
 //! paths: "zip: duplicate entry ..."); the command that opens one image
-//! sets its name with [`set_image`], and such a warning is shown under it.
+//! sets its name with [`set_image`], and such a warning is shown under it,
+//! as is a mount's log line for a request it failed.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -23,7 +24,12 @@ pub fn init() {
                     "packfs: warning: {}",
                     name_image(&msg, record.target())
                 ),
-                level => writeln!(buf, "[{level:<5} {}] {msg}", record.target()),
+                level => writeln!(
+                    buf,
+                    "[{level:<5} {}] {}",
+                    record.target(),
+                    at_image(&msg, record.target())
+                ),
             }
         })
         .init();
@@ -32,6 +38,18 @@ pub fn init() {
 /// Names the one image this command reads, for the ZIP reader's warnings.
 pub fn set_image(name: &str) {
     let _ = IMAGE.set(name.to_string());
+}
+
+/// What the FUSE edge logs for a failed request ("corrupt image: data
+/// block at ...: ...") under the image's name, unless it names it already:
+/// a `run --log` file gathers several mounts' lines.
+fn at_image<'a>(msg: &'a str, target: &str) -> std::borrow::Cow<'a, str> {
+    match IMAGE.get() {
+        Some(image) if target == "mountfs::ops" && !msg.contains(image.as_str()) => {
+            format!("{image}: {msg}").into()
+        }
+        _ => msg.into(),
+    }
 }
 
 /// "zip: WHAT" from the ZIP reader -> "IMAGE: WHAT".

@@ -1431,6 +1431,47 @@ fn a_damaged_zip_member_is_reported_once() {
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{e}");
         assert_eq!(e.matches("CRC-32 mismatch").count(), 1, "{args:?}: {e}");
-        assert!(e.contains("text.txt: CRC-32 mismatch") && !e.contains("[ERROR"), "{e}");
+        assert!(
+            e.contains("text.txt: CRC-32 mismatch") && !e.contains("[ERROR"),
+            "{e}"
+        );
     }
+}
+
+/// Found by a review: a mount's log line for a read it failed said
+/// "corrupt image: data block at ...: gzip stream is corrupt" with no
+/// image, so a `run --log` file that several mounts share could not say
+/// which image was damaged.
+#[test]
+fn a_mounts_log_names_the_image_of_a_failed_read() {
+    let t = scratch();
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.txt"), bytes(7, 300_000, true)).unwrap();
+    let img = t.path().join("damaged.sqfs");
+    mksquashfs(&src, &img, &["-comp", "gzip"]);
+    let mut b = std::fs::read(&img).unwrap();
+    // The first data block follows the 96-byte superblock; past its zlib
+    // header, a deflate block of the reserved type.
+    b[96 + 2] = 0xff;
+    std::fs::write(&img, b).unwrap();
+    let (mp, log) = (t.path().join("mp"), t.path().join("log"));
+    std::fs::create_dir(&mp).unwrap();
+    run(Command::new(packfs_bin())
+        .arg("mount")
+        .arg(&img)
+        .arg(&mp)
+        .arg("--log")
+        .arg(&log));
+    let _gone = PackfsMountAt(&mp);
+    let e = std::fs::read(mp.join("big.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.lines()
+            .any(|l| l.contains("[ERROR")
+                && l.contains(&format!("{}: corrupt image", img.display()))),
+        "{said}"
+    );
 }
