@@ -196,8 +196,10 @@ pub fn ls(
     // follows it there too).
     let at = resolve(&fs, image, path, !long)?;
     let out = std::io::stdout();
+    let terminal = std::io::IsTerminal::is_terminal(&out);
     let mut out = std::io::BufWriter::new(out.lock());
-    // Names are written as their bytes, as `ls` writes them to a pipe.
+    // Names are written as their bytes, as `ls` writes them to a pipe (on a
+    // terminal, control characters as `?`: see `shown`).
     let mut top = path.as_os_str().as_bytes();
     while let [rest @ .., b'/'] = top {
         top = rest;
@@ -206,7 +208,7 @@ pub fn ls(
     let mut walked = Walked::default();
     while let Some((dir, a)) = stack.pop() {
         if a.kind != FileKind::Dir {
-            print_entry(&fs, &mut out, &dir, &a, long)?;
+            print_entry(&fs, &mut out, &dir, &a, long, terminal)?;
             continue;
         }
         if recursive {
@@ -223,7 +225,7 @@ pub fn ls(
             let under = [&dir[..], b"/", &e.name].concat();
             let full = if recursive { &under } else { &e.name };
             let attr = fs.getattr(e.node).map_err(|e| at(&under, e))?;
-            print_entry(&fs, &mut out, full, &attr, long).map_err(|e| {
+            print_entry(&fs, &mut out, full, &attr, long, terminal).map_err(|e| {
                 match e.downcast::<mountfs::FsError>() {
                     Ok(fe) => at(&under, fe),
                     Err(e) => e,
@@ -260,13 +262,29 @@ impl Walked {
     }
 }
 
+/// A name as `ls` shows it: its bytes, or on a terminal, with every
+/// control character (an escape sequence a damaged or hostile image may
+/// carry, a newline that would fake a second entry) shown as `?`, as
+/// `ls -q` does.
+fn shown(name: &[u8], terminal: bool) -> std::borrow::Cow<'_, [u8]> {
+    if !terminal || !name.iter().any(|&b| b < 0x20 || b == 0x7f) {
+        return name.into();
+    }
+    name.iter()
+        .map(|&b| if b < 0x20 || b == 0x7f { b'?' } else { b })
+        .collect::<Vec<u8>>()
+        .into()
+}
+
 fn print_entry(
     fs: &PackFs<AnyImage>,
     out: &mut impl Write,
     name: &[u8],
     a: &Attr,
     long: bool,
+    terminal: bool,
 ) -> anyhow::Result<()> {
+    let name = &shown(name, terminal);
     if !long {
         out.write_all(name)?;
         out.write_all(b"\n")?;
@@ -292,7 +310,7 @@ fn print_entry(
     out.write_all(name)?;
     if a.kind == FileKind::Symlink {
         out.write_all(b" -> ")?;
-        out.write_all(&fs.readlink(a.node)?)?;
+        out.write_all(&shown(&fs.readlink(a.node)?, terminal))?;
     }
     out.write_all(b"\n")?;
     Ok(())

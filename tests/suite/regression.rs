@@ -1475,3 +1475,57 @@ fn a_mounts_log_names_the_image_of_a_failed_read() {
         "{said}"
     );
 }
+
+/// Found by a review: `ls` wrote names as their bytes to a terminal too,
+/// so a damaged or hostile image could send the terminal escape sequences
+/// or fake entries with a newline. On a terminal a control character is
+/// now `?`, as `ls -q` shows it; to a pipe the bytes are unchanged.
+#[test]
+fn ls_on_a_terminal_shows_control_characters_as_question_marks() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let t = scratch();
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::OsStr::from_bytes(b"a\x1b[31mred\nfake");
+    std::fs::write(src.join(name), "x").unwrap();
+    let img = t.path().join("names.sqfs");
+    mksquashfs(&src, &img, &[]);
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty fills two descriptors; no name, termios or size.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned here only.
+    let (mut master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let st = Command::new(packfs_bin())
+        .arg("ls")
+        .arg(&img)
+        .stdout(slave)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut said = vec![0u8; 4096];
+    let n = master.read(&mut said).unwrap();
+    // The terminal turns "\n" into "\r\n".
+    assert_eq!(&said[..n], b"a?[31mred?fake\r\n");
+    let piped = Command::new(packfs_bin())
+        .arg("ls")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert_eq!(piped.stdout, b"a\x1b[31mred\nfake\n");
+}
