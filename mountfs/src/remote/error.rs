@@ -51,7 +51,7 @@ pub enum RemoteError {
     },
     /// The object is no longer the version pinned at open.
     #[error(
-        "{url}: the object changed since it was opened ({detail}); remount to read the new version"
+        "{url}: the object changed since it was opened ({detail}); open it again (remount) to read the new version"
     )]
     Changed { url: String, detail: String },
     /// No complete answer within the configured time, retries included;
