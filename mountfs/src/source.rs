@@ -282,8 +282,11 @@ impl ImageSource for FileSource {
             );
         }
     }
+    /// A regular file's only: a block device's node keeps its inode and
+    /// times while the device (a loop device re-pointed) changes contents.
     fn identity(&self) -> Option<FileIdentity> {
-        self.file.metadata().ok().map(|m| FileIdentity::of(&m))
+        let m = self.file.metadata().ok()?;
+        m.file_type().is_file().then(|| FileIdentity::of(&m))
     }
 }
 

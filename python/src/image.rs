@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use std::mem::ManuallyDrop;
 use std::os::unix::ffi::OsStringExt;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The longest read handed to mountfs at once. A longer read is split, its
 /// pieces copied into one buffer of the whole length allocated first (a
@@ -45,8 +45,9 @@ struct Inner {
     location: String,
     storage: Arc<StorageCounters>,
     remote: Option<Arc<RemoteCounters>>,
-    /// This process's threads for opening the image and for `read_many`.
-    pool: std::result::Result<rayon::ThreadPool, String>,
+    /// Threads for `read_many`, made at its first call.
+    pool: OnceLock<std::result::Result<rayon::ThreadPool, String>>,
+    threads: usize,
     /// A local ZIP image's index, for the processes this one forks.
     zip_index: Option<open::ZipIndex>,
 }
@@ -99,9 +100,8 @@ fn type_bits(kind: FileKind) -> u32 {
     kind.mode_bits()
 }
 
-/// The threads an image opens and reads (`read_many`) on, `threads` of
-/// them.
-fn read_pool(threads: usize) -> std::result::Result<rayon::ThreadPool, String> {
+/// `threads` threads to open an image or read files (`read_many`) on.
+fn thread_pool(threads: usize) -> std::result::Result<rayon::ThreadPool, String> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("packfs-read-{i}"))
@@ -112,6 +112,7 @@ fn read_pool(threads: usize) -> std::result::Result<rayon::ThreadPool, String> {
 impl Inner {
     fn read_pool(&self) -> Result<&rayon::ThreadPool> {
         self.pool
+            .get_or_init(|| thread_pool(self.threads))
             .as_ref()
             .map_err(|e| Error::Panic(format!("cannot start read threads: {e}")))
     }
@@ -248,7 +249,15 @@ impl NativeImage {
         // with its damage, not with the memory it claims.
         let first = if n > CHUNK as usize {
             let piece = self.call(py, |i| Ok(i.fs.read(node, offset, CHUNK as u32)?));
-            Some(piece.map_err(|e| self.err(py, e, path, Some(offset)))?)
+            let piece = piece.map_err(|e| self.err(py, e, path, Some(offset)))?;
+            if piece.len() < CHUNK as usize {
+                let e = Error::Short {
+                    got: offset + piece.len() as u64,
+                    size: offset + len,
+                };
+                return Err(self.err(py, e, path, Some(offset)));
+            }
+            Some(piece)
         } else {
             None
         };
@@ -256,16 +265,8 @@ impl NativeImage {
             allocated = true;
             let mut done = 0;
             if let Some(first) = first {
-                let got = &first[..first.len().min(CHUNK as usize)];
-                buf[..got.len()].copy_from_slice(got);
-                done = got.len();
-                if done < CHUNK as usize {
-                    let e = Error::Short {
-                        got: offset + done as u64,
-                        size: offset + len,
-                    };
-                    return Err(self.err(py, e, path, Some(offset)));
-                }
+                buf[..CHUNK as usize].copy_from_slice(&first[..CHUNK as usize]);
+                done = CHUNK as usize;
             }
             while done < buf.len() {
                 let at = offset + done as u64;
@@ -407,18 +408,20 @@ impl NativeImage {
             // inherited (see the module documentation).
             zip_index: inherited.and_then(|i| i.inner.zip_index.clone()),
         };
-        // Opening runs on this image's own threads: indexing a ZIP sorts in
-        // parallel, and on rayon's global pool that sort waited forever in
-        // a forked child (a DataLoader worker) whose parent had started
-        // the pool, since a fork copies the pool but not its threads.
-        let pool = read_pool(threads);
+        // Opening runs on threads of its own, gone once it is open:
+        // indexing a ZIP sorts in parallel, and on rayon's global pool that
+        // sort waited forever in a forked child (a DataLoader worker) whose
+        // parent had started the pool, since a fork copies the pool but not
+        // its threads. (A process that cannot start threads opens as
+        // before, on the global pool.)
         let opened = py
             .detach(|| {
                 let _call = Call::enter();
-                let pool = pool
-                    .as_ref()
-                    .map_err(|e| Error::Panic(format!("cannot start read threads: {e}")))?;
-                guarded(|| pool.install(|| Ok(open::open(&path, &o)?)))
+                let open = || Ok(open::open(&path, &o)?);
+                guarded(|| match thread_pool(threads) {
+                    Ok(pool) => pool.install(open),
+                    Err(_) => open(),
+                })
             })
             .map_err(|e| crate::errors::open_to_py(e, &location))?;
         Ok(NativeImage {
@@ -428,7 +431,8 @@ impl NativeImage {
                 location,
                 storage: opened.storage,
                 remote: opened.remote,
-                pool,
+                pool: OnceLock::new(),
+                threads,
                 zip_index: opened.zip_index,
             }),
         })

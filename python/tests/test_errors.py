@@ -338,6 +338,28 @@ def test_walk_stops_at_a_directory_listed_inside_itself(tmp_path):
     assert [w[0] for w in walked] == ["", "loopdirAAAA"]
     assert [(e.errno, e.filename) for e in errors] == [(errno.ELOOP, "loopdirAAAA/childBBBB")]
     assert "corrupt image" in str(errors[0]) and "cycle.sqfs" in str(errors[0])
+    # Following links (as packfs.torch.ImageFolder walks) it ends too.
+    errors = []
+    walked = list(packfs.Image(img).walk(onerror=errors.append, followlinks=True))
+    assert [w[0] for w in walked] == ["", "loopdirAAAA"]
+    assert [(e.errno, e.filename) for e in errors] == [(errno.ELOOP, "loopdirAAAA/childBBBB")]
+
+
+def test_walk_following_links_stops_at_a_link_loop(tmp_path, packfs_bin):
+    """``os.walk(followlinks=True)`` descends a link to an ancestor without
+    end; ``Image.walk`` passes it to ``onerror`` as ELOOP, and still enters
+    a directory that two links reach from different places."""
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "f").write_text("f")
+    (tree / "a" / "b" / "up").symlink_to("..")
+    (tree / "other").symlink_to("a/b")
+    img = pack(packfs_bin, tree, tmp_path / "links.sqfs")
+    errors = []
+    walked = sorted(w[0] for w in packfs.Image(img).walk(onerror=errors.append, followlinks=True))
+    # other -> a/b; other/up -> a, whose b is other itself.
+    assert walked == ["", "a", "a/b", "other", "other/up"]
+    assert sorted(e.filename for e in errors) == ["a/b/up", "other/up/b"]
 
 
 def test_errors_pickle_as_they_are(tmp_path):

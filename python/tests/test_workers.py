@@ -212,28 +212,35 @@ def test_forked_workers_share_an_unchanged_zips_index(tmp_path):
     assert img.read("d7/f7") == b"7"
     shared, data = _in_forked_child(img, "d9/f149709")
     assert data == b"149709"
-    os.utime(path)  # a write would move the change time too
+    # Another modification time, as a write gives (one that cannot fall
+    # in the same second as the first, whatever the file system keeps).
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**10))
     rebuilt, data = _in_forked_child(img, "d9/f149709")
     assert data == b"149709"
     assert rebuilt > 8_000, f"rebuilding the index cost only {rebuilt} kB"
     assert shared < rebuilt * 0.3, f"shared {shared} kB, rebuilt {rebuilt} kB"
 
 
-def _memory_cgroup(tmp_name: str, limit: int):
-    """A memory cgroup limited to ``limit`` bytes (v1 where this machine
-    mounts the v1 memory controller, else v2), as a path to write pids to;
-    the caller removes it."""
-    v1 = "/sys/fs/cgroup/memory"
-    if os.path.isdir(v1):
-        cg = os.path.join(v1, tmp_name)
-        os.mkdir(cg)
-        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(limit))
-        return cg
-    cg = os.path.join("/sys/fs/cgroup", tmp_name)
+def _memory_cgroup(name: str, limit: int):
+    """A memory cgroup limited to ``limit`` bytes, made inside this
+    process's own (v1 where the v1 memory controller is mounted, else v2),
+    as a path to write pids to; the caller removes it."""
+    with open("/proc/self/cgroup") as f:
+        lines = [l.rstrip("\n").split(":", 2) for l in f]
+    v1 = [p for _, ctl, p in lines if "memory" in ctl.split(",")]
+    if v1 and os.path.isdir("/sys/fs/cgroup/memory"):
+        base, limit_file = "/sys/fs/cgroup/memory" + v1[0], "memory.limit_in_bytes"
+    else:
+        base, limit_file = "/sys/fs/cgroup" + next(p for _, ctl, p in lines if ctl == ""), "memory.max"
+    cg = os.path.join(base, name)
     os.mkdir(cg)
-    with open(os.path.join(cg, "memory.max"), "w") as f:
-        f.write(str(limit))
+    try:
+        with open(os.path.join(cg, limit_file), "w") as f:
+            f.write(str(limit))
+    except OSError:
+        os.rmdir(cg)
+        raise
     return cg
 
 

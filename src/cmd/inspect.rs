@@ -263,17 +263,31 @@ impl Walked {
 }
 
 /// A name as `ls` shows it: its bytes, or on a terminal, with every
-/// control character (an escape sequence a damaged or hostile image may
-/// carry, a newline that would fake a second entry) shown as `?`, as
-/// `ls -q` does.
+/// control character (C0, DEL and C1: an escape sequence a damaged or
+/// hostile image may carry, a newline that would fake a second entry) and
+/// every byte that is not UTF-8 shown as `?`, as `ls -q` shows them.
 fn shown(name: &[u8], terminal: bool) -> std::borrow::Cow<'_, [u8]> {
-    if !terminal || !name.iter().any(|&b| b < 0x20 || b == 0x7f) {
+    if !terminal {
         return name.into();
     }
-    name.iter()
-        .map(|&b| if b < 0x20 || b == 0x7f { b'?' } else { b })
-        .collect::<Vec<u8>>()
-        .into()
+    let mut out = Vec::with_capacity(name.len());
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.push(b'?');
+            } else {
+                out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+            }
+        }
+        if !chunk.invalid().is_empty() {
+            out.push(b'?');
+        }
+    }
+    if out == name {
+        name.into()
+    } else {
+        out.into()
+    }
 }
 
 fn print_entry(
@@ -481,16 +495,15 @@ impl SparseWriter {
     }
 }
 
-/// The error of creating `p`: a name extraction already made means the
-/// directory lists it twice (every entry is created new, in an empty
-/// output directory), which is the image's fault, not the output's.
-fn exists_twice(image: &Path, output: &Path, p: &Path, e: std::io::Error) -> anyhow::Error {
+/// The error of creating `p`, which extraction had not made (a name the
+/// image lists twice is caught before): another name of this directory,
+/// equal to it on a case-insensitive output file system, got there first.
+fn create_error(p: &Path, e: std::io::Error) -> anyhow::Error {
     if e.kind() == std::io::ErrorKind::AlreadyExists {
-        let within = p.strip_prefix(output).unwrap_or(p);
         return anyhow::anyhow!(
-            "{}: {}: corrupt image: the directory lists this name twice",
-            image.display(),
-            within.display()
+            "{}: exists already: another name in the image is the same on this file system \
+             (is it case-insensitive?)",
+            p.display()
         );
     }
     anyhow::Error::new(e).context(p.display().to_string())
@@ -558,13 +571,23 @@ fn extract_into(
     while let Some((dir, a)) = stack.pop() {
         let within = dir.strip_prefix(output).unwrap_or(&dir);
         walked.enter(image, &a, within)?;
+        // Every entry is created new (never through what is there: a damaged
+        // image may list a name twice, first as a symlink to anywhere).
+        let mut names = HashSet::new();
         for e in fs.list(a.node).map_err(in_image)? {
             let p = dir.join(OsStr::from_bytes(&e.name));
+            if !names.insert(e.name.clone()) {
+                bail!(
+                    "{}: {}: corrupt image: the directory lists this name twice",
+                    image.display(),
+                    p.strip_prefix(output).unwrap_or(&p).display()
+                );
+            }
             let attr = fs.getattr(e.node).map_err(in_image)?;
             if attr.kind != FileKind::Dir && attr.nlink > 1 {
                 if let Some(first) = links.get(&attr.node) {
                     std::fs::hard_link(first, &p)
-                        .map_err(|e| exists_twice(image, output, &p, e))
+                        .map_err(|e| create_error(&p, e))
                         .with_context(|| format!("{}: hard link", p.display()))?;
                     continue;
                 }
@@ -572,16 +595,13 @@ fn extract_into(
             }
             match attr.kind {
                 FileKind::Dir => {
-                    std::fs::create_dir(&p).map_err(|e| exists_twice(image, output, &p, e))?;
+                    std::fs::create_dir(&p).map_err(|e| create_error(&p, e))?;
                     dirs.push((p.clone(), attr.clone()));
                     stack.push((p, attr));
                     continue;
                 }
                 FileKind::File => {
-                    // Never through what is there: a damaged image may list
-                    // a name twice, first as a symlink to anywhere.
-                    let created = std::fs::File::create_new(&p)
-                        .map_err(|e| exists_twice(image, output, &p, e))?;
+                    let created = std::fs::File::create_new(&p).map_err(|e| create_error(&p, e))?;
                     let mut f = SparseWriter::new(created);
                     let mut wrote = Ok(());
                     let copied = fs
@@ -609,7 +629,7 @@ fn extract_into(
                 FileKind::Symlink => {
                     let t = fs.readlink(attr.node).map_err(|e| in_entry(&p, e.into()))?;
                     std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
-                        .map_err(|e| exists_twice(image, output, &p, e))?;
+                        .map_err(|e| create_error(&p, e))?;
                 }
                 FileKind::BlockDevice
                 | FileKind::CharDevice

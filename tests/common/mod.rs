@@ -508,13 +508,17 @@ pub fn daemon_of(mountpoint: &Path) -> Option<u32> {
             continue;
         };
         let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        if args.contains(&b"mount".as_slice()) && args.contains(&want) {
-            found.push((pid, parent_pid(pid)));
+        // One that exited meanwhile has no stat to read, and is not it.
+        if let (true, Some(parent)) = (
+            args.contains(&b"mount".as_slice()) && args.contains(&want),
+            parent_pid(pid),
+        ) {
+            found.push((pid, parent));
         }
     }
     found
         .iter()
-        .find(|(pid, _)| !found.iter().any(|(_, parent)| parent == &Some(*pid)))
+        .find(|(pid, _)| !found.iter().any(|(_, parent)| parent == pid))
         .map(|(pid, _)| *pid)
 }
 

@@ -313,24 +313,29 @@ class Image:
         onerror=None,
         followlinks: bool = False,
     ) -> Iterator[tuple]:
-        """``os.walk`` over the image: ``(dirpath, dirnames, filenames)``."""
+        """``os.walk`` over the image: ``(dirpath, dirnames, filenames)``.
+
+        Unlike ``os.walk``, it never loops: a directory met again inside
+        its own subtree (through a link when following links, or in a
+        damaged image's listing) goes to ``onerror`` as ``OSError(ELOOP)``
+        and is not entered.
+        """
         top = os.fspath(top)
-        stack: list = [top]
-        # Directories entered, by inode number: in a sound image a
-        # directory has one parent, so one met again (not through a link)
-        # is listed inside its own subtree, a damaged image that would
-        # keep the walk going forever.
-        entered: set = set()
-        if not followlinks:
-            try:
-                entered.add(self.stat(top).st_ino)
-            except OSError:
-                pass  # said by the listing of top, below
+        # (path, inode numbers of the directories above it and its own):
+        # a directory whose number is among them would repeat its subtree
+        # forever. Without following links a sound image has one path to
+        # each directory, so any directory met twice is damage (`entered`).
+        try:
+            stack: list = [(top, (self.stat(top).st_ino,))]
+        except OSError:
+            stack = [(top, ())]  # said by the listing of top, below
+        entered: set = set(stack[0][1])
         while stack:
             item = stack.pop()
-            if isinstance(item, tuple):  # bottom-up: yield after the children
+            if len(item) == 3:  # bottom-up: yield after the children
                 yield item
                 continue
+            item, above = item
             dirs, files = [], []
             try:
                 with self.scandir(item) as it:
@@ -362,19 +367,20 @@ class Image:
                 # The inode's own number, not the listing's: a damaged
                 # listing may name one inode and point at another.
                 try:
-                    ino = None if e is None or followlinks else e.stat(follow_symlinks=False).st_ino
+                    ino = None if e is None else e.stat(follow_symlinks=followlinks).st_ino
                 except OSError as err:
                     if onerror is not None:
                         onerror(err)
                     continue
                 if ino is not None:
-                    if ino in entered:
+                    if ino in above or (not followlinks and ino in entered):
                         if onerror is not None:
-                            onerror(OSError(errno.ELOOP, f"{self._location}: corrupt image: "
-                                            "a directory listed inside itself", path))
+                            onerror(OSError(errno.ELOOP, f"{self._location}: a directory met "
+                                            "again inside itself (a link loop, or a corrupt "
+                                            "image)", path))
                         continue
                     entered.add(ino)
-                stack.append(path)
+                stack.append((path, (*above, ino) if ino is not None else above))
 
 
 def _stat_result(t: tuple, blksize: int) -> os.stat_result:
