@@ -206,31 +206,60 @@ pub fn ls(
     }
     let mut stack = vec![(top.to_vec(), at)];
     let mut walked = Walked::default();
+    // As `ls`: damage met in one entry or directory is said, and the rest
+    // listed; the status says that something was not.
+    let mut failed = false;
+    let mut complain = |out: &mut std::io::BufWriter<_>, e: anyhow::Error| {
+        // After what was listed before it, on a terminal too.
+        out.flush()?;
+        say!("packfs: {e}");
+        failed = true;
+        anyhow::Ok(())
+    };
+    // An error names the image and the entry, as `ls IMG PATH` does.
+    let at = |p: &[u8], e: mountfs::FsError| {
+        let p = String::from_utf8_lossy(p);
+        anyhow::anyhow!("{}: {}: {e}", image.display(), p.trim_start_matches('/'))
+    };
+    // A write to stdout that fails ends the listing; damage does not.
+    let damage = |p: &[u8], e: anyhow::Error| match e.downcast::<mountfs::FsError>() {
+        Ok(fe) => Ok(at(p, fe)),
+        Err(e) => Err(e),
+    };
     while let Some((dir, a)) = stack.pop() {
         if a.kind != FileKind::Dir {
-            print_entry(&fs, &mut out, &dir, &a, long, terminal)?;
+            if let Err(e) = print_entry(&fs, &mut out, &dir, &a, long, terminal) {
+                complain(&mut out, damage(&dir, e)?)?;
+            }
             continue;
         }
         if recursive {
-            walked.enter(image, &a, Path::new(OsStr::from_bytes(&dir)))?;
+            if let Err(e) = walked.enter(image, &a, Path::new(OsStr::from_bytes(&dir))) {
+                complain(&mut out, e)?;
+                continue;
+            }
         }
-        // An error names the image and the entry, as `ls IMG PATH` does.
-        let at = |p: &[u8], e: mountfs::FsError| {
-            let p = String::from_utf8_lossy(p);
-            anyhow::anyhow!("{}: {}: {e}", image.display(), p.trim_start_matches('/'))
+        let entries = match fs.list(a.node) {
+            Ok(entries) => entries,
+            Err(e) => {
+                complain(&mut out, at(&dir, e))?;
+                continue;
+            }
         };
-        let entries = fs.list(a.node).map_err(|e| at(&dir, e))?;
         let mut subdirs = Vec::new();
         for e in entries {
             let under = [&dir[..], b"/", &e.name].concat();
             let full = if recursive { &under } else { &e.name };
-            let attr = fs.getattr(e.node).map_err(|e| at(&under, e))?;
-            print_entry(&fs, &mut out, full, &attr, long, terminal).map_err(|e| {
-                match e.downcast::<mountfs::FsError>() {
-                    Ok(fe) => at(&under, fe),
-                    Err(e) => e,
+            let attr = match fs.getattr(e.node) {
+                Ok(attr) => attr,
+                Err(e) => {
+                    complain(&mut out, at(&under, e))?;
+                    continue;
                 }
-            })?;
+            };
+            if let Err(e) = print_entry(&fs, &mut out, full, &attr, long, terminal) {
+                complain(&mut out, damage(&under, e)?)?;
+            }
             if recursive && attr.kind == FileKind::Dir {
                 subdirs.push((under, attr));
             }
@@ -238,7 +267,7 @@ pub fn ls(
         stack.extend(subdirs.into_iter().rev());
     }
     out.flush()?;
-    Ok(0)
+    Ok(if failed { 1 } else { 0 })
 }
 
 /// The directories a walk of the image has entered. Each is entered once:
@@ -304,6 +333,12 @@ fn print_entry(
         out.write_all(b"\n")?;
         return Ok(());
     }
+    // Read before anything is written: a target that cannot be read (the
+    // entry is damaged) leaves no half line.
+    let target = match a.kind {
+        FileKind::Symlink => Some(fs.readlink(a.node)?),
+        _ => None,
+    };
     let size = match a.kind {
         FileKind::BlockDevice | FileKind::CharDevice => {
             let (ma, mi) = packfs_format::squashfs::inode::decode_dev(a.rdev);
@@ -322,9 +357,9 @@ fn print_entry(
         crate::date::format(a.mtime, false)
     )?;
     out.write_all(name)?;
-    if a.kind == FileKind::Symlink {
+    if let Some(target) = target {
         out.write_all(b" -> ")?;
-        out.write_all(&shown(&fs.readlink(a.node)?, terminal))?;
+        out.write_all(&shown(&target, terminal))?;
     }
     out.write_all(b"\n")?;
     Ok(())

@@ -1536,3 +1536,40 @@ fn ls_on_a_terminal_shows_control_characters_as_question_marks() {
         .unwrap();
     assert_eq!(piped.stdout, b"a\x1b[31mred\nfake\xc2\x9bx\n");
 }
+
+/// Found by a review: one damaged entry (here a symlink whose target is
+/// empty) ended `ls -l` there, and the entries after it were never listed.
+/// As `ls` does, the damage is said and the rest listed, with status 1.
+#[test]
+fn ls_lists_past_a_damaged_entry() {
+    let t = scratch();
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), "a").unwrap();
+    std::os::unix::fs::symlink("TTTTTTTT", src.join("s")).unwrap();
+    std::fs::write(src.join("z.txt"), "z").unwrap();
+    let img = t.path().join("link.sqfs");
+    edited_raw_image(&src, &img, |b| {
+        let at = find(b, b"TTTTTTTT") - 4;
+        b[at..at + 4].fill(0);
+    });
+    let out = Command::new(packfs_bin())
+        .args(["ls", "-l"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{o}{e}");
+    let names: Vec<&str> = o.lines().filter_map(|l| l.split(' ').next_back()).collect();
+    assert_eq!(names, ["a.txt", "z.txt"], "{o}");
+    assert!(
+        e.contains(&format!(
+            "{}: s: corrupt image: the symlink's target is empty",
+            img.display()
+        )),
+        "{e}"
+    );
+}
