@@ -70,18 +70,33 @@ fn main() {
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
+            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let mut shown = oserror::plain_text(&e.to_string());
-            say!("packfs: {shown}");
+            say!("packfs: {}", for_terminal(&shown, terminal));
             for cause in e.chain().skip(1) {
                 let cause = oserror::plain_text(&cause.to_string());
                 // The packer's errors print their source in their own
                 // message and return it as source() too: say it once.
                 if !shown.contains(&cause) {
-                    say!("  caused by: {cause}");
+                    say!("  caused by: {}", for_terminal(&cause, terminal));
                 }
                 shown = cause;
             }
             std::process::exit(if usage::is_usage(&e) { 2 } else { 1 });
         }
     }
+}
+
+/// An error's text as a terminal gets it: the names it quotes come from
+/// the command line or from an image, which may hold escape sequences; on
+/// a terminal every control character but a newline is shown as `?`, as
+/// `ls` shows names.
+fn for_terminal(text: &str, terminal: bool) -> std::borrow::Cow<'_, str> {
+    if !terminal || !text.chars().any(|c| c.is_control() && c != '\n') {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' { '?' } else { c })
+        .collect::<String>()
+        .into()
 }

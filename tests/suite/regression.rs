@@ -888,31 +888,12 @@ impl Drop for PackfsMountAt<'_> {
 /// (`int N usr1 M`) and run's status.
 fn ctrl_c_through_run(own_group: bool, usr1: bool) -> (String, Option<i32>) {
     use std::io::{Read, Write};
-    use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     let t = scratch();
     let (_, img) = fixture_image(t.path());
     let mp = t.path().join("mp");
     std::fs::create_dir(&mp).unwrap();
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty fills two descriptors; no name, termios or size.
-    let r = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both descriptors were just opened and are owned here only.
-    let (master, slave) = unsafe {
-        (
-            std::fs::File::from_raw_fd(master),
-            OwnedFd::from_raw_fd(slave),
-        )
-    };
+    let (master, slave) = pty();
     // Counts SIGINT and SIGUSR1 for two seconds after saying it is ready.
     let script = "import os, signal, time\n\
         n = {signal.SIGINT: 0, signal.SIGUSR1: 0}\n\
@@ -1482,8 +1463,6 @@ fn a_mounts_log_names_the_image_of_a_failed_read() {
 /// now `?`, as `ls -q` shows it; to a pipe the bytes are unchanged.
 #[test]
 fn ls_on_a_terminal_shows_control_characters_as_question_marks() {
-    use std::io::Read;
-    use std::os::fd::{FromRawFd, OwnedFd};
     let t = scratch();
     let src = t.path().join("tree");
     std::fs::create_dir_all(&src).unwrap();
@@ -1493,25 +1472,7 @@ fn ls_on_a_terminal_shows_control_characters_as_question_marks() {
     std::fs::write(src.join(name), "x").unwrap();
     let img = t.path().join("names.sqfs");
     mksquashfs(&src, &img, &[]);
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty fills two descriptors; no name, termios or size.
-    let r = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both descriptors were just opened and are owned here only.
-    let (mut master, slave) = unsafe {
-        (
-            std::fs::File::from_raw_fd(master),
-            OwnedFd::from_raw_fd(slave),
-        )
-    };
+    let (mut master, slave) = pty();
     let st = Command::new(packfs_bin())
         .arg("ls")
         .arg(&img)
@@ -1519,15 +1480,7 @@ fn ls_on_a_terminal_shows_control_characters_as_question_marks() {
         .status()
         .unwrap();
     assert!(st.success());
-    // All of it: the terminal may hand over the line and its end apart
-    // (it turns "\n" into "\r\n").
-    let mut said = Vec::new();
-    let mut b = [0u8; 4096];
-    while !said.ends_with(b"\r\n") {
-        let n = master.read(&mut b).unwrap();
-        assert!(n > 0, "{said:?}");
-        said.extend_from_slice(&b[..n]);
-    }
+    let said = to_line_end(&mut master);
     assert_eq!(said, b"a?[31mred?fake?x\r\n");
     let piped = Command::new(packfs_bin())
         .arg("ls")
@@ -1572,4 +1525,74 @@ fn ls_lists_past_a_damaged_entry() {
         )),
         "{e}"
     );
+}
+
+/// Found by a review: an error quotes names from the command line or the
+/// image as they are, so on a terminal a name could send it escape
+/// sequences, as `ls` could before. On a terminal, control characters in
+/// an error are `?`; piped, they are unchanged.
+#[test]
+fn errors_on_a_terminal_show_control_characters_as_question_marks() {
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    let (mut master, slave) = pty();
+    let name = "no\x1b[2Jsuch";
+    let st = Command::new(packfs_bin())
+        .arg("cat")
+        .arg(&img)
+        .arg(name)
+        .stderr(slave)
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(1));
+    let said = String::from_utf8_lossy(&to_line_end(&mut master)).into_owned();
+    assert!(
+        said.contains("no?[2Jsuch") && !said.contains('\x1b'),
+        "{said:?}"
+    );
+    let piped = Command::new(packfs_bin())
+        .arg("cat")
+        .arg(&img)
+        .arg(name)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&piped.stderr).contains(name));
+}
+
+/// A new pseudo-terminal: its master, and its slave to give a command.
+fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty fills two descriptors; no name, termios or size.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned here only.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            OwnedFd::from_raw_fd(slave),
+        )
+    }
+}
+
+/// What the terminal shows up to the end of a line: it may hand over the
+/// line and its end apart (it turns "\n" into "\r\n").
+fn to_line_end(master: &mut std::fs::File) -> Vec<u8> {
+    use std::io::Read;
+    let mut said = Vec::new();
+    let mut b = [0u8; 4096];
+    while !said.ends_with(b"\r\n") {
+        let n = master.read(&mut b).unwrap();
+        assert!(n > 0, "{said:?}");
+        said.extend_from_slice(&b[..n]);
+    }
+    said
 }
