@@ -64,6 +64,15 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `cmd`, asserting that it fails with status 1 (an error: not a
+/// usage error's 2, not a panic's 101, not a signal); returns its stderr.
+pub fn error_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let e = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{cmd:?}: {e}");
+    e
+}
+
 /// Asserts that a command's `out` is a success (its stderr is the
 /// message if not); returns its stdout.
 pub fn assert_ok(out: Output) -> String {

@@ -1204,15 +1204,13 @@ fn extract_never_writes_through_a_name_listed_twice() {
         let at = find(b, b"zzzzzzzzzzzz1");
         b[at + 12] = b'0';
     });
-    let out = Command::new(packfs_bin())
-        .arg("extract")
-        .arg(&img)
-        .arg("-o")
-        .arg(t.path().join("out"))
-        .output()
-        .unwrap();
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{e}");
+    let e = error_of(
+        Command::new(packfs_bin())
+            .arg("extract")
+            .arg(&img)
+            .arg("-o")
+            .arg(t.path().join("out")),
+    );
     assert!(
         e.contains(&format!(
             "{}: zzzzzzzzzzzz0: corrupt image: the directory lists this name twice",
@@ -1314,13 +1312,7 @@ fn damage_found_at_open_or_in_a_listing_names_the_image() {
             format!("{}: sub: corrupt image", raw.display()),
         ),
     ] {
-        let out = Command::new(packfs_bin())
-            .args(args)
-            .arg(img)
-            .output()
-            .unwrap();
-        let e = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {e}");
+        let e = error_of(Command::new(packfs_bin()).args(args).arg(img));
         assert!(e.contains(&want), "{args:?}: {e}");
     }
 }
@@ -1371,15 +1363,13 @@ fn damaged_symlink_targets_and_xattr_names_are_the_images_errors() {
         (&xa, "a.txt: corrupt image: extended attribute name"),
     ];
     for (i, (img, want)) in cases.into_iter().enumerate() {
-        let out = Command::new(packfs_bin())
-            .arg("extract")
-            .arg(img)
-            .arg("-o")
-            .arg(t.path().join(format!("out{i}")))
-            .output()
-            .unwrap();
-        let e = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{e}");
+        let e = error_of(
+            Command::new(packfs_bin())
+                .arg("extract")
+                .arg(img)
+                .arg("-o")
+                .arg(t.path().join(format!("out{i}"))),
+        );
         assert!(e.contains(&format!("{}: {want}", img.display())), "{e}");
     }
 }
@@ -1408,9 +1398,7 @@ fn a_damaged_zip_member_is_reported_once() {
         } else {
             cmd.arg("-o").arg(t.path().join("out"));
         }
-        let out = cmd.output().unwrap();
-        let e = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{e}");
+        let e = error_of(&mut cmd);
         assert_eq!(e.matches("CRC-32 mismatch").count(), 1, "{args:?}: {e}");
         assert!(
             e.contains("text.txt: CRC-32 mismatch") && !e.contains("[ERROR"),
@@ -1550,13 +1538,8 @@ fn errors_on_a_terminal_show_control_characters_as_question_marks() {
         said.contains("no?[2Jsuch") && !said.contains('\x1b'),
         "{said:?}"
     );
-    let piped = Command::new(packfs_bin())
-        .arg("cat")
-        .arg(&img)
-        .arg(name)
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&piped.stderr).contains(name));
+    let piped = error_of(Command::new(packfs_bin()).arg("cat").arg(&img).arg(name));
+    assert!(piped.contains(name), "{piped}");
 }
 
 /// A new pseudo-terminal: its master, and its slave to give a command.
