@@ -113,3 +113,32 @@ def test_arguments_and_errors_as_torchvision_has_them(folder):
         packfs.torch.ImageFolder(img, "train", loader=bad_loader, extensions=".jpg")[0]
     if sys.version_info >= (3, 11):  # exception notes are 3.11's
         assert f"loading {ds.path(0)}" in "".join(e.value.__notes__)
+
+
+def test_samples_index_in_place_and_take_a_subset(folder):
+    """Found by a review: ``samples`` was a list rebuilt on every access,
+    so a subclass indexing ``self.samples[i]`` per item (as torchvision
+    code does) paid a whole list per item, and ``ds.samples = subset``,
+    torchvision's way to take a subset, raised AttributeError."""
+    img, want = folder
+    ds = packfs.torch.ImageFolder(img, "train", extensions=".jpg")
+    calls = []
+    path = ds.path
+    ds.path = lambda i: calls.append(i) or path(i)
+    assert ds.samples[-1] == (path(68), int(ds.targets[68])) and calls == [-1]
+    ds.path = path
+    every = list(ds.samples)
+    assert len(every) == 69 and ds.samples == every and ds.imgs == every
+    assert ds.samples[1:4] == every[1:4] and ds.samples != every[:3]
+    with pytest.raises(IndexError):
+        ds.samples[69]
+
+    keep = [every[i] for i in (60, 2, 30)]
+    ds.samples = keep
+    assert len(ds) == 3 and ds.samples == keep and list(ds.targets) == [2, 0, 1]
+    assert [want[ds[i][0]] for i in range(3)] == ["eel", "cat", "dog"]
+    with pytest.raises(TypeError):
+        ds.samples = [(every[0][0], "cat")]
+    assert ds.samples == keep  # a bad pair left the dataset as it was
+    ds.imgs = every
+    assert len(ds) == 69

@@ -21,8 +21,10 @@ imports neither torch nor torchvision.
 from __future__ import annotations
 
 import io
+import operator
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence as SequenceABC
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -46,6 +48,41 @@ def raw_loader(data: bytes) -> bytes:
     return data
 
 
+class SampleList(SequenceABC):
+    """``(path, target)`` pairs of an :class:`ImageFolder`, made from its
+    arrays one at a time as they are asked for.
+
+    What torchvision's ``samples`` list does for a reader: ``len``,
+    indexing (a slice gives a list), iteration, and ``==`` with a list.
+    Indexing costs one pair: a subclass's ``__getitem__`` may index
+    ``self.samples[i]`` as it would torchvision's list.
+    """
+
+    __slots__ = ("_folder",)
+
+    def __init__(self, folder: "ImageFolder") -> None:
+        self._folder = folder
+
+    def __len__(self) -> int:
+        return len(self._folder)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = operator.index(i)
+        return (self._folder.path(i), int(self._folder.targets[i]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (SampleList, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        n = len(self)
+        head = ", ".join(repr(self[i]) for i in range(min(n, 3)))
+        return f"SampleList([{head}{', ...' if n > 3 else ''}], {n} samples)"
+
+
 class ImageFolder:
     """Samples under ``root`` in ``image``, one class per subdirectory.
 
@@ -63,9 +100,12 @@ class ImageFolder:
     error says which file it was loading.
 
     Attributes as torchvision's: ``classes``, ``class_to_idx``, ``targets``
-    (a numpy array), ``samples`` and ``imgs`` (``(path, target)`` pairs,
-    made as a list when asked for: the dataset itself holds no Python
-    object per sample); ``path(i)`` is sample ``i``'s path in the image.
+    (a numpy array), ``samples`` and ``imgs`` (``(path, target)`` pairs: a
+    :class:`SampleList` that makes each pair when it is read, since the
+    dataset holds no Python object per sample; assigning a list of pairs
+    to ``samples`` makes them the dataset's samples, as one does with
+    torchvision's to take a subset); ``path(i)`` is sample ``i``'s path in
+    the image.
     """
 
     def __init__(
@@ -121,6 +161,9 @@ class ImageFolder:
                 f"{self.image.location}: no file {what} in the class directories "
                 f"{', '.join(empty)} under {self.root or '/'!r} (allow_empty=True keeps them)"
             )
+        self._set_index(blob, offsets, targets)
+
+    def _set_index(self, blob: bytes | bytearray, offsets: list, targets: list) -> None:
         self._paths = np.frombuffer(bytes(blob), dtype=np.uint8)
         self._offsets = np.asarray(offsets, dtype=np.int64)
         self.targets = np.asarray(targets, dtype=np.int64)
@@ -141,9 +184,21 @@ class ImageFolder:
         return os.fsdecode(self._path_bytes(i))
 
     @property
-    def samples(self) -> list:
+    def samples(self) -> SampleList:
         """``(path, target)`` of every sample, as torchvision's."""
-        return [(self.path(i), int(t)) for i, t in enumerate(self.targets)]
+        return SampleList(self)
+
+    @samples.setter
+    def samples(self, pairs: Iterable[tuple[str | bytes, int]]) -> None:
+        # Built aside first: a bad pair leaves the dataset as it was.
+        blob = bytearray()
+        offsets = [0]
+        targets = []
+        for path, target in list(pairs):
+            blob += os.fsencode(path)
+            offsets.append(len(blob))
+            targets.append(operator.index(target))
+        self._set_index(blob, offsets, targets)
 
     imgs = samples
 
