@@ -188,7 +188,8 @@ def test_a_relative_image_path_means_the_working_directorys_image(packfs_bin, tm
 def test_writes_say_read_only_and_keys_and_times_are_a_files(images):
     """Found by a review: ``mkdir`` did nothing and said nothing, ``rm``
     and ``modified`` were "not implemented", and ``ukey`` of "/x" differed
-    from that of "x"."""
+    from that of "x". Found by the next: ``makedirs(d, exist_ok=True)`` of
+    a directory the image has raised EROFS."""
     import errno
     import datetime
 
@@ -198,6 +199,14 @@ def test_writes_say_read_only_and_keys_and_times_are_a_files(images):
         with pytest.raises(OSError) as e:
             write()
         assert e.value.errno == errno.EROFS
+    # A name that exists is EEXIST, as mkdir(2) says on a read-only mount,
+    # and makedirs(exist_ok=True) of a directory passes, as os.makedirs does.
+    fs.makedirs("a/b", exist_ok=True)
+    fs.makedirs("/a", exist_ok=True)
+    for exists in (lambda: fs.mkdir("a"), lambda: fs.makedirs("a/b"), lambda: fs.mkdir("dangling"),
+                   lambda: fs.makedirs("big.txt", exist_ok=True)):
+        with pytest.raises(FileExistsError):
+            exists()
     assert fs.ls("", detail=False) == fsspec.filesystem("packfs", fo=str(images["packfs-sqfs"][0])).ls("", detail=False)
     assert fs.ukey("/big.txt") == fs.ukey("big.txt")
     when = fs.modified("big.txt")

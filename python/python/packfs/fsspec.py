@@ -290,5 +290,20 @@ class PackFileSystem(AbstractFileSystem, metaclass=_AbsoluteImagePath):
     def _read_only(self, path: Any, *args: Any, **kwargs: Any):
         raise OSError(errno.EROFS, f"{self.image.location} is a read-only image", str(path))
 
-    mkdir = makedirs = rmdir = rm_file = _rm = rm = touch = _read_only
+    # As mkdir(2) and os.makedirs on a read-only mount: a name that exists
+    # is EEXIST, and makedirs' exist_ok passes for a directory, since a
+    # pipeline's "makedirs(out, exist_ok=True)" must pass on an image that
+    # already has the directory.
+    def mkdir(self, path: Any, create_parents: bool = True, **kwargs: Any) -> None:
+        stripped = self._strip_protocol(path)
+        if self.image.exists(stripped) or self.image.islink(stripped):
+            raise FileExistsError(errno.EEXIST, f"{self.image.location}: the name exists", str(path))
+        self._read_only(path)
+
+    def makedirs(self, path: Any, exist_ok: bool = False) -> None:
+        if exist_ok and self.image.isdir(self._strip_protocol(path)):
+            return
+        self.mkdir(path)
+
+    rmdir = rm_file = _rm = rm = touch = _read_only
     mv = cp_file = pipe_file = put_file = _read_only
