@@ -45,6 +45,22 @@ impl ImageLocation {
             }
             return Ok(ImageLocation::Http(arg.into()));
         }
+        if let Some(scheme) = url_scheme(arg) {
+            let rest = &arg[scheme.len() + 3..];
+            if scheme.eq_ignore_ascii_case("file") {
+                // As fsspec and browsers write a local file.
+                return match rest.starts_with('/') {
+                    true => Ok(ImageLocation::Local(rest.into())),
+                    false => Err(format!("{arg}: a file URL is file:///ABSOLUTE/PATH")),
+                };
+            }
+            // Read as a path, a gs:// or ftp:// URL would be "no such file
+            // or directory", which says nothing of the real cause.
+            return Err(format!(
+                "{arg}: packfs reads images from files and from s3://, http:// and https:// \
+                 URLs, not {scheme}:// (a file whose path starts this way: ./{arg})"
+            ));
+        }
         Ok(ImageLocation::Local(arg.into()))
     }
 
@@ -125,6 +141,17 @@ impl std::fmt::Display for ImageLocation {
             ImageLocation::Http(u) => f.write_str(u),
         }
     }
+}
+
+/// The scheme of `arg` when it starts as a URL does (`SCHEME://`, the
+/// scheme a letter and then letters, digits, `+`, `-` or `.`).
+fn url_scheme(arg: &str) -> Option<&str> {
+    let (scheme, _) = arg.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
 }
 
 /// A source opened for a location, with what the caller may report.
@@ -316,8 +343,27 @@ mod tests {
             "s3:///key",
             "http://",
             "https:///x",
+            "file://host/x.sqfs",
         ] {
             assert!(L::parse(bad).is_err(), "{bad}");
+        }
+        // Regression: any other scheme was a file path, and its error "no
+        // such file or directory".
+        for other in [
+            "gs://b/x.sqfs",
+            "ftp://h/x.sqfs",
+            "az://c/x.sqfs",
+            "S3A://b/k",
+        ] {
+            let e = L::parse(other).unwrap_err();
+            assert!(e.contains("not ") && e.contains("s3://"), "{e}");
+        }
+        assert_eq!(
+            L::parse("file:///data/x.sqfs").unwrap(),
+            L::Local("/data/x.sqfs".into())
+        );
+        for path in ["./gs://b/x", "dir/ftp://x", "a b://x", "1x://y"] {
+            assert_eq!(L::parse(path).unwrap(), L::Local(path.into()), "{path}");
         }
         let u = L::parse("http://h:8080/a/b.zip?X-Amz-Signature=1").unwrap();
         assert_eq!(u.file_name().as_deref(), Some("b.zip"));

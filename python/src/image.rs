@@ -71,8 +71,20 @@ impl Drop for NativeImage {
 }
 
 /// A path argument: `str` (undecodable bytes as lone surrogates, as
-/// `os.fsencode` takes them), `bytes`, or an `os.PathLike`.
+/// `os.fsencode` takes them), `bytes`, or an `os.PathLike`. A NUL in it is
+/// a `ValueError`, as `os` says: no entry can have one, so "no such file"
+/// would hide a caller's bug.
 fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let p = path_bytes(obj)?;
+    if p.contains(&0) {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "embedded null byte",
+        ));
+    }
+    Ok(p)
+}
+
+fn path_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(s) = obj.cast::<PyString>() {
         return match s.to_str() {
             Ok(s) => Ok(s.as_bytes().to_vec()),
@@ -92,7 +104,7 @@ fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
             "expected str, bytes or os.PathLike",
         ));
     }
-    path_arg(&fspath)
+    path_bytes(&fspath)
 }
 
 /// `st_mode` type bits of a kind.

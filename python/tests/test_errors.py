@@ -263,6 +263,31 @@ def test_a_read_larger_than_memory_is_memory_error_and_costs_one_copy(tmp_path):
     assert int(lines["peak"]) < (1 << 30) + (400 << 20), r.stdout
 
 
+def test_a_nul_in_a_path_is_value_error_and_an_unknown_scheme_is_named(images, tmp_path):
+    """Regression: a NUL in a path was FileNotFoundError, where ``os`` says
+    ValueError ("embedded null byte") and ``os.path`` answers False; and
+    ``gs://`` or ``ftp://`` were opened as file paths, "no such file"."""
+    img = packfs.Image(images["packfs-sqfs"][0])
+    for call in (lambda: img.read("a\0b"), lambda: img.stat(b"a/\0"), lambda: img.open("a\0"),
+                 lambda: img.listdir("a\0"), lambda: img.read_many(["a/hello.txt", "x\0"]),
+                 lambda: img.scandir("\0"), lambda: img.readlink("\0")):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+    assert not img.exists("a\0") and not img.isdir("a\0") and not img.islink("a\0")
+    assert not img.isfile("a/hello.txt\0") and img.isfile("a/hello.txt")
+    img.close()
+    with pytest.raises(ValueError, match="closed"):
+        img.exists("a")
+    with pytest.raises(ValueError, match="closed"):
+        img.islink("a")
+    for url in ("gs://bucket/x.sqfs", "ftp://host/x.sqfs"):
+        with pytest.raises(ValueError, match="s3://") as e:
+            packfs.Image(url)
+        assert "not " + url.split("://")[0] + "://" in str(e.value)
+    same = packfs.Image("file://" + str(images["packfs-sqfs"][0]))
+    assert same.read("a/hello.txt") == b"hello world\n"
+
+
 def test_a_name_longer_than_squashfs_allows_is_enametoolong(images):
     # Regression: such a lookup said FileNotFoundError; the kernel's
     # SquashFS driver says ENAMETOOLONG, and os.path answers False.

@@ -247,7 +247,11 @@ fn mtime(flag: Option<u32>) -> anyhow::Result<Option<u32>> {
 }
 
 /// `packfs pack SRC -o OUTPUT`.
-pub fn run(args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
+pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
+    // `-o file:///PATH` names the file PATH.
+    if let mountfs::location::ImageLocation::Local(p) = location(&args.output)? {
+        args.output = p;
+    }
     let plan = PackPlan::from_args(&args)?;
     let cancel = interrupt::install();
     // Kept alive until the pack is done: the image reads from it.

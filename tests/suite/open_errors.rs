@@ -337,3 +337,47 @@ fn a_pipe_as_the_image_is_named_as_one_at_once() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("/dev/stdin: a pipe, not a file"), "{e}");
 }
+
+/// Regression: `gs://`, `ftp://` and any other URL scheme were read as a
+/// file path, so the error was "no such file or directory". They are a
+/// usage error naming the schemes packfs reads; `file:///PATH` is the file
+/// PATH, for `pack -o` as for every reader.
+#[test]
+fn an_unknown_url_scheme_is_named_and_file_urls_are_files() {
+    for url in ["gs://bucket/x.sqfs", "ftp://host/x.sqfs"] {
+        let r = ls(url, &[]);
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        let scheme = url.split_once("://").unwrap().0;
+        assert!(
+            r.stderr.contains(&format!("not {scheme}://")) && r.stderr.contains("s3://"),
+            "{}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("no such file"), "{}", r.stderr);
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("hello.txt"), b"hello\n").unwrap();
+    let url = format!("file://{}/i.sqfs", t.path().display());
+    let out = Command::new(packfs_bin())
+        .args(["pack", "-q", src.to_str().unwrap(), "-o", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(t.path().join("i.sqfs").is_file());
+    let out = Command::new(packfs_bin())
+        .args(["cat", &url, "hello.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.stdout,
+        b"hello\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

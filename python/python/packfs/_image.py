@@ -265,18 +265,27 @@ class Image:
         """Whether ``path`` names an entry (following symlinks). Unlike
         ``os.path.exists``, a damaged image raises ``OSError`` instead of
         answering False."""
-        return self._native().kind(path) is not None
+        return self._kind(path) is not None
 
     def isdir(self, path: str | bytes | os.PathLike) -> bool:
-        return self._native().kind(path) == _stat.S_IFDIR
+        return self._kind(path) == _stat.S_IFDIR
 
     def isfile(self, path: str | bytes | os.PathLike) -> bool:
-        return self._native().kind(path) == _stat.S_IFREG
+        return self._kind(path) == _stat.S_IFREG
+
+    def _kind(self, path: str | bytes | os.PathLike) -> int | None:
+        native = self._native()  # a closed image's ValueError is raised
+        try:
+            return native.kind(path)
+        except ValueError:
+            # A NUL in the path: no entry, as os.path.exists answers.
+            return None
 
     def islink(self, path: str | bytes | os.PathLike) -> bool:
+        self._native()  # a closed image's ValueError is raised
         try:
             return _stat.S_ISLNK(self.lstat(path).st_mode)
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
+        except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError):
             return False
         except OSError as e:
             # A loop on the way to it, or a name no entry can have: absent,
