@@ -266,16 +266,20 @@ pub enum Command {
     },
 }
 
-/// `packfs pack SRC -o OUTPUT`.
+/// `packfs pack SRC -o OUTPUT` (or `packfs pack SRC OUTPUT`).
 #[derive(clap::Args, Debug)]
 pub struct PackArgs {
     /// The directory to pack (its contents become the image's root).
     pub src: PathBuf,
+    /// The image, when it is not given with -o (`packfs pack SRC IMAGE`, the
+    /// order mksquashfs takes).
+    #[arg(value_name = "OUTPUT", conflicts_with = "output")]
+    pub image: Option<PathBuf>,
     /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
     /// $TMPDIR, then sent as a multipart upload (the object appears only
     /// when complete; an error or a signal aborts the upload).
-    #[arg(short, long)]
-    pub output: PathBuf,
+    #[arg(short, long, required_unless_present = "image")]
+    pub output: Option<PathBuf>,
     /// Override the format chosen from the output extension.
     #[arg(long, value_enum)]
     pub format: Option<OutFormat>,
@@ -391,6 +395,17 @@ pub struct PackArgs {
     #[arg(long, requires = "shards", value_parser = packfs_bench::size::parse_size,
           default_value_t = packer::shards::DEFAULT_ENTRY_COST)]
     pub entry_cost: u64,
+}
+
+impl PackArgs {
+    /// The image to write: `-o`, or the second argument (`pack::run` puts
+    /// either in `output` before anything reads it).
+    pub fn output(&self) -> &std::path::Path {
+        self.output
+            .as_deref()
+            .or(self.image.as_deref())
+            .expect("clap requires -o or OUTPUT")
+    }
 }
 
 /// `packfs mount IMAGE... MOUNTPOINT`.

@@ -56,15 +56,15 @@ struct PackPlan {
 
 impl PackPlan {
     fn from_args(args: &PackArgs) -> anyhow::Result<PackPlan> {
-        let template = args.output.to_string_lossy();
+        let template = args.output().to_string_lossy();
         // The extension after {shard} decides the format, as for one image.
-        let format = format_for(&args.output, args.format)?;
+        let format = format_for(args.output(), args.format)?;
         if args.shards.is_none() && template.contains("{shard}") {
             return Err(usage(format!(
                 "{template}: {{shard}} in the output name needs --shards N"
             )));
         }
-        let dest = match location(&args.output)? {
+        let dest = match location(args.output())? {
             mountfs::location::ImageLocation::Local(_) => Dest::File,
             mountfs::location::ImageLocation::S3 { bucket, key } => {
                 Dest::S3(mountfs::remote::Target::S3 { bucket, key })
@@ -248,10 +248,14 @@ fn mtime(flag: Option<u32>) -> anyhow::Result<Option<u32>> {
 
 /// `packfs pack SRC -o OUTPUT`.
 pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
+    // From here on the image is `args.output`, whichever way it was given.
+    let output = args.output.take().or(args.image.take());
+    let output = output.ok_or_else(|| usage("the image to write: packfs pack SRC -o IMAGE"))?;
     // `-o file:///PATH` names the file PATH.
-    if let mountfs::location::ImageLocation::Local(p) = location(&args.output)? {
-        args.output = p;
-    }
+    args.output = Some(match location(&output)? {
+        mountfs::location::ImageLocation::Local(p) => p,
+        _ => output,
+    });
     let plan = PackPlan::from_args(&args)?;
     let cancel = interrupt::install();
     // Kept alive until the pack is done: the image reads from it.
@@ -336,13 +340,13 @@ fn pack_shards(
     // super::upload::ShardUploads); the uploads start first, so a wrong
     // bucket fails before the walk.
     let (template, uploads, tmp_dir) = match &plan.dest {
-        Dest::File => (args.output.to_string_lossy().into_owned(), None, None),
+        Dest::File => (args.output().to_string_lossy().into_owned(), None, None),
         Dest::S3(target) => {
             let d = tempfile::Builder::new()
                 .prefix("packfs-upload-")
                 .tempdir()
                 .context("creating a temporary directory in $TMPDIR for the shards")?;
-            let name = args.output.file_name().unwrap_or("image".as_ref());
+            let name = args.output().file_name().unwrap_or("image".as_ref());
             let local = d.path().join(name).to_string_lossy().into_owned();
             let which: Vec<u32> = match args.shard {
                 Some(k) => vec![k],
@@ -390,14 +394,14 @@ fn pack_shards(
         };
         drop(tmp_dir);
         for r in &mut done {
-            r.path = super::upload::shard_url(&args.output, &r.path).into();
+            r.path = super::upload::shard_url(args.output(), &r.path).into();
             r.manifest = None;
         }
         if let Some(last) = done.last_mut() {
             last.manifest = manifest.map(Into::into);
         }
         if !args.quiet {
-            report_shards(&done, n, &args.output.to_string_lossy());
+            report_shards(&done, n, &args.output().to_string_lossy());
         }
         return Ok(0);
     }
@@ -441,7 +445,7 @@ fn pack_image(
     cancel: &AtomicBool,
     remote: &RemoteArgs,
 ) -> anyhow::Result<i32> {
-    let output = &args.output;
+    let output = args.output();
     // To object storage: the multipart upload is started first (a wrong
     // bucket or key fails now, not after the pack), the image packed to a
     // temporary file, then sent (see mountfs::remote::upload).
@@ -462,7 +466,7 @@ fn pack_image(
         Some(d) => d
             .path()
             .join(output.file_name().unwrap_or("image".as_ref())),
-        None => output.clone(),
+        None => output.to_path_buf(),
     };
     let packed = match plan.format {
         OutFormat::Squashfs => packer::pack_squashfs(&args.src, &local, opts),

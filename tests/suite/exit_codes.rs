@@ -90,6 +90,17 @@ fn work() -> tempfile::TempDir {
     w
 }
 
+/// Regression: `packfs pack SRC IMAGE`, the order mksquashfs takes, was
+/// "unexpected argument"; the image had to be given with `-o`.
+#[test]
+fn pack_takes_the_image_as_its_second_argument_too() {
+    let w = work();
+    let out = packfs(&["pack", "-q", "src", "two.sqfs"], w.path());
+    assert!(out.status.success(), "{out:?}");
+    let out = packfs(&["cat", "two.sqfs", "d0/a.txt"], w.path());
+    assert_eq!(out.stdout, b"a", "{out:?}");
+}
+
 #[test]
 fn readme_and_help_show_the_same_table() {
     let readme = readme_rows();
@@ -142,6 +153,11 @@ fn every_usage_error_exits_2_naming_its_cause() {
             "at least 1",
         ),
         (&["pack", "src"], "--output"),
+        (
+            &["pack", "src", "x.sqfs", "-o", "y.sqfs"],
+            "cannot be used with",
+        ),
+        (&["pack", "src", "gs://b/x.sqfs"], "not gs://"),
         // Found by packfs's own checks.
         (&["pack", "src", "-o", "x.sqfs", "-l", "50"], "from 1 to 22"),
         (
