@@ -18,19 +18,17 @@ pub fn init() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(|buf, record| {
             let msg = crate::oserror::plain_text(&record.args().to_string());
-            match record.level() {
-                log::Level::Warn => writeln!(
-                    buf,
-                    "packfs: warning: {}",
-                    name_image(&msg, record.target())
-                ),
-                level => writeln!(
-                    buf,
+            let line = match record.level() {
+                log::Level::Warn => {
+                    format!("packfs: warning: {}", name_image(&msg, record.target()))
+                }
+                level => format!(
                     "[{level:<5} {}] {}",
                     record.target(),
                     at_image(&msg, record.target())
                 ),
-            }
+            };
+            writeln!(buf, "{}", crate::terminal::for_stderr(&line))
         })
         .init();
 }

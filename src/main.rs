@@ -9,11 +9,13 @@
 
 /// `eprintln!` that ignores a failed write: a summary or message on a
 /// closed stderr (`2>&1 | head`, a dead ssh session) must not turn finished
-/// work into a panic and exit status 101.
+/// work into a panic and exit status 101. On a terminal, control
+/// characters in the text are `?` ([`terminal`]).
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
+        let text = format!($($t)*);
+        let _ = writeln!(std::io::stderr(), "{}", $crate::terminal::for_stderr(&text));
     }};
 }
 
@@ -43,6 +45,7 @@ mod memory;
 mod mountinfo;
 mod oserror;
 mod progress;
+mod terminal;
 mod usage;
 mod values;
 mod version;
@@ -70,33 +73,18 @@ fn main() {
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let mut shown = oserror::plain_text(&e.to_string());
-            say!("packfs: {}", for_terminal(&shown, terminal));
+            say!("packfs: {shown}");
             for cause in e.chain().skip(1) {
                 let cause = oserror::plain_text(&cause.to_string());
                 // The packer's errors print their source in their own
                 // message and return it as source() too: say it once.
                 if !shown.contains(&cause) {
-                    say!("  caused by: {}", for_terminal(&cause, terminal));
+                    say!("  caused by: {cause}");
                 }
                 shown = cause;
             }
             std::process::exit(if usage::is_usage(&e) { 2 } else { 1 });
         }
     }
-}
-
-/// An error's text as a terminal gets it: the names it quotes come from
-/// the command line or from an image, which may hold escape sequences; on
-/// a terminal every control character but a newline is shown as `?`, as
-/// `ls` shows names.
-fn for_terminal(text: &str, terminal: bool) -> std::borrow::Cow<'_, str> {
-    if !terminal || !text.chars().any(|c| c.is_control() && c != '\n') {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| if c.is_control() && c != '\n' { '?' } else { c })
-        .collect::<String>()
-        .into()
 }

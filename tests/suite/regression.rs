@@ -1542,6 +1542,31 @@ fn errors_on_a_terminal_show_control_characters_as_question_marks() {
     assert!(piped.contains(name), "{piped}");
 }
 
+/// Found by a review of the fix above: warnings (the logger's
+/// `packfs: warning: ...` lines and the commands' own) still quoted names
+/// as they are. They are shown as errors are now.
+#[test]
+fn warnings_on_a_terminal_show_control_characters_as_question_marks() {
+    let t = scratch();
+    let src = t.path().join("s\x1b]0;owned\x07rc");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a"), b"a").unwrap();
+    let (mut master, slave) = pty();
+    let st = Command::new(packfs_bin())
+        .args(["pack", "-q", "--exclude", "nothing"])
+        .arg(&src)
+        .arg(t.path().join("i.sqfs"))
+        .stderr(slave)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let said = String::from_utf8_lossy(&to_line_end(&mut master)).into_owned();
+    assert!(
+        said.contains("warning: ") && said.contains("s?]0;owned?rc") && !said.contains('\x1b'),
+        "{said:?}"
+    );
+}
+
 /// A new pseudo-terminal: its master, and its slave to give a command.
 fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
     use std::os::fd::{FromRawFd, OwnedFd};
