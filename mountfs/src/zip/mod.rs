@@ -318,8 +318,12 @@ impl ZipFs {
         if cached != 0 {
             return Ok(cached);
         }
-        let off = local_data_offset(&*self.src, n.local_offset)
-            .map_err(|e| FsError::corrupt(format!("{}: {e}", self.path_of(i))))?;
+        // Damage is said under the member's name; an I/O error keeps its
+        // kind (it names the image and offset already).
+        let off = local_data_offset(&*self.src, n.local_offset).map_err(|e| match e {
+            FsError::Corrupt(m) => FsError::corrupt(format!("{}: {m}", self.path_of(i))),
+            e => e,
+        })?;
         if off.checked_add(n.csize).is_none_or(|e| e > self.src.len()) {
             return Err(FsError::corrupt(format!(
                 "{}: data ({} bytes at {off}) runs past the end of the file",

@@ -980,3 +980,64 @@ fn a_reader_over_a_shared_index_reads_alone() {
     assert_eq!(second.read(n, 1 << 20, 4096).unwrap(), d[1 << 20..][..4096]);
     assert!(matches!(cat(&second, "bad"), Err(FsError::Corrupt(_))));
 }
+
+/// Fails every read that touches `bad` (a local header), with EIO.
+struct FailsAt {
+    img: MemSource,
+    bad: std::ops::Range<u64>,
+}
+
+impl ImageSource for FailsAt {
+    fn len(&self) -> u64 {
+        self.img.len()
+    }
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        if off < self.bad.end && off + buf.len() as u64 > self.bad.start {
+            return Err(FsError::io(
+                "img.zip",
+                std::io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
+        self.img.read_at(off, buf)
+    }
+}
+
+/// Regression: a member whose local header did not decode said "corrupt
+/// image: NAME: corrupt image: no local header ...", and a failed read of
+/// the header was called damage too ("corrupt image: NAME: img.zip: I/O
+/// error"), where the cause is the storage.
+#[test]
+fn a_bad_local_header_is_said_once_and_a_failed_read_is_an_io_error() {
+    let z = zip(&[e("a", b"payload"), e("b", b"more")]);
+    let mut broken = z.clone();
+    broken[0] ^= 0xff; // "a"'s local header signature
+    let said = cat(&fs(broken), "a").unwrap_err().to_string();
+    assert_eq!(said.matches("corrupt image").count(), 1, "{said}");
+    assert!(said.contains("a: no local header signature at 0"), "{said}");
+
+    // "b"'s local header, between two large members: ZipFs::open reads
+    // the image's first bytes and its last 64 KiB.
+    let big = data(7, 200_000);
+    let z = zip(&[
+        e("a", b"payload"),
+        e("x", &big),
+        e("b", b"more"),
+        e("y", &big),
+    ]);
+    let b = (0..z.len() - 31)
+        .find(|&i| z[i..].starts_with(b"PK\x03\x04") && z[i + 30] == b'b')
+        .unwrap() as u64;
+    let src = FailsAt {
+        img: MemSource(z),
+        bad: b..b + 4,
+    };
+    let f = PackFs::new(
+        ZipFs::open(Box::new(src), Arc::new(BlockCache::new(1 << 20))).unwrap(),
+        0,
+        0,
+    );
+    let failed = cat(&f, "b").unwrap_err();
+    assert!(matches!(failed, FsError::Io { .. }), "{failed:?}");
+    assert_eq!(failed.errno(), libc::EIO);
+    assert_eq!(cat(&f, "a").unwrap(), b"payload");
+}
