@@ -341,6 +341,25 @@ def test_a_missing_shard_is_named_with_its_manifest(tmp_path, packfs_bin):
     assert e.value.filename == str(manifest)
 
 
+def test_a_shard_damaged_after_the_open_is_named_once(tmp_path, packfs_bin):
+    """Regression: a shard opens on first use; one truncated between the
+    manifest's open and that use was named twice ("S: corrupt image: S:
+    superblock says ...")."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"f{i}").write_bytes(os.urandom(20_000))
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(tmp_path / "s-{shard}.sqfs"),
+                    "--shards", "2"], check=True, capture_output=True)
+    img = packfs.Image(tmp_path / "s.manifest.json")
+    shard = str(tmp_path / "s-1.sqfs")
+    os.truncate(shard, 100_000)
+    with pytest.raises(OSError) as e:
+        img.listdir("")
+    msg = str(e.value)
+    assert msg.count(shard) == 1 and "truncated" in msg, msg
+
+
 def test_walk_stops_at_a_directory_listed_inside_itself(tmp_path):
     """Bug: in a damaged image whose directory lists itself (one flipped
     bit in a directory entry), ``walk`` descended forever, each level

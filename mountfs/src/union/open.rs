@@ -128,7 +128,7 @@ pub fn open_manifest<I: Image>(src: ManifestSource, o: UnionOptions<I>) -> Resul
     let mut total = 0;
     for ((s, p), size) in m.shards.iter().zip(&paths).zip(sizes) {
         let size = size.map_err(|e| {
-            let e = match e.starts_with(&p.to_string()) {
+            let e = match e.contains(&p.to_string()) {
                 true => e,
                 false => format!("{p}: {e}"),
             };

@@ -33,10 +33,11 @@ impl<I> Opener<I> {
         let ns = self
             .next_ns
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Named once: most errors of an open name the file already.
+        // Named once: most errors of an open name the file already, some
+        // after their kind ("corrupt image: FILE: ...").
         (self.open)(path, Arc::new(self.cache.namespace(ns + 1))).map_err(|e| {
             let (name, msg) = (path.to_string(), e.to_string());
-            match msg.starts_with(&name) {
+            match msg.contains(&name) {
                 true => msg,
                 false => format!("{name}: {msg}"),
             }
