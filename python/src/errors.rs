@@ -130,6 +130,7 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             PyPermissionError::new_err((libc::EACCES, format!("{e} {here}"), path))
         }
         other => {
+            let other = in_python_words(&other.to_string());
             let what = match at.offset {
                 Some(off) => format!("{other} (reading {} at offset {off})", lossy(at.path)),
                 None => format!("{other} (at {})", lossy(at.path)),
@@ -137,6 +138,28 @@ pub fn to_py(py: Python<'_>, err: Error, at: &At<'_>) -> PyErr {
             PyOSError::new_err((libc::EIO, what, at.image.to_string()))
         }
     }
+}
+
+/// mountfs's messages name the CLI's flags ("no answer within 60 s
+/// (--remote-timeout)"); a Python caller set the same thing as an
+/// argument of `packfs.Image`, so the message names that.
+fn in_python_words(msg: &str) -> String {
+    const FLAGS: [(&str, &str); 7] = [
+        ("--remote-timeout", "remote_timeout"),
+        ("--disk-cache-size", "disk_cache_size"),
+        ("--disk-cache", "disk_cache"),
+        ("--range-cache", "range_cache"),
+        ("--cache-size", "cache_size"),
+        ("--endpoint", "endpoint"),
+        ("--profile", "profile"),
+    ];
+    let mut out = msg.to_string();
+    if out.contains("--") {
+        for (flag, arg) in FLAGS {
+            out = out.replace(flag, arg);
+        }
+    }
+    out
 }
 
 /// The exception for a failed open of the image at `location`.
@@ -159,6 +182,7 @@ pub fn open_to_py(err: Error, location: &str) -> PyErr {
     // carries it as `filename`, so once is enough. Only there: elsewhere
     // the name is part of the sentence ("shard 1 of IMG: ./s-1.sqfs: ...").
     let strip = |m: String| {
+        let m = in_python_words(&m);
         let tag = format!("{location}: ");
         if let Some(rest) = m.strip_prefix(&tag) {
             return rest.to_string();

@@ -321,12 +321,6 @@ impl Shared {
             Some(_) => opts.attempt_timeout().min(opts.timeout),
             None => opts.timeout,
         };
-        let extra = failing_since.map_or(String::new(), |t| {
-            format!(
-                " (the server has not answered for {} s)",
-                t.elapsed().as_secs()
-            )
-        });
         let (start, end) = (span.start, span.end);
         let url = self.remote.url();
         let what = format!("range GET of bytes {start}..{end}");
@@ -350,13 +344,22 @@ impl Shared {
         let bytes = match tokio::time::timeout(limit, get).await {
             Ok(r) => r?,
             Err(_) => {
+                // Said when the fetch gives up, not when it started: a
+                // server that just began failing has failed for the whole
+                // attempt by now.
+                let extra = failing_since.map_or(String::new(), |t| {
+                    format!(
+                        " (the server has not answered for {} s)",
+                        t.elapsed().as_secs()
+                    )
+                });
                 return Err(RemoteError::Timeout {
                     url: url.into(),
                     what,
-                    secs: limit.as_secs(),
+                    secs: whole_secs(limit),
                     cause: self.remote.health.last_since(t0),
                     extra,
-                })
+                });
             }
         };
         if bytes.len() as u64 != end - start {
@@ -523,4 +526,10 @@ fn read_error(e: RemoteError, len: usize, off: u64) -> crate::error::FsError {
         other => other,
     }
     .into()
+}
+
+/// Seconds for a message, rounded up: a limit of half a second is not
+/// "0 s".
+fn whole_secs(d: std::time::Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
