@@ -45,6 +45,7 @@ mod memory;
 mod mountinfo;
 mod oserror;
 mod progress;
+mod sigbus;
 mod terminal;
 mod usage;
 mod values;

@@ -451,6 +451,9 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     let OpenedImage {
         image: img, remote, ..
     } = opened;
+    if plan.open.io == IoMode::Mmap {
+        crate::sigbus::say_why_before_dying(&plan.open.describe());
+    }
     if plan.preload {
         let t = std::time::Instant::now();
         let (blocks, bytes) = img

@@ -229,3 +229,48 @@ fn a_live_mount_survives_its_image_shrinking_and_recovers_when_it_is_restored() 
     drop_caches();
     assert_eq!(read_mounted(m.path(), &names), want, "no recovery");
 }
+
+/// Regression: with `--io mmap` a page of the image that cannot be read
+/// ends the daemon (SIGBUS, documented), and its log said nothing of why.
+/// The daemon now writes one line naming the image before it dies.
+#[test]
+fn a_mapped_image_cut_under_a_mount_ends_it_with_a_line_in_its_log() {
+    if !require_root("dropping the page cache") {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let names: Vec<String> = (0..40).map(|i| format!("f{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        std::fs::write(src.join(n), bytes(i as u64, 256 << 10, false)).unwrap();
+    }
+    let img = t.path().join("i.sqfs");
+    pack(&src, &img, &[]);
+    let log = t.path().join("mount.log");
+    let m = PackfsMount::new(&img, &["--io", "mmap", "--log", log.to_str().unwrap()]);
+    for n in &names {
+        std::fs::metadata(m.path().join(n)).unwrap();
+    }
+    let len = std::fs::metadata(&img).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    f.set_len(len / 2).unwrap();
+    drop_caches();
+    let got = read_mounted(m.path(), &names);
+    assert!(got.values().any(|r| r.is_err()), "the cut failed no read");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let said = loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("SIGBUS") || std::time::Instant::now() > deadline {
+            break said;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(
+        said.contains(&format!(
+            "packfs: {}: a page of the memory-mapped image",
+            img.display()
+        )) && said.contains("--io pread"),
+        "{said:?}"
+    );
+}
