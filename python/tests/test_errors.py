@@ -180,10 +180,8 @@ def test_damage_is_eio_naming_image_and_offset(images, tmp_path):
         src[i] ^= 0x5A
     p = tmp_path / "damaged.sqfs"
     p.write_bytes(bytes(src))
-    try:
-        img = packfs.Image(p)
-    except packfs.NotAnImageError:
-        pytest.skip("the damage hit the tables")
+    # The tables follow the data: the damage cannot reach them.
+    img = packfs.Image(p)
     failed = 0
     for d, ds, fs in img.walk(""):
         for n in fs:
