@@ -322,11 +322,15 @@ fn spawn_unmount_watcher(target: &Target) -> anyhow::Result<OwnedFd> {
 
 /// Body of the hidden `unmount-watcher` subcommand (see [`spawn_unmount_watcher`]).
 pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> {
-    // SAFETY: plain syscalls on our own process.
+    // SAFETY: plain syscalls on our own process; chdir with a valid
+    // NUL-terminated path.
     unsafe {
         libc::setsid();
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        // As the daemon: the directory `packfs mount` was started in must
+        // not stay busy (unmountable) for as long as the mount lives.
+        libc::chdir(c"/".as_ptr());
     }
     redirect_stdio();
     let mut b = [0u8; 1];

@@ -759,6 +759,20 @@ fn within_10s(mut done: impl FnMut() -> bool) -> bool {
     })
 }
 
+/// The unmount watcher of the mount at `mp`: the process running
+/// `packfs unmount-watcher FD MP ...`.
+fn watcher_of(mp: &Path) -> Option<u32> {
+    let mp = std::fs::canonicalize(mp).ok()?;
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        (args.get(1) == Some(&&b"unmount-watcher"[..])
+            && args.get(3) == Some(&mp.as_os_str().as_encoded_bytes()))
+        .then_some(pid)
+    })
+}
+
 /// Bug: a daemon sent SIGTERM (Slurm's at a job's end or `scancel`),
 /// SIGINT or SIGHUP died of it: the watcher removed the mount, but the
 /// `--stats` it writes at the end were never written. It now unmounts as
@@ -790,6 +804,14 @@ fn a_signalled_daemon_unmounts_and_writes_its_stats() {
             cwd,
             Path::new("/"),
             "the daemon holds the caller's directory"
+        );
+        // Found by a new user's review: the unmount watcher held it.
+        let watcher = watcher_of(&mp).expect("no unmount watcher for the mount");
+        let cwd = std::fs::read_link(format!("/proc/{watcher}/cwd")).unwrap();
+        assert_eq!(
+            cwd,
+            Path::new("/"),
+            "the watcher holds the caller's directory"
         );
         signal(sig, pid);
         assert!(
