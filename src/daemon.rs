@@ -189,6 +189,7 @@ static MOUNT_DEV: std::sync::Mutex<String> = std::sync::Mutex::new(String::new()
 /// fill the kernel's attribute cache of the root.
 fn mounted_at(mp: &Path) {
     if let Some(m) = crate::mountinfo::at_resolved(mp) {
+        crate::rendezvous::listen(&m.dev);
         *MOUNT_DEV.lock().unwrap_or_else(|p| p.into_inner()) = m.dev;
     }
     STATE.store(MOUNTED, SeqCst);

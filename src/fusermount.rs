@@ -13,14 +13,35 @@ pub fn which(bin: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// `packfs umount`: unmounts `mp`; an error says which tool failed. A
-/// path with no FUSE mount on it is refused first, in words (fusermount
-/// would say only "Invalid argument").
+/// `packfs umount`: unmounts `mp`, then waits (a bounded time) for a
+/// packfs daemon serving it to end, so that its `--stats` and
+/// `--record-access` are written when this returns; an error says which
+/// tool failed. A path with no FUSE mount on it is refused first, in words
+/// (fusermount would say only "Invalid argument").
 pub fn umount(given: &Path) -> anyhow::Result<i32> {
-    // The mountpoint as the table lists it: fusermount does not follow a
-    // symlink it is given.
-    let mounted = match crate::mountinfo::at(given) {
-        Some(m) if m.is_fuse() => m.mountpoint,
+    let (mounted, daemon) = fuse_mount_at(given)?;
+    unmount(&mounted)?;
+    if let Some(d) = daemon {
+        if !d.wait_for_exit(std::time::Duration::from_secs(10)) {
+            say!(
+                "packfs: warning: {}: unmounted, but its daemon has not ended within 10 s \
+                 (its --stats and --record-access may come later)",
+                mounted.display()
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// The mountpoint of the FUSE mount at `given`, as the table lists it
+/// (fusermount does not follow a symlink it is given), and a connection to
+/// its packfs daemon, if one serves it.
+fn fuse_mount_at(given: &Path) -> anyhow::Result<(PathBuf, Option<crate::rendezvous::Daemon>)> {
+    match crate::mountinfo::at(given) {
+        Some(m) if m.is_fuse() => {
+            let daemon = crate::rendezvous::connect(&m.dev);
+            Ok((m.mountpoint, daemon))
+        }
         Some(m) => bail!(
             "{}: not a FUSE mount ({} from {}); packfs unmounts FUSE mounts only",
             given.display(),
@@ -31,8 +52,10 @@ pub fn umount(given: &Path) -> anyhow::Result<i32> {
             Err(e) => bail!("{}: {}", given.display(), crate::oserror::plain(&e)),
             Ok(_) => bail!("{}: not mounted", given.display()),
         },
-    };
-    let mp = mounted.as_path();
+    }
+}
+
+fn unmount(mp: &Path) -> anyhow::Result<()> {
     for bin in ["fusermount3", "fusermount"] {
         if which(bin).is_some() {
             // Its message is kept for ours: a caller that finds the mount
@@ -44,7 +67,7 @@ pub fn umount(given: &Path) -> anyhow::Result<i32> {
                 .output()
                 .with_context(|| format!("running {bin}"))?;
             if out.status.success() {
-                return Ok(0);
+                return Ok(());
             }
             let said = String::from_utf8_lossy(&out.stderr);
             match said.trim() {
@@ -53,8 +76,7 @@ pub fn umount(given: &Path) -> anyhow::Result<i32> {
             }
         }
     }
-    umount2(mp, 0)?;
-    Ok(0)
+    umount2(mp, 0)
 }
 
 /// A lazy unmount (`-z`, MNT_DETACH): the mount goes at once, busy or not.

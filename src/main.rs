@@ -45,6 +45,7 @@ mod memory;
 mod mountinfo;
 mod oserror;
 mod progress;
+mod rendezvous;
 mod sigbus;
 mod terminal;
 mod usage;

@@ -759,6 +759,39 @@ fn within_10s(mut done: impl FnMut() -> bool) -> bool {
     })
 }
 
+/// Found by a new user's review: `packfs umount` returned as soon as the
+/// mount was gone, while its daemon was still writing `--stats` and
+/// `--record-access`; a script reading them next found them missing or
+/// short. It now returns once the daemon has ended.
+#[test]
+fn umount_returns_once_the_daemon_has_ended() {
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    for i in 0..5 {
+        let mp = t.path().join(format!("mp{i}"));
+        let stats = t.path().join(format!("stats{i}.json"));
+        std::fs::create_dir(&mp).unwrap();
+        run(Command::new(packfs_bin())
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp)
+            .arg("--stats")
+            .arg(&stats));
+        let pid = daemon_of(&mp).expect("no daemon found for the mount");
+        std::fs::read(mp.join("small.txt")).unwrap();
+        run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+        // Gone, or a zombie its new parent has yet to reap.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = state.rsplit(") ").next().unwrap_or("").chars().next();
+        assert!(
+            matches!(state, None | Some('Z')),
+            "round {i}: the daemon is {state:?}"
+        );
+        let text = std::fs::read_to_string(&stats).unwrap();
+        assert!(text.contains("\"requests\""), "round {i}: {text}");
+    }
+}
+
 /// The unmount watcher of the mount at `mp`: the process running
 /// `packfs unmount-watcher FD MP ...`.
 fn watcher_of(mp: &Path) -> Option<u32> {
