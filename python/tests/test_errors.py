@@ -75,6 +75,26 @@ def test_symlink_loops_end(tmp_path, packfs_bin):
     assert not img.exists("a") and img.islink("a")
     # A loop on the way: absent, as os.path.islink says (it raised ELOOP).
     assert not img.islink("a/x") and not img.isdir("a/x")
+    # Found by a review: DirEntry.is_dir() answered False for a loop where
+    # os.DirEntry raises ELOOP (and ENOTDIR for a file on the way).
+    os.symlink("f/x", d / "notdir")
+    (d / "f").write_bytes(b"")
+    img = packfs.Image(pack(packfs_bin, d, tmp_path / "loops2.sqfs"))
+    for at in (d, ""):
+        got = {}
+        for e in (os.scandir(at) if at else img.scandir(at)):
+            if e.name == "self":  # "/self": the host's root is not the image's
+                continue
+            for m in ("is_dir", "is_file"):
+                try:
+                    got[e.name, m] = getattr(e, m)()
+                except OSError as x:
+                    got[e.name, m] = x.errno
+        if at:
+            want = got
+        else:
+            assert got == want and got["a", "is_dir"] == errno.ELOOP, got
+    assert [w[0] for w in img.walk("")] == [""]
 
 
 def test_walk_lists_an_entry_whose_type_cannot_be_told(tmp_path):

@@ -437,12 +437,10 @@ class DirEntry:
             return self._type
         try:
             return _stat.S_IFMT(self.stat().st_mode)
-        except (FileNotFoundError, NotADirectoryError):
-            return None  # a dangling link
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return None
-            raise
+        except FileNotFoundError:
+            # A dangling link: neither. Anything else (a loop, a file on
+            # the way) raises, as os.DirEntry's does.
+            return None
 
     def is_dir(self, *, follow_symlinks: bool = True) -> bool:
         t = self._followed_type() if follow_symlinks else self._type
