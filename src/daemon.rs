@@ -44,7 +44,10 @@ pub fn run<T>(
         let _watch = spawn_unmount_watcher(target)?;
         stop_on_signals(target)?;
         let mp = std::fs::canonicalize(target.mountpoint)?;
-        let ready: Ready = Box::new(move || mounted_at(&mp));
+        let ready: Ready = Box::new(move || {
+            mounted_at(&mp);
+            crate::mountlock::release();
+        });
         let r = serve(open()?, Some(ready));
         STATE.store(ENDING, SeqCst);
         return r;
@@ -75,7 +78,9 @@ pub fn run<T>(
         }
         return r;
     }
-    // Child: detach from the terminal and the caller's session.
+    // Child: detach from the terminal and the caller's session. The
+    // mountpoint lock stays the parent's, which unlocks once we answer.
+    crate::mountlock::forget_in_child();
     // SAFETY: plain syscalls on our own process.
     unsafe {
         libc::close(fds[0]);

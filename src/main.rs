@@ -43,6 +43,7 @@ mod logging;
 mod machine;
 mod memory;
 mod mountinfo;
+mod mountlock;
 mod oserror;
 mod progress;
 mod rendezvous;

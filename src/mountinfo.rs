@@ -48,7 +48,7 @@ pub fn at_resolved(want: &Path) -> Option<Mount> {
 /// `path` made absolute and resolved, symlinks included (a mountpoint
 /// given through a link is listed under its target). A stale FUSE
 /// mountpoint cannot be stat'ed: then only its parent is resolved.
-fn resolve(path: &Path) -> PathBuf {
+pub fn resolve(path: &Path) -> PathBuf {
     if let Ok(p) = std::fs::canonicalize(path) {
         return p;
     }

@@ -159,6 +159,9 @@ struct MountPlan {
     log: Option<PathBuf>,
     /// The contents of `--preload-profile FILE`, read before daemonising.
     preload_profile: Option<Vec<u8>>,
+    /// Held from the mountpoint's check until the mount is usable or has
+    /// failed (see `crate::mountlock`).
+    _lock: Option<crate::mountlock::MountpointLock>,
 }
 
 impl MountPlan {
@@ -213,6 +216,9 @@ impl MountPlan {
         mountfs::serve::check_options(&options).map_err(|e| usage(format!("-o {e}")))?;
         // `-o nonempty`, libfuse 2's spelling, is taken too.
         let nonempty = nonempty || options.iter().any(|o| o == "nonempty");
+        // Before the check: a mount of the same place starting now waits
+        // for this one, then finds it.
+        let lock = crate::mountlock::lock(&crate::mountinfo::resolve(&mountpoint));
         check_mountpoint(&mountpoint, nonempty)?;
         // The watcher recognises the mount by its source name, so a name given
         // with -o fsname= becomes that name rather than a second option.
@@ -234,6 +240,7 @@ impl MountPlan {
         let fsname =
             fsname.unwrap_or_else(|| format!("packfs:{}", source_name(&first, &open.source)));
         Ok(MountPlan {
+            _lock: lock,
             mountpoint,
             serve: ServeOptions {
                 threads: threads.unwrap_or_else(crate::machine::default_session_threads),

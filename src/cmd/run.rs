@@ -314,12 +314,13 @@ fn create_mountpoint(mp: &Path, created: &mut Vec<PathBuf>) -> anyhow::Result<()
 }
 
 /// Removes the directories [`create_mountpoint`] made, innermost first;
-/// one that is not empty (a mount still there, something a job left) is
-/// kept, with a warning.
+/// one that is not empty (something a job left) is kept, with a warning.
+/// One with a mount on it is kept without: a `run` that lost the race for
+/// the mountpoint to another job's mount left that job's mount there.
 fn remove_created(created: &[PathBuf]) {
     for dir in created.iter().rev() {
         if let Err(e) = std::fs::remove_dir(dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
+            if e.kind() != std::io::ErrorKind::NotFound && e.raw_os_error() != Some(libc::EBUSY) {
                 say!(
                     "packfs: warning: {}: not removed: {}",
                     dir.display(),

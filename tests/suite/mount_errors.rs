@@ -65,6 +65,46 @@ fn a_second_mount_on_the_same_mountpoint_is_refused_as_such() {
     assert_eq!(mounts_at(&mp), 0);
 }
 
+/// Found by a new user's review: two mounts started at the same instant
+/// on one mountpoint (array tasks on one node) both passed the "already
+/// mounted" check and stacked, and each job read the other's image. Now
+/// the check and the mount are made under a lock: one mounts, the other
+/// is refused, every time.
+#[test]
+fn two_mounts_started_at_once_on_one_mountpoint_do_not_stack() {
+    if !require_root("mounts") {
+        return;
+    }
+    let t = scratch();
+    let img = image(t.path());
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    for round in 0..6 {
+        let start = || {
+            Command::new(packfs_bin())
+                .arg("mount")
+                .arg(&img)
+                .arg(&mp)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (start(), start());
+        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let mounted = outs.iter().filter(|o| o.status.success()).count();
+        let stacked = mounts_at(&mp);
+        let _ = packfs(&["umount".as_ref(), mp.as_os_str()]);
+        let _ = packfs(&["umount".as_ref(), mp.as_os_str()]);
+        assert_eq!((mounted, stacked), (1, 1), "round {round}");
+        let refused = outs.iter().find(|o| !o.status.success()).unwrap();
+        assert!(
+            stderr(refused).contains("already mounted"),
+            "{}",
+            stderr(refused)
+        );
+    }
+}
+
 #[test]
 fn umount_of_what_is_not_mounted_says_so() {
     let t = scratch();
