@@ -54,6 +54,41 @@ def test_child_processes_reopen(images, method):
     assert img._native().pid == os.getpid()
 
 
+def _native_of(img, path):
+    img.read(path)
+    return os.getpid(), id(img._native())
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_pool_opens_an_image_once_per_worker(images, tmp_path, method):
+    """Found by a review: a process pool unpickles its task's arguments for
+    every task (Pool.map, concurrent.futures), and each unpickled image
+    opened the image again: a 200k-entry ZIP's index was rebuilt per task
+    (20 MiB read for a 128-byte file). Copies unpickled in one process now
+    share one open image, while the file is the same file."""
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
+    img = packfs.Image(images["packfs-zip"][0])
+    paths = ["a/hello.txt", "big.txt", "table.csv"] * 10
+    with ProcessPoolExecutor(2, mp_context=mp.get_context(method)) as pool:
+        got = list(pool.map(partial(_native_of, img), paths))
+    opened: dict = {}
+    for pid, native in got:
+        opened.setdefault(pid, set()).add(native)
+    assert all(len(n) == 1 for n in opened.values()), opened
+    # In one process too; a replaced file is opened anew.
+    copy = tmp_path / "copy.zip"
+    copy.write_bytes(images["packfs-zip"][0].read_bytes())
+    data = pickle.dumps(packfs.Image(copy))
+    a, b = pickle.loads(data), pickle.loads(data)
+    assert a._native() is b._native()
+    copy.write_bytes(copy.read_bytes())  # the same bytes, a new time
+    os.utime(copy, ns=(0, 0))
+    c = pickle.loads(data)
+    assert c._native() is not a._native() and c.read("a/hello.txt") == b"hello world\n"
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_child_processes_reopen_remote_images(images, range_server, method):
     """All remote objects of a process share one runtime: a forked child

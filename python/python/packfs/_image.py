@@ -6,6 +6,7 @@ import errno
 import io
 import os
 import stat as _stat
+import weakref
 from typing import Any, Iterable, Iterator
 
 from . import _budget, _native
@@ -25,6 +26,37 @@ if hasattr(os, "register_at_fork"):
 #: Default buffer of ``Image.open``: reads from the image are whole blocks
 #: anyway, and each call into the reader costs a little.
 DEFAULT_BUFFER_SIZE = 256 * 1024
+
+
+class _Shared:
+    """A native image that unpickled copies of one image share in one
+    process; alive while one of them holds it."""
+
+    __slots__ = ("native", "__weakref__")
+
+    def __init__(self, native: Any) -> None:
+        self.native = native
+
+
+# Natives opened for unpickled images, by what they open. A process pool
+# that unpickles an image with every task (multiprocessing's Pool.map,
+# concurrent.futures, Dask) takes one from here instead of opening the
+# image again per task: re-indexing a ZIP's central directory, fetching a
+# remote image's tables again. A local file that changed since (a new
+# inode, size or time) gets a native of its own.
+_SHARED: "weakref.WeakValueDictionary[tuple, _Shared]" = weakref.WeakValueDictionary()
+
+
+def _file_identity(location: str) -> tuple | None:
+    """What tells a local image file from its replacement; None for a
+    remote one (its source pins the object's version itself)."""
+    if "://" in location:
+        return ()
+    try:
+        st = os.stat(location)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _join(top: Any, name: Any) -> Any:
@@ -105,6 +137,9 @@ class Image:
         # (pid, native image, DataLoader workers sharing the budget then) of
         # the process that opened it, or None.
         self._opened: tuple[int, Any, int] | None = None
+        # Unpickled copies only: the _Shared they take their native from.
+        self._unpickled = False
+        self._shared: _Shared | None = None
         self._closed = False
         # Open now, so that a missing file or a non-image raises here, named
         # as the caller named it.
@@ -118,6 +153,8 @@ class Image:
         self._reopen = location
         self._options = dict(options)
         self._opened = None
+        self._unpickled = True
+        self._shared = None
         self._closed = False
         return self
 
@@ -136,6 +173,16 @@ class Image:
         if self._closed:
             raise ValueError("I/O operation on a closed image")
         workers = _budget.num_workers()
+        key = None
+        if self._unpickled:
+            identity = _file_identity(self._reopen)
+            if identity is not None:
+                key = (pid, self._reopen, tuple(sorted(self._options.items())), workers, identity)
+                shared = _SHARED.get(key)
+                if shared is not None:
+                    self._shared = shared
+                    self._opened = (pid, shared.native, workers)
+                    return shared.native
         cache, ranges, threads = _budget.process_budget(
             self._options["cache_size"], workers, self._options.get("range_cache")
         )
@@ -154,6 +201,10 @@ class Image:
             # unchanged: its memory stays shared with that process.
             None if opened is None else opened[1],
         )
+        if key is not None:
+            # Two threads may both have opened one: the first registered
+            # is kept for later copies, each keeps its own.
+            self._shared = _SHARED.setdefault(key, _Shared(native))
         # One assignment: a thread reading `_opened` sees the old or the new pair.
         self._opened = (pid, native, workers)
         return native
@@ -184,6 +235,7 @@ class Image:
         ``ValueError``. A pickled copy is not affected."""
         self._closed = True
         self._opened = None
+        self._shared = None
 
     @property
     def closed(self) -> bool:
