@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
 
 import pytest
 
@@ -211,3 +212,27 @@ def test_writes_say_read_only_and_keys_and_times_are_a_files(images):
     assert fs.ukey("/big.txt") == fs.ukey("big.txt")
     when = fs.modified("big.txt")
     assert isinstance(when, datetime.datetime) and when.timestamp() == fs.info("big.txt")["mtime"]
+
+
+def test_an_image_packed_again_in_place_is_read_anew(tmp_path, packfs_bin):
+    """Found by a review: fsspec hands out one filesystem per set of
+    arguments, so after ``packfs pack -f`` over the image a read through
+    ``packfs://`` (pandas, a notebook re-run) returned the old file's
+    contents from the instance still holding it, without an error."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "data.csv").write_text("x\n1\n")
+    img = tmp_path / "d.sqfs"
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(img), "-q"], check=True)
+    with fsspec.open("packfs://data.csv", fo=str(img)) as f:
+        assert f.read() == b"x\n1\n"
+    fs = fsspec.filesystem("packfs", fo=str(img))
+    (src / "data.csv").write_text("x\n2\n3\n")
+    subprocess.run([packfs_bin, "pack", str(src), "-o", str(img), "-q", "-f"], check=True)
+    with fsspec.open("packfs://data.csv", fo=str(img)) as f:
+        assert f.read() == b"x\n2\n3\n"
+    assert fsspec.filesystem("packfs", fo=str(img)).cat("data.csv") == b"x\n2\n3\n"
+    # The instance made before keeps the file it opened, as an open file does.
+    assert fs.cat("data.csv") == b"x\n1\n"
+    # Unchanged, the instance is reused.
+    assert fsspec.filesystem("packfs", fo=str(img)) is fsspec.filesystem("packfs", fo=str(img))

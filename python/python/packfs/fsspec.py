@@ -29,7 +29,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ._image import Image
+from ._image import Image, _file_identity
 
 _S3 = ("s3", "s3a")
 _HTTP = ("http", "https")
@@ -101,6 +101,15 @@ class _AbsoluteImagePath(type(AbstractFileSystem)):  # type: ignore[misc]
             args = (_absolute(args[0], target), *args[1:])
         elif "fo" in kwargs:
             kwargs["fo"] = _absolute(kwargs["fo"], target)
+        # The file's identity is an argument too: an image packed again in
+        # place (a new inode, size or time) is a new instance, not the one
+        # still holding the old file, which fsspec would hand out and read
+        # the old contents through.
+        fo = args[0] if args else kwargs.get("fo")
+        if target in _LOCAL and isinstance(fo, (str, bytes, os.PathLike)):
+            location = _location(os.fspath(fo), target)
+            if "://" not in location:
+                kwargs["_image_file"] = _file_identity(location)
         return super().__call__(*args, **kwargs)
 
 
@@ -126,6 +135,7 @@ class PackFileSystem(AbstractFileSystem, metaclass=_AbsoluteImagePath):
         disk_cache_size: int | None = None,
         remote_timeout: float | None = None,
         range_cache: int | None = None,
+        _image_file: tuple | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
