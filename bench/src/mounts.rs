@@ -173,7 +173,26 @@ impl OwnMount {
         let mut log = tempfile::tempfile().context("creating the mount's log file")?;
         // arg0 keeps `pgrep -f "packfs mount"` working whatever the program's path.
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new(&self.program)
+        // SAFETY: getpid is async-signal-safe.
+        let bench = unsafe { libc::getpid() };
+        let mut child = Command::new(&self.program);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            child.pre_exec(move || {
+                // A bench that dies without unmounting (SIGTERM from
+                // `timeout` or a scheduler, SIGKILL) takes its mount with
+                // it: the daemon gets SIGTERM, which unmounts as `packfs
+                // umount` does. Spawned from the bench's main thread, whose
+                // end is the process's. Checked after: the bench may have
+                // died before the request.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != bench {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = child
             .arg0("packfs")
             .arg("mount")
             .arg("--foreground")

@@ -539,3 +539,17 @@ pub fn anon_rss_kb(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+/// Whether the mount table lists `mp`.
+pub fn listed_in_mounts(mp: &Path) -> bool {
+    String::from_utf8_lossy(&std::fs::read("/proc/self/mounts").unwrap())
+        .contains(mp.to_str().unwrap())
+}
+
+/// Waits up to 10 s for `done`.
+pub fn within_10s(mut done: impl FnMut() -> bool) -> bool {
+    (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        done()
+    })
+}

@@ -434,3 +434,57 @@ fn bad_arguments_are_errors_not_panics() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.sqfs"));
 }
+
+/// The mountpoint of the `packfs mount --foreground` child of `bench`.
+fn bench_mount_of(bench: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let ppid: u32 = stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+        use std::os::unix::ffi::OsStrExt;
+        (ppid == bench && args.get(1) == Some(&&b"mount"[..]))
+            .then(|| std::ffi::OsStr::from_bytes(args.last().unwrap()).into())
+    })
+}
+
+/// Found by a new user's review: a bench ended by SIGTERM (`timeout`, a
+/// scheduler) or SIGKILL left its mount and daemon behind: the unmount
+/// was in a destructor, which a signal never runs. Its daemon now ends
+/// with it, unmounting as `packfs umount` does.
+#[test]
+fn a_bench_killed_by_a_signal_takes_its_mount_with_it() {
+    let tmp = scratch();
+    let (src, img) = packed(tmp.path());
+    for sig in [libc::SIGTERM, libc::SIGKILL] {
+        let mut b = Command::new(packfs_bin())
+            .arg("bench")
+            .arg("--raw")
+            .arg(&src)
+            .arg("--image")
+            .arg(&img)
+            .args(["--cold", "fadvise", "--no-raw", "--epochs", "100000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut mp = None;
+        assert!(
+            within_10s(|| {
+                mp = bench_mount_of(b.id());
+                mp.as_deref().is_some_and(listed_in_mounts)
+            }),
+            "the bench's mount did not appear"
+        );
+        let mp = mp.unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(b.id() as i32, sig) };
+        let _ = b.wait();
+        assert!(
+            within_10s(|| !listed_in_mounts(&mp)),
+            "signal {sig}: {} is still mounted",
+            mp.display()
+        );
+    }
+}

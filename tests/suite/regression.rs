@@ -744,21 +744,6 @@ fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
     );
 }
 
-/// The pid of the `packfs mount` process serving at `mp` (as given on its
-/// command line), if one runs.
-fn listed_in_mounts(mp: &Path) -> bool {
-    String::from_utf8_lossy(&std::fs::read("/proc/self/mounts").unwrap())
-        .contains(mp.to_str().unwrap())
-}
-
-/// Waits up to 10 s for `done`.
-fn within_10s(mut done: impl FnMut() -> bool) -> bool {
-    (0..200).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        done()
-    })
-}
-
 /// Found by a new user's review: `packfs umount` returned as soon as the
 /// mount was gone, while its daemon was still writing `--stats` and
 /// `--record-access`; a script reading them next found them missing or
