@@ -435,8 +435,8 @@ fn bad_arguments_are_errors_not_panics() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.sqfs"));
 }
 
-/// The mountpoint of the `packfs mount --foreground` child of `bench`.
-fn bench_mount_of(bench: u32) -> Option<std::path::PathBuf> {
+/// The command line of the `packfs mount --foreground` child of `bench`.
+fn bench_mount_of(bench: u32) -> Option<Vec<std::path::PathBuf>> {
     std::fs::read_dir("/proc").ok()?.find_map(|e| {
         let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -444,8 +444,11 @@ fn bench_mount_of(bench: u32) -> Option<std::path::PathBuf> {
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let args: Vec<&[u8]> = cmd.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
         use std::os::unix::ffi::OsStrExt;
-        (ppid == bench && args.get(1) == Some(&&b"mount"[..]))
-            .then(|| std::ffi::OsStr::from_bytes(args.last().unwrap()).into())
+        (ppid == bench && args.get(1) == Some(&&b"mount"[..])).then(|| {
+            args.iter()
+                .map(|a| std::ffi::OsStr::from_bytes(a).into())
+                .collect()
+        })
     })
 }
 
@@ -469,15 +472,22 @@ fn a_bench_killed_by_a_signal_takes_its_mount_with_it() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let mut mp = None;
+        let mut args = None;
         assert!(
             within_10s(|| {
-                mp = bench_mount_of(b.id());
-                mp.as_deref().is_some_and(listed_in_mounts)
+                args = bench_mount_of(b.id());
+                args.as_ref()
+                    .is_some_and(|a| listed_in_mounts(a.last().unwrap()))
             }),
             "the bench's mount did not appear"
         );
-        let mp = mp.unwrap();
+        let args = args.unwrap();
+        let mp = args.last().unwrap().clone();
+        let stats = args
+            .iter()
+            .skip_while(|a| *a != Path::new("--stats"))
+            .nth(1);
+        let stats_dir = stats.and_then(|s| s.parent()).map(Path::to_path_buf);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(b.id() as i32, sig) };
         let _ = b.wait();
@@ -486,5 +496,10 @@ fn a_bench_killed_by_a_signal_takes_its_mount_with_it() {
             "signal {sig}: {} is still mounted",
             mp.display()
         );
+        // What a signalled bench cannot remove: its scratch directories.
+        let _ = std::fs::remove_dir(&mp);
+        if let Some(d) = stats_dir.filter(|d| d.starts_with(std::env::temp_dir())) {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
