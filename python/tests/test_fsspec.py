@@ -236,3 +236,21 @@ def test_an_image_packed_again_in_place_is_read_anew(tmp_path, packfs_bin):
     assert fs.cat("data.csv") == b"x\n1\n"
     # Unchanged, the instance is reused.
     assert fsspec.filesystem("packfs", fo=str(img)) is fsspec.filesystem("packfs", fo=str(img))
+
+
+def test_target_options_packfs_does_not_use_are_named():
+    """Found by a review: s3fs options such as anon=True, requester_pays
+    and client_kwargs' region_name were dropped without a word (packfs
+    reads the image itself, with its own S3 client)."""
+    import warnings
+
+    from packfs.fsspec import _remote_options
+
+    with pytest.warns(UserWarning, match=r"anon, requester_pays, client_kwargs\['region_name'\]"):
+        got = _remote_options({"anon": True, "requester_pays": True, "client_kwargs": {
+            "endpoint_url": "http://h:9000", "region_name": "x"}})
+    assert got == {"endpoint": "http://h:9000"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _remote_options({"endpoint_url": "http://h", "profile": "p", "key": ""}) == {
+            "endpoint": "http://h", "profile": "p"}

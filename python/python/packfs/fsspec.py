@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as _stat
+import warnings
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -57,9 +58,8 @@ def _remote_options(target_options: dict | None) -> dict:
     """The endpoint and profile in an s3fs-style ``target_options``."""
     o = dict(target_options or {})
     out: dict = {}
-    endpoint = o.pop("endpoint_url", None) or (o.pop("client_kwargs", None) or {}).get(
-        "endpoint_url"
-    )
+    client = dict(o.pop("client_kwargs", None) or {})
+    endpoint = o.pop("endpoint_url", None) or client.pop("endpoint_url", None)
     if endpoint:
         out["endpoint"] = endpoint
     if o.get("profile"):
@@ -71,6 +71,19 @@ def _remote_options(target_options: dict | None) -> dict:
                 "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, --profile), not from "
                 f"target_options[{k!r}]"
             )
+        o.pop(k, None)
+    # The image is read by packfs, not by the target's filesystem: an
+    # option meant for that one (anon, requester_pays, a region) would
+    # otherwise be dropped without a word.
+    unused = sorted(o) + [f"client_kwargs[{k!r}]" for k in sorted(client)]
+    if unused:
+        warnings.warn(
+            f"packfs reads the image itself and does not use target_options {', '.join(unused)} "
+            "(it takes endpoint_url and profile; S3 keys come from the environment or a "
+            "profile, and none at all means anonymous requests)",
+            UserWarning,
+            stacklevel=3,
+        )
     return out
 
 
