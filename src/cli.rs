@@ -185,6 +185,7 @@ pub enum ShardsCommand {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
+    #[command(override_usage = "packfs pack [OPTIONS] <SRC> <-o IMAGE | IMAGE>")]
     Pack(PackArgs),
     /// Show the image's format, compression, sizes and counts.
     Info {
@@ -225,6 +226,7 @@ pub enum Command {
     },
     /// Mount an image read-only (returns once the mount is ready unless --foreground).
     /// A shard manifest, or several images, mount as one tree.
+    #[command(override_usage = "packfs mount [OPTIONS] <IMAGE>... <MOUNTPOINT>")]
     Mount(MountArgs),
     /// Shard manifests: write one from the shards' sidecars, or check the shards.
     Shards {
@@ -273,12 +275,12 @@ pub struct PackArgs {
     pub src: PathBuf,
     /// The image, when it is not given with -o (`packfs pack SRC IMAGE`, the
     /// order mksquashfs takes).
-    #[arg(value_name = "OUTPUT", conflicts_with = "output")]
+    #[arg(value_name = "IMAGE", conflicts_with = "output")]
     pub image: Option<PathBuf>,
     /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
     /// $TMPDIR, then sent as a multipart upload (the object appears only
     /// when complete; an error or a signal aborts the upload).
-    #[arg(short, long, required_unless_present = "image")]
+    #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Override the format chosen from the output extension.
     #[arg(long, value_enum)]
@@ -413,7 +415,7 @@ impl PackArgs {
 pub struct MountArgs {
     /// IMAGE... MOUNTPOINT: one image, one shard manifest, or several images
     /// merged into one tree (in the order given).
-    #[arg(required = true, num_args = 2.., value_name = "IMAGE... MOUNTPOINT")]
+    #[arg(required = true, num_args = 2.., value_names = ["IMAGE", "MOUNTPOINT"])]
     pub paths: Vec<PathBuf>,
     /// For several images: what a path present in more than one shows
     /// (error: refuse to mount).

@@ -56,6 +56,18 @@ struct PackPlan {
 
 impl PackPlan {
     fn from_args(args: &PackArgs) -> anyhow::Result<PackPlan> {
+        // `packfs pack IMAGE DIR`, the two swapped: said as that, not as an
+        // output whose format cannot be told.
+        if args.output().is_dir() && args.src.is_file() {
+            return Err(usage(format!(
+                "{} is a directory and {} a file: the directory to pack comes first \
+                 (packfs pack {} {})",
+                args.output().display(),
+                args.src.display(),
+                args.output().display(),
+                args.src.display()
+            )));
+        }
         let template = args.output().to_string_lossy();
         // The extension after {shard} decides the format, as for one image.
         let format = format_for(args.output(), args.format)?;
@@ -250,7 +262,9 @@ fn mtime(flag: Option<u32>) -> anyhow::Result<Option<u32>> {
 pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     // From here on the image is `args.output`, whichever way it was given.
     let output = args.output.take().or(args.image.take());
-    let output = output.ok_or_else(|| usage("the image to write: packfs pack SRC -o IMAGE"))?;
+    let output = output.ok_or_else(|| {
+        usage("no image to write: give it after the source or with -o/--output IMAGE")
+    })?;
     // `-o file:///PATH` names the file PATH.
     args.output = Some(match location(&output)? {
         mountfs::location::ImageLocation::Local(p) => p,

@@ -158,6 +158,10 @@ fn every_usage_error_exits_2_naming_its_cause() {
             "cannot be used with",
         ),
         (&["pack", "src", "gs://b/x.sqfs"], "not gs://"),
+        (
+            &["pack", "img.sqfs", "src"],
+            "the directory to pack comes first",
+        ),
         // Found by packfs's own checks.
         (&["pack", "src", "-o", "x.sqfs", "-l", "50"], "from 1 to 22"),
         (
