@@ -50,7 +50,7 @@ impl ImageLocation {
             if scheme.eq_ignore_ascii_case("file") {
                 // As fsspec and browsers write a local file.
                 return match rest.starts_with('/') {
-                    true => Ok(ImageLocation::Local(rest.into())),
+                    true => Ok(ImageLocation::Local(percent_decoded(rest))),
                     false => Err(format!("{arg}: a file URL is file:///ABSOLUTE/PATH")),
                 };
             }
@@ -141,6 +141,31 @@ impl std::fmt::Display for ImageLocation {
             ImageLocation::Http(u) => f.write_str(u),
         }
     }
+}
+
+/// A file URL's path with its `%XX` escapes decoded (a space is `%20`
+/// there); a `%` not followed by two hex digits stays as it is.
+fn percent_decoded(path: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out).into()
 }
 
 /// The scheme of `arg` when it starts as a URL does (`SCHEME://`, the
@@ -361,6 +386,10 @@ mod tests {
         assert_eq!(
             L::parse("file:///data/x.sqfs").unwrap(),
             L::Local("/data/x.sqfs".into())
+        );
+        assert_eq!(
+            L::parse("file:///sp%20ace/%C3%BC%2/x%zz.sqfs").unwrap(),
+            L::Local("/sp ace/\u{fc}%2/x%zz.sqfs".into())
         );
         for path in ["./gs://b/x", "dir/ftp://x", "a b://x", "1x://y"] {
             assert_eq!(L::parse(path).unwrap(), L::Local(path.into()), "{path}");
