@@ -760,6 +760,20 @@ pub fn resolve(manifest: &Path, file: &str) -> PathBuf {
 
 pub fn read_manifest(p: &Path) -> Result<Manifest, PackError> {
     let bytes = std::fs::read(p).map_err(PackError::io(p))?;
+    // An image given where its manifest belongs: said as that, not as a
+    // JSON parser's "expected value at line 1 column 1".
+    let what = match bytes.get(..4) {
+        Some(b"hsqs") => Some("a SquashFS image"),
+        Some(b"PK\x03\x04") | Some(b"PK\x05\x06") => Some("a ZIP image"),
+        _ => None,
+    };
+    if let Some(what) = what {
+        return Err(PackError::Shards(format!(
+            "{}: {what}, not a manifest (the JSON file `packfs pack --shards` writes beside the \
+             shards, *.manifest.json)",
+            p.display()
+        )));
+    }
     serde_json::from_slice(&bytes)
         .map_err(|e| PackError::Shards(format!("{}: not a packfs manifest: {e}", p.display())))
 }

@@ -294,6 +294,10 @@ fn shards_verify_reports_every_bad_shard() {
     // A manifest on object storage is refused as such, not as a missing file.
     let e = fails(packfs().args(["shards", "verify", "s3://bucket/t.manifest.json"]));
     assert!(e.contains("object storage"), "{e}");
+    // Regression: a shard given for its manifest was "expected value at
+    // line 1 column 1".
+    let e = fails(packfs().args(["shards", "verify"]).arg(&shards[0]));
+    assert!(e.contains("a SquashFS image, not a manifest"), "{e}");
 }
 
 /// Two images where `a/x` is a file in one and a directory in the other,
