@@ -31,7 +31,7 @@ pub fn identity(tmp: &NamedTempFile) -> Option<(u64, u64)> {
 
 /// The process's umask, read without changing it (`umask(2)` can only set
 /// it, and the pack's threads may be creating files meanwhile).
-fn umask() -> u32 {
+pub(crate) fn umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

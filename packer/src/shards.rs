@@ -588,9 +588,11 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PackError> {
     tmp.write_all(bytes)
         .and_then(|_| tmp.as_file().sync_all())
         .map_err(PackError::output(path, "writing"))?;
+    // As any new file (and the images beside it): 0666 less the umask. A
+    // manifest lists paths, which a umask of 077 is meant to keep private.
     std::fs::set_permissions(
         tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        std::os::unix::fs::PermissionsExt::from_mode(0o666 & !crate::output::umask()),
     )
     .map_err(PackError::output(path, "setting its mode"))?;
     tmp.persist(path)

@@ -875,3 +875,39 @@ fn a_manifest_put_elsewhere_is_written_and_mounts() {
         &manifest(&src, &o),
     );
 }
+
+/// Found by a new user's review: shard sidecars and the manifest were
+/// always 0644 while the images beside them followed the umask, so under
+/// `umask 077` the JSON files listing the dataset's paths were
+/// world-readable. Every file follows the umask now.
+#[test]
+fn sidecars_and_manifest_follow_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let t = scratch();
+    let src = t.path().join("src");
+    fixture_tree(&src, false);
+    let out = t.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let mut cmd = packfs();
+    cmd.arg("pack")
+        .arg(&src)
+        .args(["--shards", "2", "-q", "-o"])
+        .arg(out.join("t-{shard}.sqfs"));
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0o077);
+            Ok(())
+        });
+    }
+    run(&mut cmd);
+    let mut seen = 0;
+    for e in std::fs::read_dir(&out).unwrap() {
+        let e = e.unwrap();
+        let mode = e.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", e.path().display());
+        seen += 1;
+    }
+    assert_eq!(seen, 5, "two images, two sidecars, a manifest");
+}
