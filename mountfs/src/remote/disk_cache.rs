@@ -186,7 +186,16 @@ impl DiskCache {
     pub fn open(dir: &Path, budget: u64) -> io::Result<Self> {
         // Absolute: a mount's daemon leaves the caller's directory once it
         // is ready.
-        let root = std::path::absolute(dir)?.join("packfs-cache-v1");
+        let dir = std::path::absolute(dir)?;
+        // DIR itself is made if missing, as `mkdir DIR` would; not a chain
+        // of parents: a mistyped path (as root, anywhere) must fail, not
+        // create `/scratc/...` without a word.
+        if let Err(e) = fs::create_dir(&dir) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+        }
+        let root = dir.join("packfs-cache-v1");
         fs::create_dir_all(root.join("objects"))?;
         fs::create_dir_all(root.join("tmp"))?;
         let f = OpenOptions::new()
@@ -588,6 +597,21 @@ mod tests {
     /// emptying that file by hand (`: > usage`) made the next access a
     /// SIGBUS, which ended every mount daemon using the cache. It is read
     /// and written with pread/pwrite now; a short file counts as 0.
+    /// Found by a new user's review: `--disk-cache /typo/a/b` made every
+    /// missing parent (as root, anywhere). DIR itself is still made.
+    #[test]
+    fn the_cache_directory_is_made_but_not_its_missing_parents() {
+        let t = tempfile::tempdir().unwrap();
+        let e = DiskCache::open(&t.path().join("no/such/cache"), 1 << 20)
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!t.path().join("no").exists());
+        DiskCache::open(&t.path().join("cache"), 1 << 20).unwrap();
+        assert!(t.path().join("cache/packfs-cache-v1").is_dir());
+        DiskCache::open(&t.path().join("cache"), 1 << 20).unwrap();
+    }
+
     #[test]
     fn an_emptied_usage_file_is_zero_not_a_crash() {
         let t = tempfile::tempdir().unwrap();
