@@ -41,6 +41,11 @@ pub fn install() -> Arc<AtomicBool> {
 /// the child dies of SIGINT (bash's "wait and cooperative exit"), and a
 /// batch system's SIGTERM would read as packfs failing on its own.
 pub fn die_of_signal() -> anyhow::Error {
+    die_of_signal_saying("no image written")
+}
+
+/// [`die_of_signal`], saying `what` of the output.
+pub fn die_of_signal_saying(what: &str) -> anyhow::Error {
     let sig = SIGNAL.load(Ordering::SeqCst);
     let name = match sig {
         libc::SIGINT => "SIGINT",
@@ -48,7 +53,7 @@ pub fn die_of_signal() -> anyhow::Error {
         libc::SIGHUP => "SIGHUP",
         _ => return packer::PackError::Interrupted.into(),
     };
-    say!("packfs: interrupted by {name}; no image written");
+    say!("packfs: interrupted by {name}; {what}");
     // SAFETY: restoring a default action and raising a signal have no
     // memory effects; no other code of ours handles these signals now.
     unsafe {

@@ -387,9 +387,17 @@ fn pack_shards(
         Err(packer::PackError::Interrupted) => {
             // Dying of a signal runs no destructors: the started uploads
             // are aborted and the packed shards removed here.
+            let local = uploads.is_none();
             drop(uploads);
             drop(tmp_dir);
-            return Err(die_of_signal());
+            return Err(match local {
+                // Each shard is renamed into place when it is whole.
+                true => interrupt::die_of_signal_saying(
+                    "the shards finished before it are in place, without a manifest \
+                     (the same command with --force packs them all again)",
+                ),
+                false => die_of_signal(),
+            });
         }
         r => r?,
     };
