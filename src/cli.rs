@@ -493,6 +493,11 @@ pub struct MountArgs {
     /// until the image is unmounted).
     #[arg(long)]
     pub nonempty: bool,
+    /// `packfs run`'s: end the mount, as SIGTERM does, once FD (a pipe's
+    /// read end) reaches its end, which is when `run` is gone, however it
+    /// ended.
+    #[arg(long, value_name = "FD", hide = true)]
+    pub exit_with_fd: Option<i32>,
 }
 
 /// `packfs run IMAGE:MOUNTPOINT... -- COMMAND`.

@@ -162,6 +162,8 @@ struct MountPlan {
     /// Held from the mountpoint's check until the mount is usable or has
     /// failed (see `crate::mountlock`).
     _lock: Option<crate::mountlock::MountpointLock>,
+    /// `--exit-with-fd`: see [`end_with`].
+    exit_with_fd: Option<i32>,
 }
 
 impl MountPlan {
@@ -186,6 +188,7 @@ impl MountPlan {
             log,
             preload_profile,
             nonempty,
+            exit_with_fd,
         } = args;
         let log = log
             .map(|p| std::path::absolute(&p).unwrap_or(p))
@@ -241,6 +244,7 @@ impl MountPlan {
             fsname.unwrap_or_else(|| format!("packfs:{}", source_name(&first, &open.source)));
         Ok(MountPlan {
             _lock: lock,
+            exit_with_fd,
             mountpoint,
             serve: ServeOptions {
                 threads: threads.unwrap_or_else(crate::machine::default_session_threads),
@@ -269,6 +273,33 @@ impl MountPlan {
             preload_profile,
         })
     }
+}
+
+/// Ends the mount as SIGTERM does (lazily unmounted, `--stats` written)
+/// once `fd`, the read end of a pipe whose write end `packfs run` holds,
+/// reaches its end: `run` is gone, killed with SIGKILL (Slurm's after its
+/// grace time, the OOM killer) as much as ended. Its own unmount comes
+/// first when it ends normally, and that end then finds the mount ending.
+fn end_with(fd: i32) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("packfs-tether".into())
+        .spawn(move || {
+            let mut b = [0u8; 64];
+            loop {
+                // SAFETY: reading into a valid buffer from our descriptor.
+                let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+                let again = n < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+                if n <= 0 && !again {
+                    break;
+                }
+            }
+            // SAFETY: signalling our own process; the signal thread that
+            // `daemon::stop_on_signals` set up takes it.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        })
+        .context("starting the thread that follows packfs run")?;
+    Ok(())
 }
 
 /// `packfs mount IMAGE... MOUNTPOINT`.
@@ -460,6 +491,9 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     } = opened;
     if plan.open.io == IoMode::Mmap {
         crate::sigbus::say_why_before_dying(&plan.open.describe());
+    }
+    if let Some(fd) = plan.exit_with_fd {
+        end_with(fd)?;
     }
     if plan.preload {
         let t = std::time::Instant::now();

@@ -5,6 +5,8 @@ use crate::cli::{RemoteArgs, RunArgs};
 use crate::fusermount::umount;
 use crate::values::MountSpec;
 use anyhow::{bail, Context};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -91,17 +93,43 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         }
     }
     let stats_before = args.stats.as_deref().and_then(file_id);
+    // The mounts' tether: this process holds the write end until it ends,
+    // each daemon a read end, whose end of file (this process gone, killed
+    // or not) ends its mount (`mount --exit-with-fd`). Close-on-exec: the
+    // command must not hold it.
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a pipe");
+    }
+    // SAFETY: both descriptors were just made and are owned here only.
+    let (tether_r, _tether_w) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let mut done = Mounted::default();
     for spec in &args.mounts {
-        if let Err(e) = mount_one(&exe, spec, args, remote, &mut done) {
+        if let Err(e) = mount_one(&exe, spec, args, remote, tether_r.as_raw_fd(), &mut done) {
             done.undo();
             return Err(e);
         }
     }
+    drop(tether_r);
     let command = &args.command;
-    let child = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .spawn();
+    let mut command_line = std::process::Command::new(&command[0]);
+    command_line.args(&command[1..]);
+    // SAFETY: prctl and getppid are async-signal-safe.
+    let run_pid = unsafe { libc::getpid() };
+    unsafe {
+        command_line.pre_exec(move || {
+            // The command ends with `run` (SIGTERM) if `run` is killed
+            // first, as its mounts do: it would find them gone.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != run_pid {
+                libc::_exit(128 + libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
+    let child = command_line.spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -197,6 +225,7 @@ fn mount_one(
     spec: &MountSpec,
     args: &RunArgs,
     remote: &RemoteArgs,
+    tether: RawFd,
     done: &mut Mounted,
 ) -> anyhow::Result<()> {
     let (img, mp) = (&spec.image, &spec.mountpoint);
@@ -246,6 +275,15 @@ fn mount_one(
     }
     if let Some(us) = args.dev_spin {
         cmd.arg("--dev-spin").arg(us.to_string());
+    }
+    cmd.arg("--exit-with-fd").arg(tether.to_string());
+    // SAFETY: fcntl is async-signal-safe; the tether's read end is kept
+    // open across this one exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(tether, libc::F_SETFD, 0);
+            Ok(())
+        });
     }
     let st = cmd.status().context("starting packfs mount")?;
     if !st.success() {

@@ -777,6 +777,60 @@ fn umount_returns_once_the_daemon_has_ended() {
     }
 }
 
+/// Found by a new user's review: `packfs run` killed with SIGKILL
+/// (Slurm's after its grace time, the OOM killer) left its mounts, their
+/// daemons and its command running. Each daemon now follows a pipe from
+/// `run` and ends its mount when `run` is gone; the command gets SIGTERM.
+#[test]
+fn a_run_killed_with_sigkill_takes_its_mount_and_command_with_it() {
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    let mp = t.path().join("mp");
+    let marker = t.path().join("command-ran");
+    let mut run = Command::new(packfs_bin())
+        .arg("run")
+        .arg(format!("{}:{}", img.display(), mp.display()))
+        .args(["--", "sh", "-c"])
+        .arg(format!("touch {}; exec sleep 1000", marker.display()))
+        // Left running by a failure, the command must not hold the test
+        // harness's output open.
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        within_10s(|| marker.exists() && listed_in_mounts(&mp)),
+        "not started"
+    );
+    let _gone = PackfsMountAt(&mp);
+    let command = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid: u32 = stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()?;
+            (ppid == run.id()).then_some(pid)
+        })
+        .expect("the command is run's child");
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let unmounted = within_10s(|| !listed_in_mounts(&mp));
+    let ended = within_10s(|| {
+        std::fs::read_to_string(format!("/proc/{command}/stat")).map_or(true, |s| {
+            s.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'))
+        })
+    });
+    let daemon_gone = within_10s(|| daemon_of(&mp).is_none());
+    if !ended {
+        // SAFETY: killing the command this test started.
+        unsafe { libc::kill(command as i32, libc::SIGKILL) };
+    }
+    assert!(unmounted, "still mounted");
+    assert!(ended, "the command still runs");
+    assert!(daemon_gone, "the daemon still runs");
+}
+
 /// The unmount watcher of the mount at `mp`: the process running
 /// `packfs unmount-watcher FD MP ...`.
 fn watcher_of(mp: &Path) -> Option<u32> {
