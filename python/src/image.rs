@@ -472,6 +472,16 @@ impl NativeImage {
     }
 
     /// The image's block size (a good buffer size for streams).
+    /// Entries of a ZIP the tree does not show (names that would leave
+    /// it, duplicates, a file and a directory of one name); 0 otherwise.
+    #[getter]
+    fn hidden_entries(&self) -> u64 {
+        match &*self.inner.fs.image {
+            AnyImage::Zip(z) => z.info().skipped,
+            _ => 0,
+        }
+    }
+
     #[getter]
     fn block_size(&self) -> u32 {
         use mountfs::image::Image as _;

@@ -526,3 +526,29 @@ def test_a_damaged_size_fails_before_its_memory_is_taken(tmp_path):
     out = r.stdout.split()
     assert r.returncode == 0 and out[:4] == ["OSError", "5", "OSError", "5"], r.stdout + r.stderr
     assert int(out[4]) < 300, f"peak {out[4]} MiB for a read that fails"
+
+
+def test_entries_a_zip_hides_are_said_in_a_warning(tmp_path):
+    """Found by a review: a ZIP holding "clash" and "clash/inner.txt"
+    shows the directory and hides the file, which the CLI says and Python
+    did not: the 11 bytes were silently unreachable."""
+    import warnings
+    import zipfile
+
+    p = tmp_path / "c.zip"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("clash", "eleven byte")
+        z.writestr("clash/inner.txt", "inner")
+        z.writestr("../out.txt", "escapes")
+    with pytest.warns(UserWarning, match=r"c\.zip: 2 of the archive's entries are not shown"):
+        img = packfs.Image(p)
+    assert img.isdir("clash") and img.read("clash/inner.txt") == b"inner"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pickle_copy = __import__("pickle").loads(__import__("pickle").dumps(img))
+        ok = tmp_path / "ok.zip"
+        with zipfile.ZipFile(ok, "w") as z:
+            z.writestr("a", "a")
+        packfs.Image(ok)
+        # Said once, to who opened it: not again in a worker's copy.
+        assert pickle_copy.read("clash/inner.txt") == b"inner"

@@ -6,6 +6,7 @@ import errno
 import io
 import os
 import stat as _stat
+import warnings
 import weakref
 from typing import Any, Iterable, Iterator
 
@@ -143,7 +144,18 @@ class Image:
         self._closed = False
         # Open now, so that a missing file or a non-image raises here, named
         # as the caller named it.
-        self._native(self._location)
+        hidden = self._native(self._location).hidden_entries
+        if hidden:
+            # What the CLI logs as it indexes the archive, said once to the
+            # caller who opened it (not again in each worker's copy).
+            warnings.warn(
+                f"{self._location}: {hidden} of the archive's entries are not shown (names "
+                "that would leave it, duplicates, of which the last is shown, or a file and a "
+                "directory of one name, of which the directory is shown); "
+                f"`packfs ls {self._location}` names each",
+                UserWarning,
+                stacklevel=2,
+            )
 
     @classmethod
     def _lazy(cls, location: str, options: dict) -> "Image":
