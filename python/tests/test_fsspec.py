@@ -254,3 +254,26 @@ def test_target_options_packfs_does_not_use_are_named():
         warnings.simplefilter("error")
         assert _remote_options({"endpoint_url": "http://h", "profile": "p", "key": ""}) == {
             "endpoint": "http://h", "profile": "p"}
+
+
+def test_files_pickle_and_take_fsspecs_caches(images, tmp_path):
+    """Found by a review: an open file did not pickle (fsspec's local
+    files do, with their position), ``cache_type=`` was ignored, and a
+    ``blockcache::`` layer failed (it reads through ``_fetch_range``)."""
+    img, tree = images["packfs-sqfs"][0], images["packfs-sqfs"][0].parent / "tree"
+    want = (tree / "big.txt").read_bytes()
+    fs = fsspec.filesystem("packfs", fo=str(img))
+    with fs.open("big.txt") as f:
+        f.seek(1000)
+        f.read(10)
+        copy = pickle.loads(pickle.dumps(f))
+        assert copy.tell() == 1010 and copy.read(50) == want[1010:1060]
+    for cache in ("readahead", "bytes", "mmap", "blockcache", "none"):
+        with fs.open("big.txt", cache_type=cache, block_size=4096) as f:
+            f.seek(70_000)
+            assert f.read(9000) == want[70_000:79_000], cache
+            assert pickle.loads(pickle.dumps(f)).read(10) == want[79_000:79_010], cache
+    url = f"blockcache::packfs://big.txt::file://{img}"
+    with fsspec.open(url, blockcache={"cache_storage": str(tmp_path / "bc")}) as f:
+        f.seek(123_456)
+        assert f.read(4000) == want[123_456:127_456]

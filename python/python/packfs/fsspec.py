@@ -23,14 +23,16 @@ holds the image's whole file list in Python.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat as _stat
 import warnings
 from typing import Any
 
 from fsspec import AbstractFileSystem
+from fsspec.spec import AbstractBufferedFile
 
-from ._image import Image, _file_identity
+from ._image import DEFAULT_BUFFER_SIZE, Image, _file_identity
 
 _S3 = ("s3", "s3a")
 _HTTP = ("http", "https")
@@ -290,10 +292,30 @@ class PackFileSystem(AbstractFileSystem, metaclass=_AbsoluteImagePath):
         if mode != "rb":
             raise ValueError(f"packfs images are read-only: mode must be 'rb', not {mode!r}")
         path = self._strip_protocol(path)
-        f = self.image.open(path, "rb", buffering=block_size or -1)
-        # fsspec's file objects have `size`; read_block and the block
-        # caches need it.
-        f.size = f.raw.size if hasattr(f, "raw") else f.size
+        if kwargs.get("cache_type") is not None:
+            # fsspec's caching asked for by name, or by a caching
+            # filesystem layered on this one (blockcache::, which reads
+            # through `_fetch_range`): fsspec's own file object.
+            return PackFile(
+                self,
+                path,
+                mode,
+                block_size=block_size or "default",
+                autocommit=autocommit,
+                cache_type=kwargs["cache_type"],
+                cache_options=cache_options,
+                size=self.image.stat(path).st_size,
+            )
+        return self._reader(path, block_size or -1)
+
+    def _reader(self, path: str, buffering: int, at: int = 0) -> "_Reader":
+        # The image's own buffered reader (no fsspec layer in the way),
+        # which fsspec's readers need `size` of and pickle.
+        raw = self.image.open(path, "rb", buffering=0)
+        f = _Reader(raw, buffering if buffering > 1 else DEFAULT_BUFFER_SIZE)
+        f.size = raw.size
+        f.fs, f.path = self, path
+        f.seek(at)
         return f
 
     def ukey(self, path: str) -> str:
@@ -330,3 +352,28 @@ class PackFileSystem(AbstractFileSystem, metaclass=_AbsoluteImagePath):
 
     rmdir = rm_file = _rm = rm = touch = _read_only
     mv = cp_file = pipe_file = put_file = _read_only
+
+
+class _Reader(io.BufferedReader):
+    """A file opened through ``packfs://``: the image's buffered reader,
+    which pickles as its filesystem, path and position, as fsspec's local
+    files do."""
+
+    def __init__(self, raw: Any, buffer_size: int) -> None:
+        super().__init__(raw, buffer_size)
+        self._buffer_size = buffer_size
+
+    def __reduce__(self):
+        return (_reopen, (self.fs, self.path, self._buffer_size, self.tell()))
+
+
+def _reopen(fs: "PackFileSystem", path: str, buffering: int, at: int) -> _Reader:
+    return fs._reader(path, buffering, at)
+
+
+class PackFile(AbstractBufferedFile):
+    """A file of ``packfs://`` as fsspec's own file objects are, for
+    ``cache_type=`` and caching filesystems layered on top."""
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        return self.fs.image.read_range(self.path, start, max(0, end - start))
