@@ -474,8 +474,9 @@ pub struct MountArgs {
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
     /// Write the paths of files in the order they are first read to FILE
-    /// (one per line; rewritten at most every second and at unmount), for
-    /// `pack --order profile:FILE`.
+    /// (one per line, so a name holding a newline is left out; rewritten
+    /// at most every second and at unmount), for `pack --order
+    /// profile:FILE`.
     #[arg(long, value_name = "FILE")]
     pub record_access: Option<PathBuf>,
     /// Append the daemon's log to FILE: what reads failed and why (a
