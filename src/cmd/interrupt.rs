@@ -53,6 +53,12 @@ pub fn die_of_signal_saying(what: &str) -> anyhow::Error {
         libc::SIGHUP => "SIGHUP",
         _ => return packer::PackError::Interrupted.into(),
     };
+    // A progress bar may be on the line: the message takes its place
+    // rather than trailing it ("eta 76spackfs: interrupted...").
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(b"\r\x1b[2K");
+    }
     say!("packfs: interrupted by {name}; {what}");
     // SAFETY: restoring a default action and raising a signal have no
     // memory effects; no other code of ours handles these signals now.
