@@ -13,7 +13,7 @@ use anyhow::bail;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::SeqCst};
 
 /// Called once by the server when the mount is usable.
 pub type Ready = Box<dyn FnOnce() + Send>;
@@ -244,37 +244,68 @@ fn stop_on_signals(target: &Target) -> anyhow::Result<()> {
     };
     std::thread::Builder::new()
         .name("stop-signals".into())
+        .spawn(move || loop {
+            let mut sig = 0;
+            // SAFETY: `set` is a valid signal set; sigwait stores into `sig`.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                return;
+            }
+            match STATE.load(SeqCst) {
+                ENDING => continue,
+                MOUNTED if !DETACHED.swap(true, SeqCst) => detach(&mp, signal_name(sig), 128 + sig),
+                _ => std::process::exit(128 + sig),
+            }
+        })?;
+    Ok(())
+}
+
+/// Set by the first stop (a signal, or `packfs run` gone): the mount is
+/// detached, and the server returns once its files are closed.
+static DETACHED: AtomicBool = AtomicBool::new(false);
+
+/// Detaches our mount at `mp` (lazily: files open there are served until
+/// closed), as `packfs umount` would; exits with `code` if it cannot.
+fn detach(mp: &Path, why: &str, code: i32) {
+    if !still_ours(mp) {
+        log::info!("{why}: our mount at {} is gone already", mp.display());
+        return;
+    }
+    log::info!("{why}: unmounting {}", mp.display());
+    if let Err(e) = crate::fusermount::umount_lazy(mp) {
+        log::error!("{why}: cannot unmount {}: {e:#}", mp.display());
+        std::process::exit(code);
+    }
+}
+
+/// `mount --exit-with-fd`: stops the mount as a first SIGTERM does once
+/// `fd`, the read end of a pipe whose write end `packfs run` holds,
+/// reaches its end, which is when `run` is gone, SIGKILL included. Never
+/// as a second signal: `run` ends after its command, normally after a
+/// first stop (Slurm's SIGTERM to the whole step), and the daemon must
+/// then still serve the files open there and write its `--stats` and
+/// `--record-access`.
+pub fn end_with(fd: i32, mountpoint: &Path) -> anyhow::Result<()> {
+    let mp = std::fs::canonicalize(mountpoint)?;
+    std::thread::Builder::new()
+        .name("packfs-tether".into())
         .spawn(move || {
-            let mut detached = false;
+            let mut b = [0u8; 64];
             loop {
-                let mut sig = 0;
-                // SAFETY: `set` is a valid signal set; sigwait stores into `sig`.
-                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-                    return;
+                // SAFETY: reading into a valid buffer from our descriptor.
+                let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+                let again = n < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+                if n <= 0 && !again {
+                    break;
                 }
-                match STATE.load(SeqCst) {
-                    ENDING => continue,
-                    MOUNTED if !detached => {}
-                    _ => std::process::exit(128 + sig),
-                }
-                detached = true;
-                if !still_ours(&mp) {
-                    log::info!(
-                        "{}: our mount at {} is gone already",
-                        signal_name(sig),
-                        mp.display()
-                    );
-                    continue;
-                }
-                log::info!("{}: unmounting {}", signal_name(sig), mp.display());
-                if let Err(e) = crate::fusermount::umount_lazy(&mp) {
-                    log::error!(
-                        "{}: cannot unmount {}: {e:#}",
-                        signal_name(sig),
-                        mp.display()
-                    );
-                    std::process::exit(128 + sig);
-                }
+            }
+            // Not usable yet: detached once it is (a failed mount ends the
+            // process anyway). Stopped already: nothing to add.
+            while STATE.load(SeqCst) == STARTING {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if STATE.load(SeqCst) == MOUNTED && !DETACHED.swap(true, SeqCst) {
+                detach(&mp, "packfs run is gone", 128 + libc::SIGTERM);
             }
         })?;
     Ok(())

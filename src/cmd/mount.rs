@@ -162,7 +162,7 @@ struct MountPlan {
     /// Held from the mountpoint's check until the mount is usable or has
     /// failed (see `crate::mountlock`).
     _lock: Option<crate::mountlock::MountpointLock>,
-    /// `--exit-with-fd`: see [`end_with`].
+    /// `--exit-with-fd`: see [`crate::daemon::end_with`].
     exit_with_fd: Option<i32>,
 }
 
@@ -273,33 +273,6 @@ impl MountPlan {
             preload_profile,
         })
     }
-}
-
-/// Ends the mount as SIGTERM does (lazily unmounted, `--stats` written)
-/// once `fd`, the read end of a pipe whose write end `packfs run` holds,
-/// reaches its end: `run` is gone, killed with SIGKILL (Slurm's after its
-/// grace time, the OOM killer) as much as ended. Its own unmount comes
-/// first when it ends normally, and that end then finds the mount ending.
-fn end_with(fd: i32) -> anyhow::Result<()> {
-    std::thread::Builder::new()
-        .name("packfs-tether".into())
-        .spawn(move || {
-            let mut b = [0u8; 64];
-            loop {
-                // SAFETY: reading into a valid buffer from our descriptor.
-                let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
-                let again = n < 0
-                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
-                if n <= 0 && !again {
-                    break;
-                }
-            }
-            // SAFETY: signalling our own process; the signal thread that
-            // `daemon::stop_on_signals` set up takes it.
-            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
-        })
-        .context("starting the thread that follows packfs run")?;
-    Ok(())
 }
 
 /// `packfs mount IMAGE... MOUNTPOINT`.
@@ -493,7 +466,8 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
         crate::sigbus::say_why_before_dying(&plan.open.describe());
     }
     if let Some(fd) = plan.exit_with_fd {
-        end_with(fd)?;
+        crate::daemon::end_with(fd, &plan.mountpoint)
+            .context("starting the thread that follows packfs run")?;
     }
     if plan.preload {
         let t = std::time::Instant::now();

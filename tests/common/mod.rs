@@ -553,3 +553,13 @@ pub fn within_10s(mut done: impl FnMut() -> bool) -> bool {
         done()
     })
 }
+
+/// Kills a child left running when a test fails before it is done with it.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -461,21 +461,23 @@ fn a_bench_killed_by_a_signal_takes_its_mount_with_it() {
     let tmp = scratch();
     let (src, img) = packed(tmp.path());
     for sig in [libc::SIGTERM, libc::SIGKILL] {
-        let mut b = Command::new(packfs_bin())
-            .arg("bench")
-            .arg("--raw")
-            .arg(&src)
-            .arg("--image")
-            .arg(&img)
-            .args(["--cold", "fadvise", "--no-raw", "--epochs", "100000"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut b = ChildGuard(
+            Command::new(packfs_bin())
+                .arg("bench")
+                .arg("--raw")
+                .arg(&src)
+                .arg("--image")
+                .arg(&img)
+                .args(["--cold", "fadvise", "--no-raw", "--epochs", "100000"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let mut args = None;
         assert!(
             within_10s(|| {
-                args = bench_mount_of(b.id());
+                args = bench_mount_of(b.0.id());
                 args.as_ref()
                     .is_some_and(|a| listed_in_mounts(a.last().unwrap()))
             }),
@@ -488,9 +490,10 @@ fn a_bench_killed_by_a_signal_takes_its_mount_with_it() {
             .skip_while(|a| *a != Path::new("--stats"))
             .nth(1);
         let stats_dir = stats.and_then(|s| s.parent()).map(Path::to_path_buf);
+        let _gone = Unmounted(mp.clone());
         // SAFETY: signalling our own child.
-        unsafe { libc::kill(b.id() as i32, sig) };
-        let _ = b.wait();
+        unsafe { libc::kill(b.0.id() as i32, sig) };
+        let _ = b.0.wait();
         assert!(
             within_10s(|| !listed_in_mounts(&mp)),
             "signal {sig}: {} is still mounted",
@@ -500,6 +503,17 @@ fn a_bench_killed_by_a_signal_takes_its_mount_with_it() {
         let _ = std::fs::remove_dir(&mp);
         if let Some(d) = stats_dir.filter(|d| d.starts_with(std::env::temp_dir())) {
             let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Unmounts (lazily) what a failed test left mounted.
+struct Unmounted(std::path::PathBuf);
+
+impl Drop for Unmounted {
+    fn drop(&mut self) {
+        if listed_in_mounts(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
     }
 }
