@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import io
 import os
 import stat as _stat
+import threading
 import warnings
-import weakref
 from typing import Any, Iterable, Iterator
 
 from . import _budget, _native
@@ -29,23 +30,17 @@ if hasattr(os, "register_at_fork"):
 DEFAULT_BUFFER_SIZE = 256 * 1024
 
 
-class _Shared:
-    """A native image that unpickled copies of one image share in one
-    process; alive while one of them holds it."""
-
-    __slots__ = ("native", "__weakref__")
-
-    def __init__(self, native: Any) -> None:
-        self.native = native
-
-
-# Natives opened for unpickled images, by what they open. A process pool
-# that unpickles an image with every task (multiprocessing's Pool.map,
-# concurrent.futures, Dask) takes one from here instead of opening the
-# image again per task: re-indexing a ZIP's central directory, fetching a
-# remote image's tables again. A local file that changed since (a new
-# inode, size or time) gets a native of its own.
-_SHARED: "weakref.WeakValueDictionary[tuple, _Shared]" = weakref.WeakValueDictionary()
+# Natives opened for unpickled images, by what they open, the most recent
+# last. A process pool unpickles its arguments with every task and drops
+# them before the next (multiprocessing's Pool.map, concurrent.futures):
+# each task's copy takes the native its predecessor used instead of opening
+# the image again (re-indexing a ZIP's central directory, fetching a remote
+# image's tables). Held strongly, so a few at most: each holds its caches
+# and a descriptor. A local file that changed since (a new inode, size or
+# time) is another key.
+_SHARED: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
+_SHARED_MAX = 4
+_SHARED_LOCK = threading.Lock()
 
 
 def _file_identity(location: str) -> tuple | None:
@@ -138,9 +133,8 @@ class Image:
         # (pid, native image, DataLoader workers sharing the budget then) of
         # the process that opened it, or None.
         self._opened: tuple[int, Any, int] | None = None
-        # Unpickled copies only: the _Shared they take their native from.
+        # Unpickled copies take their native from _SHARED.
         self._unpickled = False
-        self._shared: _Shared | None = None
         self._closed = False
         # Open now, so that a missing file or a non-image raises here, named
         # as the caller named it.
@@ -166,7 +160,6 @@ class Image:
         self._options = dict(options)
         self._opened = None
         self._unpickled = True
-        self._shared = None
         self._closed = False
         return self
 
@@ -190,11 +183,13 @@ class Image:
             identity = _file_identity(self._reopen)
             if identity is not None:
                 key = (pid, self._reopen, tuple(sorted(self._options.items())), workers, identity)
-                shared = _SHARED.get(key)
+                with _SHARED_LOCK:
+                    shared = _SHARED.get(key)
+                    if shared is not None:
+                        _SHARED.move_to_end(key)
                 if shared is not None:
-                    self._shared = shared
-                    self._opened = (pid, shared.native, workers)
-                    return shared.native
+                    self._opened = (pid, shared, workers)
+                    return shared
         cache, ranges, threads = _budget.process_budget(
             self._options["cache_size"], workers, self._options.get("range_cache")
         )
@@ -214,9 +209,13 @@ class Image:
             None if opened is None else opened[1],
         )
         if key is not None:
-            # Two threads may both have opened one: the first registered
-            # is kept for later copies, each keeps its own.
-            self._shared = _SHARED.setdefault(key, _Shared(native))
+            with _SHARED_LOCK:
+                # Two threads may both have opened one: the first
+                # registered is kept for later copies, each keeps its own.
+                _SHARED.setdefault(key, native)
+                _SHARED.move_to_end(key)
+                while len(_SHARED) > _SHARED_MAX:
+                    _SHARED.popitem(last=False)
         # One assignment: a thread reading `_opened` sees the old or the new pair.
         self._opened = (pid, native, workers)
         return native
@@ -247,7 +246,6 @@ class Image:
         ``ValueError``. A pickled copy is not affected."""
         self._closed = True
         self._opened = None
-        self._shared = None
 
     @property
     def closed(self) -> bool:
