@@ -103,6 +103,19 @@ fn two_mounts_started_at_once_on_one_mountpoint_do_not_stack() {
             stderr(refused)
         );
     }
+    // The lock files go with their mounts: none is left to pile up.
+    let key = std::fs::canonicalize(&mp)
+        .unwrap()
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    for dir in ["/run/user/0/packfs", "/tmp/packfs-0"] {
+        let file = Path::new(dir).join(format!("mount-{key:016x}.lock"));
+        assert!(!file.exists(), "{} left", file.display());
+    }
 }
 
 #[test]
