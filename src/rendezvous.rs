@@ -4,9 +4,11 @@
 //! away, then exits; a script that reads them as soon as `packfs umount`
 //! returns would race it. So once its mount is usable the daemon listens on
 //! an abstract Unix socket named for the mount's device (`MAJ:MIN` in the
-//! mount table, unique among live mounts) and never accepts: `packfs
-//! umount` connects before it unmounts, and the kernel resets that
-//! connection when the daemon's process ends, which is what it waits for.
+//! mount table, unique among live mounts) and keeps every connection it
+//! accepts, never writing to one: `packfs umount` connects before it
+//! unmounts, and the connection reaches its end when the daemon's process
+//! ends, which is what it waits for. Accepting keeps the backlog empty for
+//! a script that retries `umount` on a busy mount many times.
 //! A mount without a listener (another FUSE server) is unmounted without
 //! waiting. Abstract names have no permissions: a process squatting the
 //! name can only make `umount` wait its bound, and a connect is
@@ -54,17 +56,64 @@ pub fn listen(dev: &str) {
     let Some((fd, addr, len)) = socket_for(&name(dev)) else {
         return;
     };
-    // SAFETY: bind and listen on our socket with a valid address.
+    // SAFETY: bind and listen on our socket with a valid address; the
+    // listener blocks in accept from here.
     let ok = unsafe {
         libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) == 0
             && libc::listen(fd.as_raw_fd(), 64) == 0
+            && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) == 0
     };
     if !ok {
-        log::debug!("no unmount rendezvous: {}", std::io::Error::last_os_error());
+        // A name taken (a squatter, or a daemon of an earlier mount with
+        // this device number still ending): `umount` will not wait.
+        log::warn!(
+            "packfs umount of this mount will not wait for the daemon to end: {}",
+            std::io::Error::last_os_error()
+        );
         return;
     }
-    // Held until the process ends: its closing is the signal.
-    std::mem::forget(fd);
+    let keep = std::thread::Builder::new()
+        .name("packfs-umount-wait".into())
+        .spawn(move || {
+            // Held until the process ends: their closing is the signal.
+            let mut held: Vec<OwnedFd> = Vec::new();
+            loop {
+                // SAFETY: accept on our listener; the result is owned.
+                let c = unsafe {
+                    libc::accept4(
+                        fd.as_raw_fd(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        libc::SOCK_CLOEXEC,
+                    )
+                };
+                if c < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return;
+                }
+                // Connections whose `umount` gave up (a busy mount) go.
+                held.retain(|h| !peer_gone(h));
+                // SAFETY: a descriptor accept4 just returned.
+                held.push(unsafe { OwnedFd::from_raw_fd(c) });
+            }
+        });
+    if let Err(e) = keep {
+        log::warn!("packfs umount of this mount will not wait for the daemon to end: {e}");
+    }
+}
+
+/// Whether the other end of a connection has closed it.
+fn peer_gone(fd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: poll one valid pollfd without waiting.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 }
 }
 
 /// A connection to the daemon of the mount at `dev`, made before the

@@ -884,6 +884,42 @@ fn a_run_gone_after_its_daemon_was_stopped_lets_it_finish() {
     );
 }
 
+/// Found by a review of the fix above: the daemon never accepted the
+/// connections `umount` made, so a script retrying `umount` on a busy
+/// mount filled the socket's backlog (64), and the `umount` that then
+/// succeeded no longer waited. Connections are accepted now.
+#[test]
+fn umount_still_waits_after_many_refused_attempts() {
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let stats = t.path().join("stats.json");
+    run(Command::new(packfs_bin())
+        .arg("mount")
+        .arg(&img)
+        .arg(&mp)
+        .arg("--stats")
+        .arg(&stats));
+    let _gone = PackfsMountAt(&mp);
+    let busy = std::fs::File::open(mp.join("small.txt")).unwrap();
+    for _ in 0..80 {
+        let out = Command::new(packfs_bin())
+            .arg("umount")
+            .arg(&mp)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "unmounted while busy");
+    }
+    drop(busy);
+    run(Command::new(packfs_bin()).arg("umount").arg(&mp));
+    let text = std::fs::read_to_string(&stats).unwrap_or_default();
+    assert!(
+        text.contains("\"requests\""),
+        "--stats not written when umount returned"
+    );
+}
+
 /// The unmount watcher of the mount at `mp`: the process running
 /// `packfs unmount-watcher FD MP ...`.
 fn watcher_of(mp: &Path) -> Option<u32> {
