@@ -761,10 +761,14 @@ pub fn resolve(manifest: &Path, file: &str) -> PathBuf {
 }
 
 pub fn read_manifest(p: &Path) -> Result<Manifest, PackError> {
-    let bytes = std::fs::read(p).map_err(PackError::io(p))?;
-    // An image given where its manifest belongs: said as that, not as a
-    // JSON parser's "expected value at line 1 column 1".
-    let what = match bytes.get(..4) {
+    use std::io::Read;
+    // An image given where its manifest belongs (often gigabytes): told
+    // from its first bytes and said as that, not read whole into memory
+    // for a JSON parser's "expected value at line 1 column 1".
+    let mut f = std::fs::File::open(p).map_err(PackError::io(p))?;
+    let mut head = [0u8; 4];
+    let n = f.read(&mut head).map_err(PackError::io(p))?;
+    let what = match head.get(..n.min(4)) {
         Some(b"hsqs") => Some("a SquashFS image"),
         Some(b"PK\x03\x04") | Some(b"PK\x05\x06") => Some("a ZIP image"),
         _ => None,
@@ -776,9 +780,22 @@ pub fn read_manifest(p: &Path) -> Result<Manifest, PackError> {
             p.display()
         )));
     }
+    let len = f.metadata().map_err(PackError::io(p))?.len();
+    if len > MAX_MANIFEST_BYTES {
+        return Err(PackError::Shards(format!(
+            "{}: {len} bytes, too large for a manifest",
+            p.display()
+        )));
+    }
+    let mut bytes = head[..n].to_vec();
+    f.read_to_end(&mut bytes).map_err(PackError::io(p))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| PackError::Shards(format!("{}: not a packfs manifest: {e}", p.display())))
 }
+
+/// Larger than any manifest (4096 shards make a few MiB), as mountfs's
+/// limit for reading one.
+const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// One shard's result in [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]

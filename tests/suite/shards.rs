@@ -298,6 +298,14 @@ fn shards_verify_reports_every_bad_shard() {
     // line 1 column 1".
     let e = fails(packfs().args(["shards", "verify"]).arg(&shards[0]));
     assert!(e.contains("a SquashFS image, not a manifest"), "{e}");
+    // Told from its first bytes (found by review: the whole image was read
+    // first): a sparse 100 GiB "image" is refused at once, not read.
+    let huge = t.path().join("huge.sqfs");
+    let f = std::fs::File::create(&huge).unwrap();
+    std::io::Write::write_all(&mut &f, b"hsqs").unwrap();
+    f.set_len(100 << 30).unwrap();
+    let e = fails(packfs().args(["shards", "verify"]).arg(&huge));
+    assert!(e.contains("a SquashFS image, not a manifest"), "{e}");
 }
 
 /// Two images where `a/x` is a file in one and a directory in the other,
