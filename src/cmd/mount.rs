@@ -317,6 +317,14 @@ fn source(images: Vec<PathBuf>, on_conflict: OnConflict) -> anyhow::Result<Sourc
     if let [one] = images.as_slice() {
         return Ok(Source::One(location(one)?));
     }
+    // `file:///PATH` is the file PATH here too.
+    let images = images
+        .into_iter()
+        .map(|i| match location(&i)? {
+            mountfs::location::ImageLocation::Local(p) => Ok(p),
+            _ => Ok(i),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     for i in &images {
         if mountfs::location::is_manifest(i) {
             return Err(usage(format!(

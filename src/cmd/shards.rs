@@ -3,17 +3,19 @@
 use crate::cli::ShardsCommand;
 use std::path::PathBuf;
 
-/// Refuses a manifest or template on object storage, which these commands
-/// cannot read yet, instead of calling a URL a missing file.
-fn local_only(what: &str, arg: &str) -> anyhow::Result<()> {
-    if crate::location::location(std::path::Path::new(arg))?.is_remote() {
-        return Err(crate::usage::usage(format!(
+/// The local path `arg` names (`file:///PATH` included); a manifest or
+/// template on object storage, which these commands cannot read yet, is
+/// refused as that instead of called a missing file.
+fn local_only(what: &str, arg: &std::path::Path) -> anyhow::Result<PathBuf> {
+    match crate::location::location(arg)? {
+        mountfs::location::ImageLocation::Local(p) => Ok(p),
+        _ => Err(crate::usage::usage(format!(
             "{arg}: shards {what} works on shards in a local or shared filesystem; on object \
              storage the task that completes the set writes the manifest, and every mount checks \
-             each shard's size"
-        )));
+             each shard's size",
+            arg = arg.display()
+        ))),
     }
-    Ok(())
 }
 
 pub fn run(cmd: ShardsCommand) -> anyhow::Result<i32> {
@@ -21,7 +23,9 @@ pub fn run(cmd: ShardsCommand) -> anyhow::Result<i32> {
         ShardsCommand::Finalize {
             manifest_or_template,
         } => {
-            local_only("finalize", &manifest_or_template)?;
+            let manifest_or_template = local_only("finalize", manifest_or_template.as_ref())?
+                .to_string_lossy()
+                .into_owned();
             let manifest = if manifest_or_template.contains("{shard}") {
                 PathBuf::from(packfs_format::shards::manifest_name(&manifest_or_template))
             } else {
@@ -38,7 +42,7 @@ pub fn run(cmd: ShardsCommand) -> anyhow::Result<i32> {
         }
         ShardsCommand::Verify { manifest } => {
             use packer::shards::ShardCheck;
-            local_only("verify", &manifest.to_string_lossy())?;
+            let manifest = local_only("verify", &manifest)?;
             let (mut n, mut bytes) = (0, 0);
             let t = std::time::Instant::now();
             let bad = packer::shards::verify(&manifest, |c| {

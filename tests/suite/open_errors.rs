@@ -380,4 +380,42 @@ fn an_unknown_url_scheme_is_named_and_file_urls_are_files() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Found by review: several images of one mount and the shards commands
+    // took a file URL as a path.
+    let ok = |args: &[&str]| {
+        let out = Command::new(packfs_bin()).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let shards = format!("file://{}/s-{{shard}}.sqfs", t.path().display());
+    ok(&[
+        "pack",
+        "-q",
+        src.to_str().unwrap(),
+        "--shards",
+        "1",
+        "-o",
+        &shards,
+    ]);
+    let manifest = format!("file://{}/s.manifest.json", t.path().display());
+    ok(&["shards", "verify", &manifest]);
+    if require_root("mounts") {
+        let mp = t.path().join("mp");
+        std::fs::create_dir(&mp).unwrap();
+        let s0 = format!("file://{}/s-0.sqfs", t.path().display());
+        ok(&[
+            "mount",
+            "--on-conflict",
+            "first",
+            &url,
+            &s0,
+            mp.to_str().unwrap(),
+        ]);
+        let read = std::fs::read(mp.join("hello.txt"));
+        ok(&["umount", mp.to_str().unwrap()]);
+        assert_eq!(read.unwrap(), b"hello\n");
+    }
 }
