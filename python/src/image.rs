@@ -471,7 +471,6 @@ impl NativeImage {
         }
     }
 
-    /// The image's block size (a good buffer size for streams).
     /// Entries of a ZIP the tree does not show (names that would leave
     /// it, duplicates, a file and a directory of one name); 0 otherwise.
     #[getter]
@@ -482,6 +481,7 @@ impl NativeImage {
         }
     }
 
+    /// The image's block size (a good buffer size for streams).
     #[getter]
     fn block_size(&self) -> u32 {
         use mountfs::image::Image as _;

@@ -254,6 +254,9 @@ def test_target_options_packfs_does_not_use_are_named():
         warnings.simplefilter("error")
         assert _remote_options({"endpoint_url": "http://h", "profile": "p", "key": ""}) == {
             "endpoint": "http://h", "profile": "p"}
+        assert _remote_options({"endpoint_url": "http://h", "profile": "",
+                                "client_kwargs": {"endpoint_url": "http://h"}}) == {
+            "endpoint": "http://h"}
 
 
 def test_files_pickle_and_take_fsspecs_caches(images, tmp_path):

@@ -593,10 +593,6 @@ mod tests {
         assert!(c.get(&k, 2).is_none());
     }
 
-    /// Bug: the usage counter was a shared memory map of its file, so
-    /// emptying that file by hand (`: > usage`) made the next access a
-    /// SIGBUS, which ended every mount daemon using the cache. It is read
-    /// and written with pread/pwrite now; a short file counts as 0.
     /// Found by a new user's review: `--disk-cache /typo/a/b` made every
     /// missing parent (as root, anywhere). DIR itself is still made.
     #[test]
@@ -612,6 +608,10 @@ mod tests {
         DiskCache::open(&t.path().join("cache"), 1 << 20).unwrap();
     }
 
+    /// Bug: the usage counter was a shared memory map of its file, so
+    /// emptying that file by hand (`: > usage`) made the next access a
+    /// SIGBUS, which ended every mount daemon using the cache. It is read
+    /// and written with pread/pwrite now; a short file counts as 0.
     #[test]
     fn an_emptied_usage_file_is_zero_not_a_crash() {
         let t = tempfile::tempdir().unwrap();

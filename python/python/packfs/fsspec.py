@@ -61,11 +61,14 @@ def _remote_options(target_options: dict | None) -> dict:
     o = dict(target_options or {})
     out: dict = {}
     client = dict(o.pop("client_kwargs", None) or {})
-    endpoint = o.pop("endpoint_url", None) or client.pop("endpoint_url", None)
+    endpoint = o.pop("endpoint_url", None)
+    endpoint = client.pop("endpoint_url", None) if endpoint is None else endpoint
+    client.pop("endpoint_url", None)
     if endpoint:
         out["endpoint"] = endpoint
-    if o.get("profile"):
-        out["profile"] = o.pop("profile")
+    profile = o.pop("profile", None)
+    if profile:
+        out["profile"] = profile
     for k in ("key", "secret", "token"):
         if o.get(k):
             raise ValueError(
