@@ -48,7 +48,9 @@ impl ImageLocation {
         if let Some(scheme) = url_scheme(arg) {
             let rest = &arg[scheme.len() + 3..];
             if scheme.eq_ignore_ascii_case("file") {
-                // As fsspec and browsers write a local file.
+                // As fsspec and browsers write a local file; RFC 8089
+                // allows "localhost" as the host.
+                let rest = rest.strip_prefix("localhost").unwrap_or(rest);
                 return match rest.starts_with('/') {
                     true => Ok(ImageLocation::Local(percent_decoded(rest))),
                     false => Err(format!("{arg}: a file URL is file:///ABSOLUTE/PATH")),
@@ -385,6 +387,10 @@ mod tests {
         }
         assert_eq!(
             L::parse("file:///data/x.sqfs").unwrap(),
+            L::Local("/data/x.sqfs".into())
+        );
+        assert_eq!(
+            L::parse("file://localhost/data/x.sqfs").unwrap(),
             L::Local("/data/x.sqfs".into())
         );
         assert_eq!(
