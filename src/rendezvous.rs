@@ -50,31 +50,45 @@ fn socket_for(name: &[u8]) -> Option<(OwnedFd, libc::sockaddr_un, libc::socklen_
 }
 
 /// In the daemon, once its mount at `dev` is usable: listens for the rest
-/// of the process's life. Failing is not an error (`umount` then does not
-/// wait): logged for a debug run.
+/// of the process's life, on a thread of its own. The name may still be
+/// held for a moment by the daemon of an earlier mount that had this
+/// device number and is ending (writing its `--stats`): binding is retried
+/// for 10 s. Failing is not an error (`umount` then does not wait), said
+/// in the log.
 pub fn listen(dev: &str) {
     let Some((fd, addr, len)) = socket_for(&name(dev)) else {
         return;
     };
-    // SAFETY: bind and listen on our socket with a valid address; the
-    // listener blocks in accept from here.
-    let ok = unsafe {
-        libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) == 0
-            && libc::listen(fd.as_raw_fd(), 64) == 0
-            && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, 0) == 0
+    let raw = fd.as_raw_fd();
+    // SAFETY: bind and listen on our socket (alive as long as `fd`, which
+    // the thread below keeps) with a valid address; the listener blocks in
+    // accept once listening.
+    let open = move || {
+        let ok = unsafe {
+            libc::bind(raw, (&raw const addr).cast(), len) == 0
+                && libc::listen(raw, 64) == 0
+                && libc::fcntl(raw, libc::F_SETFL, 0) == 0
+        };
+        // errno is the calling thread's: read here.
+        ok.then_some(()).ok_or_else(std::io::Error::last_os_error)
     };
-    if !ok {
-        // A name taken (a squatter, or a daemon of an earlier mount with
-        // this device number still ending): `umount` will not wait.
-        log::warn!(
-            "packfs umount of this mount will not wait for the daemon to end: {}",
-            std::io::Error::last_os_error()
-        );
-        return;
-    }
+    // Listening before the mount is said to be ready whenever the name is
+    // free, so that an `umount` right after finds it.
+    let mut listening = open();
     let keep = std::thread::Builder::new()
         .name("packfs-umount-wait".into())
         .spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while let Err(e) = listening {
+                if e.raw_os_error() != Some(libc::EADDRINUSE)
+                    || std::time::Instant::now() > deadline
+                {
+                    log::warn!("packfs umount of this mount will not wait for its daemon: {e}");
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                listening = open();
+            }
             // Held until the process ends: their closing is the signal.
             let mut held: Vec<OwnedFd> = Vec::new();
             loop {
@@ -101,7 +115,7 @@ pub fn listen(dev: &str) {
             }
         });
     if let Err(e) = keep {
-        log::warn!("packfs umount of this mount will not wait for the daemon to end: {e}");
+        log::warn!("packfs umount of this mount will not wait for its daemon: {e}");
     }
 }
 

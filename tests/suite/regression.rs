@@ -1082,7 +1082,7 @@ fn ctrl_c_through_run(own_group: bool, usr1: bool) -> (String, Option<i32>) {
         n = {signal.SIGINT: 0, signal.SIGUSR1: 0}\n\
         def h(s, f): n[s] += 1\n\
         signal.signal(signal.SIGINT, h); signal.signal(signal.SIGUSR1, h)\n\
-        print('ready', flush=True)\n\
+        print('COUNTING', flush=True)\n\
         end = time.time() + 2\n\
         while time.time() < end: time.sleep(0.02)\n\
         print('int', n[signal.SIGINT], 'usr1', n[signal.SIGUSR1], 'end', flush=True)\n";
@@ -1135,7 +1135,8 @@ fn ctrl_c_through_run(own_group: bool, usr1: bool) -> (String, Option<i32>) {
             }
         }
     };
-    wait_for("ready", &mut said);
+    // A token no message of packfs holds ("ready" is in "already").
+    wait_for("COUNTING", &mut said);
     // The terminal's Ctrl-C, then a kill of `packfs run` alone.
     (&master).write_all(b"\x03").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
