@@ -177,24 +177,30 @@ fn drop_caches() {
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
 }
 
+/// `dir/src` of 40 incompressible files and its image `dir/i.sqfs`, with
+/// the files' names. Stored in tree order, so truncating the image's data
+/// area cuts the later files and leaves the earlier ones whole; whole
+/// blocks only, since a fragment's location is in the fragment table, at
+/// the end of the image, which the cut removes.
+fn cuttable_image(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<String>) {
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    let names: Vec<String> = (0..40).map(|i| format!("f{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        std::fs::write(src.join(n), bytes(i as u64, 256 << 10, false)).unwrap();
+    }
+    let img = dir.join("i.sqfs");
+    pack(&src, &img, &[]);
+    (src, img, names)
+}
+
 #[test]
 fn a_live_mount_survives_its_image_shrinking_and_recovers_when_it_is_restored() {
     if !require_root("dropping the page cache") {
         return;
     }
     let t = scratch();
-    let src = t.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    // Incompressible files stored in tree order: truncating the image's
-    // data area cuts the later ones and leaves the earlier ones whole.
-    // Whole blocks only: a fragment's location is in the fragment table,
-    // at the end of the image, which the cut removes.
-    let names: Vec<String> = (0..40).map(|i| format!("f{i:02}")).collect();
-    for (i, n) in names.iter().enumerate() {
-        std::fs::write(src.join(n), bytes(i as u64, 256 << 10, false)).unwrap();
-    }
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
+    let (src, img, names) = cuttable_image(t.path());
     let original = std::fs::read(&img).unwrap();
     let want: BTreeMap<String, Result<Vec<u8>, i32>> = names
         .iter()
@@ -239,14 +245,7 @@ fn a_mapped_image_cut_under_a_mount_ends_it_with_a_line_in_its_log() {
         return;
     }
     let t = scratch();
-    let src = t.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    let names: Vec<String> = (0..40).map(|i| format!("f{i:02}")).collect();
-    for (i, n) in names.iter().enumerate() {
-        std::fs::write(src.join(n), bytes(i as u64, 256 << 10, false)).unwrap();
-    }
-    let img = t.path().join("i.sqfs");
-    pack(&src, &img, &[]);
+    let (_, img, names) = cuttable_image(t.path());
     let log = t.path().join("mount.log");
     let m = PackfsMount::new(&img, &["--io", "mmap", "--log", log.to_str().unwrap()]);
     for n in &names {
