@@ -131,16 +131,17 @@ pub fn prepare(a: &BenchArgs) -> Result<Prepared, BenchError> {
 fn resolve_paths(a: &BenchArgs) -> Result<(PathBuf, Option<PathBuf>, bool), BenchError> {
     let raw =
         std::fs::canonicalize(&a.raw).with_context(|| format!("--raw {}", a.raw.display()))?;
-    if let Some(p) = &a.image {
-        let loc = mountfs::location::ImageLocation::from_path(p)
-            .map_err(|e| BenchError::Refused(format!("--image {e}")))?;
-        if loc.is_remote() {
-            return Ok((raw, Some(p.clone()), true));
-        }
-    }
     let image = match &a.image {
-        Some(p) => {
-            let p = std::fs::canonicalize(p).with_context(|| format!("--image {}", p.display()))?;
+        Some(given) => {
+            // The file a local location names (`file:///PATH` is PATH).
+            let p = match mountfs::location::ImageLocation::from_path(given)
+                .map_err(|e| BenchError::Refused(format!("--image {e}")))?
+            {
+                mountfs::location::ImageLocation::Local(p) => p,
+                _ => return Ok((raw, Some(given.clone()), true)),
+            };
+            let p =
+                std::fs::canonicalize(&p).with_context(|| format!("--image {}", p.display()))?;
             if !p.is_file() {
                 return Err(BenchError::Refused(format!(
                     "--image {}: not a regular file",

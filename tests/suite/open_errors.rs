@@ -417,5 +417,16 @@ fn an_unknown_url_scheme_is_named_and_file_urls_are_files() {
         let read = std::fs::read(mp.join("hello.txt"));
         ok(&["umount", mp.to_str().unwrap()]);
         assert_eq!(read.unwrap(), b"hello\n");
+        ok(&[
+            "bench",
+            "--raw",
+            src.to_str().unwrap(),
+            "--image",
+            &url,
+            "--cold",
+            "fadvise",
+            "--epochs",
+            "1",
+        ]);
     }
 }
