@@ -552,3 +552,44 @@ def test_entries_a_zip_hides_are_said_in_a_warning(tmp_path):
         packfs.Image(ok)
         # Said once, to who opened it: not again in a worker's copy.
         assert pickle_copy.read("clash/inner.txt") == b"inner"
+
+
+def test_a_damaged_large_stored_zip_member_is_eio_in_any_read_order(tmp_path):
+    """A stored member too large to check at open is checked over the bytes
+    served, whatever their order: whole, in pieces backwards, or through two
+    file objects; the read that completes it raises EIO, and so does every
+    read after it."""
+    import zipfile
+
+    content = random.Random(5).randbytes(3_000_000)
+    for where in (0, len(content) // 2, len(content) - 1):
+        p = tmp_path / f"damaged-{where}.zip"
+        with zipfile.ZipFile(p, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("photo.jpg", content)
+        b = bytearray(p.read_bytes())
+        start = bytes(b).index(content[:64])
+        b[start + where] ^= 1
+        p.write_bytes(bytes(b))
+
+        with pytest.raises(OSError) as e:
+            packfs.Image(p).read("photo.jpg")
+        assert e.value.errno == errno.EIO and "CRC-32" in str(e.value), e.value
+
+        img = packfs.Image(p)
+        piece = 1 << 16
+        offsets = list(range(0, len(content), piece))[::-1]
+        for off in offsets[:-1]:
+            img.read_range("photo.jpg", off, piece)
+        with pytest.raises(OSError) as e:
+            img.read_range("photo.jpg", 0, piece)
+        assert e.value.errno == errno.EIO, e.value
+        with pytest.raises(OSError):
+            img.read_range("photo.jpg", 1_000_000, 10)
+
+        img = packfs.Image(p)
+        with img.open("photo.jpg", buffering=0) as f, img.open("photo.jpg", buffering=0) as g:
+            f.seek(1_500_000)
+            f.read()
+            with pytest.raises(OSError) as e:
+                g.read(1_500_000)
+            assert e.value.errno == errno.EIO, e.value

@@ -147,7 +147,7 @@ fn clone_dev(dev: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut source = dev.as_raw_fd() as u32;
     // SAFETY: the ioctl reads one u32 from a valid pointer.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), FUSE_DEV_IOC_CLONE, &mut source) } < 0 {
+    if unsafe { libc::ioctl(fd.as_raw_fd(), FUSE_DEV_IOC_CLONE as _, &mut source) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)

@@ -21,7 +21,10 @@
 //! **Reading.**
 //! * *Stored* members are served straight from the image map, no copy into
 //!   the cache. Their CRC is verified once, at the first open, when they are
-//!   smaller than 1 MiB (bit 63 of the cached data offset remembers it).
+//!   smaller than 1 MiB (bit 63 of the cached data offset remembers it);
+//!   a larger one over the bytes served, in whatever order and from however
+//!   many handles they are read ([`coverage`]), failing the read that
+//!   completes it.
 //! * *Compressed members below 1 MiB* (uncompressed) are decoded whole into
 //!   one cache block, keyed `(node << 32) | 0`, and their CRC is checked.
 //! * *Large compressed members* are decoded in chunks of 256 KiB of output,
@@ -91,6 +94,7 @@
 //! [`FsError::Corrupt`], never a panic or an endless loop.
 
 pub mod checkpoint;
+mod coverage;
 pub mod data;
 pub mod format;
 pub mod index;
@@ -103,6 +107,7 @@ use crate::error::{FsError, Result};
 use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::source::ImageSource;
 use checkpoint::Checkpoints;
+use coverage::{Coverage, Verdict};
 use data::{Checkpoint, Member, Stream};
 use format::*;
 use index::{Index, Node};
@@ -137,6 +142,8 @@ pub struct ZipFs {
     /// shares.
     state: Vec<AtomicU64>,
     cps: Checkpoints,
+    /// The runs of large stored members served so far, for their CRC-32.
+    coverage: Mutex<Coverage>,
     /// Uncompressed bytes produced by member decoders (tests, benchmarks).
     decoded: AtomicU64,
 }
@@ -157,28 +164,6 @@ pub struct ZipFile {
     data_off: u64,
     /// The live decoder of a large compressed member.
     stream: Mutex<Option<Stream>>,
-    /// The CRC-32 of a large stored member, as far as it has been read in
-    /// order from its start (see [`StoredCheck`]).
-    check: Mutex<StoredCheck>,
-}
-
-/// A large stored member's CRC-32, checked by reading it in order.
-///
-/// A member under [`SMALL`] is checked whole at open; a compressed one by
-/// its decoder. A stored member of [`SMALL`] or more is too large to read
-/// twice, so its CRC-32 is computed over what readers are served while
-/// they read it in order from offset 0 (a whole-file read: `cat`,
-/// `extract`, a copy, the kernel's sequential reads through a mount), and
-/// the read that reaches its end fails if it does not match. A read from
-/// offset 0 starts over; one anywhere else out of order stops the check
-/// for that run (random readers are served unchecked, as the data of a
-/// SquashFS image always is).
-#[derive(Default)]
-struct StoredCheck {
-    /// Where the next in-order read starts.
-    next: u64,
-    /// `None`: out of order since the last read from 0.
-    crc: Option<crc32fast::Hasher>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -220,6 +205,7 @@ impl ZipFs {
             idx,
             state,
             cps,
+            coverage: Mutex::new(Coverage::default()),
             decoded: AtomicU64::new(0),
         }
     }
@@ -551,10 +537,12 @@ impl ZipFs {
         Ok(out)
     }
 
-    /// Adds `data`, read at `offset`, to a large stored member's CRC-32
-    /// run ([`StoredCheck`]); fails the read that completes a run whose
-    /// CRC-32 is not the archive's.
+    /// Adds `data`, read at `offset`, to the runs of a large stored
+    /// member served so far ([`coverage`]); fails the read that completes
+    /// them if the member's CRC-32 is not the archive's, and every read of
+    /// the member after it.
     fn check_stored(&self, h: &ZipFile, n: &Node, offset: u64, data: &[u8]) -> Result<()> {
+        let mismatch = |got| data::crc_mismatch(&self.path_of(h.node), n.crc, got);
         if self.state(h.node).load(Ordering::Acquire) & CRC_BAD != 0 {
             return Err(FsError::corrupt(format!(
                 "{}: CRC-32 mismatch (expected {:08x})",
@@ -562,32 +550,18 @@ impl ZipFs {
                 n.crc
             )));
         }
-        let mut c = lock(&h.check);
-        if offset == 0 {
-            *c = StoredCheck {
-                next: 0,
-                crc: Some(crc32fast::Hasher::new()),
-            };
+        let verdict = lock(&self.coverage).add(h.node, n.size, n.crc, offset, data);
+        match verdict {
+            Verdict::Partial => Ok(()),
+            Verdict::Good => {
+                self.state(h.node).fetch_or(VERIFIED, Ordering::AcqRel);
+                Ok(())
+            }
+            Verdict::Bad { got } => {
+                self.state(h.node).fetch_or(CRC_BAD, Ordering::AcqRel);
+                Err(mismatch(got))
+            }
         }
-        if offset != c.next {
-            c.crc = None;
-            return Ok(());
-        }
-        let Some(crc) = c.crc.as_mut() else {
-            return Ok(());
-        };
-        crc.update(data);
-        c.next = offset + data.len() as u64;
-        if c.next < n.size {
-            return Ok(());
-        }
-        let got = c.crc.take().map_or(0, |h| h.finalize());
-        if got != n.crc {
-            self.state(h.node).fetch_or(CRC_BAD, Ordering::AcqRel);
-            return Err(data::crc_mismatch(&self.path_of(h.node), n.crc, got));
-        }
-        self.state(h.node).fetch_or(VERIFIED, Ordering::AcqRel);
-        Ok(())
     }
 
     fn open_node(&self, i: u32, n: &Node) -> Result<ZipFile> {
@@ -621,7 +595,6 @@ impl ZipFs {
             node: i,
             data_off,
             stream: Mutex::new(None),
-            check: Mutex::new(StoredCheck::default()),
         })
     }
 }

@@ -174,7 +174,10 @@ fn set_idle(tid: i32, idle: bool) -> io::Result<()> {
     } else {
         libc::SCHED_OTHER
     };
-    let param = libc::sched_param { sched_priority: 0 };
+    // Priority 0, as both policies require. Zeroed rather than built by
+    // name: musl's sched_param has fields glibc's lacks.
+    // SAFETY: sched_param is plain integers, for which all zeroes is valid.
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
     // SAFETY: `param` outlives the call; a stale tid is at worst ESRCH.
     if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
         return Err(io::Error::last_os_error());
