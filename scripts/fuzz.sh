@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs each fuzz target for SECONDS, one after the other, on one core.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 600 s; squashfs zip any)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 600 s; squashfs zip any tar)
 #
 # Needs nightly Rust and cargo-fuzz (`cargo install cargo-fuzz`). Builds the
 # seed images first when fuzz/seeds/ is missing (scripts/fuzz_seeds.sh).
@@ -22,7 +22,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(squashfs zip any)
+[ ${#targets[@]} -gt 0 ] || targets=(squashfs zip any tar)
 cd "$root"
 
 cargo +nightly fuzz --version >/dev/null 2>&1 || {
@@ -51,6 +51,8 @@ for t in "${targets[@]}"; do
     squashfs) seeds=(fuzz/seeds/squashfs) ;;
     zip) seeds=(fuzz/seeds/zip) ;;
     any) seeds=(fuzz/seeds/squashfs fuzz/seeds/zip) ;;
+    # Small archives of each dialect, kept with the regression inputs.
+    tar) seeds=(tests/fuzz_regressions/tar) ;;
     *)
         echo "fuzz.sh: unknown target $t" >&2
         exit 2

@@ -268,15 +268,36 @@ pub enum Command {
     },
 }
 
-/// `packfs pack SRC -o OUTPUT` (or `packfs pack SRC OUTPUT`).
+/// `packfs pack SOURCE... -o OUTPUT` (or `packfs pack SRC OUTPUT`).
 #[derive(clap::Args, Debug)]
 pub struct PackArgs {
-    /// The directory to pack (its contents become the image's root).
+    /// What to pack: a directory (its contents become the image's root), or
+    /// an archive told by its content: tar (v7, ustar, GNU, PAX), plain or
+    /// compressed with gzip, zstd, xz, bzip2 or lz4; `-` reads one from
+    /// stdin. Several sources merge at the root. Without -o the last
+    /// argument is the image (`packfs pack SRC IMAGE`, mksquashfs's order).
+    #[arg(value_name = "SOURCE", required = true, num_args = 1..)]
+    pub sources: Vec<PathBuf>,
+    /// The one directory packed, when it is the only source (set by
+    /// `pack::run` from `sources`).
+    #[arg(skip)]
     pub src: PathBuf,
-    /// The image, when it is not given with -o (`packfs pack SRC IMAGE`, the
-    /// order mksquashfs takes).
-    #[arg(value_name = "IMAGE", conflicts_with = "output")]
-    pub image: Option<PathBuf>,
+    /// Archive sources: drop this many leading components from each
+    /// member's path, as `tar -x --strip-components`; members with no
+    /// more are left out.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub strip_components: usize,
+    /// Several sources: what a path given by two shows. `error` refuses and
+    /// names both; `first` and `last` keep that source's entry (two
+    /// directories always merge).
+    #[arg(long, value_enum, default_value = "error")]
+    pub on_conflict: mountfs::union::OnConflict,
+    /// Archive sources: a member archive whose path (or name) matches GLOB
+    /// becomes a directory of its name without the archive extension,
+    /// read from the stream without a temporary file (ImageNet's
+    /// `n01440764.tar` -> `n01440764/`); repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub expand_nested: Vec<String>,
     /// The image file, or s3://BUCKET/KEY: packed to a temporary file in
     /// $TMPDIR, then sent as a multipart upload (the object appears only
     /// when complete; an error or a signal aborts the upload).
@@ -400,13 +421,12 @@ pub struct PackArgs {
 }
 
 impl PackArgs {
-    /// The image to write: `-o`, or the second argument (`pack::run` puts
+    /// The image to write: `-o`, or the last argument (`pack::run` puts
     /// either in `output` before anything reads it).
     pub fn output(&self) -> &std::path::Path {
         self.output
             .as_deref()
-            .or(self.image.as_deref())
-            .expect("clap requires -o or OUTPUT")
+            .expect("pack::run sets the output first")
     }
 }
 

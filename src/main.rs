@@ -31,6 +31,7 @@ macro_rules! outln {
     }};
 }
 
+mod braces;
 mod cli;
 mod cmd;
 mod daemon;

@@ -23,6 +23,15 @@ impl Bar {
 
 impl packer::Progress for Bar {
     fn start(&self, total_bytes: u64, _total_entries: u64) {
+        if total_bytes == 0 {
+            // A stream of unknown length (stdin): what was read, and how fast.
+            self.0.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bytes} {bytes_per_sec}",
+                )
+                .expect("valid template"),
+            );
+        }
         self.0.set_length(total_bytes);
         self.0
             .set_draw_target(indicatif::ProgressDrawTarget::stderr());

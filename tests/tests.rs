@@ -28,6 +28,7 @@ mod suite {
     mod mount_zip;
     mod open_errors;
     mod order;
+    mod pack_archive;
     mod pack_cancel;
     mod pack_squashfs;
     mod pack_zip;

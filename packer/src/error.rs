@@ -66,9 +66,49 @@ pub enum PackError {
     /// from what the caller asked for, so the CLI reports it as a usage error.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// An archive that cannot be packed: damaged, truncated, not an
+    /// archive, or holding a member extraction would refuse. `offset` is
+    /// the byte of the (decompressed) tar stream where it was found.
+    #[error("{}", archive_message(path, member.as_deref(), *offset, message))]
+    Archive {
+        path: PathBuf,
+        member: Option<String>,
+        offset: Option<u64>,
+        message: String,
+    },
+    /// A path given by two sources (`--on-conflict` says which wins).
+    #[error(
+        "{path}: {member}: also given by {first} (pass --on-conflict first or last to keep one)",
+        path = path.display(),
+        member = member.as_deref().unwrap_or("the root"),
+        first = first.display()
+    )]
+    SourceConflict {
+        path: PathBuf,
+        member: Option<String>,
+        first: PathBuf,
+    },
     /// The worker or I/O threads could not be started (a resource limit).
     #[error("starting {0}")]
     Threads(String),
+}
+
+fn archive_message(
+    path: &std::path::Path,
+    member: Option<&str>,
+    offset: Option<u64>,
+    message: &str,
+) -> String {
+    let mut s = format!("{}: ", path.display());
+    if let Some(m) = member {
+        s.push_str(m);
+        s.push_str(": ");
+    }
+    s.push_str(message);
+    if let Some(o) = offset {
+        s.push_str(&format!(" (at byte {o} of the tar stream)"));
+    }
+    s
 }
 
 impl PackError {

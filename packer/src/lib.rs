@@ -6,6 +6,7 @@
 //! directories and tables into a temporary file that `output` renames into
 //! place only on success.
 
+pub mod archive;
 mod detach;
 mod error;
 pub mod exclude;
@@ -115,6 +116,8 @@ pub struct PackSummary {
     pub dedup_files: u64,
     pub dedup_bytes: u64,
     pub fragments: u64,
+    /// Bytes read from archives, as stored (compressed or not).
+    pub source_bytes: u64,
     pub elapsed: Duration,
 }
 
@@ -183,6 +186,7 @@ pub(crate) fn write_squashfs(
         dedup_files: w.dedup_files,
         dedup_bytes: w.dedup_bytes,
         fragments: w.fragments,
+        source_bytes: 0,
         elapsed: started.elapsed(),
     })
 }

@@ -68,7 +68,12 @@ pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError>
     if !meta.is_dir() {
         return Err(PackError::NotADirectory { path: src.into() });
     }
-    let src_canon = fs::canonicalize(src).map_err(PackError::io(src))?;
+    prepare_output(out, force, &[src])
+}
+
+/// [`prepare`] for any sources: OUT must not lie inside any of the
+/// directories `dirs`.
+pub fn prepare_output(out: &Path, force: bool, dirs: &[&Path]) -> Result<Target, PackError> {
     let name = out.file_name().ok_or_else(|| {
         PackError::InvalidOption(format!("{}: output has no file name", out.display()))
     })?;
@@ -92,11 +97,14 @@ pub fn prepare(src: &Path, out: &Path, force: bool) -> Result<Target, PackError>
     };
     // Compare canonical parent + name, not the canonical OUT: OUT need not
     // exist yet, and if it is a symlink we replace the link, not its target.
-    if dir.join(name).starts_with(&src_canon) {
-        return Err(PackError::OutputInsideSource {
-            path: out.into(),
-            src: src.into(),
-        });
+    for src in dirs {
+        let src_canon = fs::canonicalize(src).map_err(PackError::io(*src))?;
+        if dir.join(name).starts_with(&src_canon) {
+            return Err(PackError::OutputInsideSource {
+                path: out.into(),
+                src: src.into(),
+            });
+        }
     }
     let existing = fs::symlink_metadata(out).ok();
     if let Some(kind) = fs::metadata(out).ok().as_ref().and_then(special) {

@@ -88,6 +88,10 @@ pub struct Tree {
     /// uid/gid values in first-seen order.
     pub ids: Vec<u32>,
     pub xattrs: XattrSets,
+    /// The superblock's time when `--mtime` does not set it; `None`: the
+    /// time of the pack. An archive's image takes its newest mtime, so that
+    /// it depends on the archive alone.
+    pub image_time: Option<u32>,
 }
 
 impl Tree {
@@ -176,6 +180,76 @@ impl Tree {
             }
         }
         out
+    }
+}
+
+impl Tree {
+    /// A tree holding only its root node (whose inode is 0, to be pushed),
+    /// for inputs other than a directory walk to fill in order: each
+    /// directory's children added together, sorted by name bytes.
+    pub(crate) fn with_root(root: PathBuf) -> Tree {
+        Tree {
+            root,
+            overlay: None,
+            nodes: vec![Node {
+                parent: 0,
+                inode: 0,
+                name_off: 0,
+                name_len: 0,
+                first_child: 0,
+                child_count: 0,
+            }],
+            inodes: Vec::new(),
+            arena: Vec::new(),
+            ids: Vec::new(),
+            xattrs: XattrSets::default(),
+            image_time: None,
+        }
+    }
+
+    /// Appends a node named `name` under `parent`; the caller keeps each
+    /// directory's children contiguous and sorted ([`Tree::set_children`]).
+    pub(crate) fn push_node(&mut self, parent: u32, name: &[u8], inode: u32) -> u32 {
+        let name_off = self.arena.len() as u64;
+        self.arena.extend_from_slice(name);
+        self.nodes.push(Node {
+            parent,
+            inode,
+            name_off,
+            name_len: name.len() as u16,
+            first_child: 0,
+            child_count: 0,
+        });
+        self.nodes.len() as u32 - 1
+    }
+
+    /// Records that `node`'s children are `first..first + count`.
+    pub(crate) fn set_children(&mut self, node: u32, first: u32, count: u32) {
+        let n = &mut self.nodes[node as usize];
+        n.first_child = first;
+        n.child_count = count;
+    }
+
+    /// Stores a symlink target; its arena offset, for [`Inode::target_off`].
+    pub(crate) fn push_target(&mut self, target: &[u8]) -> u64 {
+        let off = self.arena.len() as u64;
+        self.arena.extend_from_slice(target);
+        off
+    }
+
+    /// The index of uid/gid `id` in [`Tree::ids`] (`index` maps ids to
+    /// indexes); `None` when the table is full.
+    pub(crate) fn id_index(&mut self, index: &mut HashMap<u32, u16>, id: u32) -> Option<u16> {
+        if let Some(&i) = index.get(&id) {
+            return Some(i);
+        }
+        if self.ids.len() >= u16::MAX as usize {
+            return None;
+        }
+        let i = self.ids.len() as u16;
+        self.ids.push(id);
+        index.insert(id, i);
+        Some(i)
     }
 }
 
@@ -272,6 +346,7 @@ impl Tree {
                 .map(|i| self.ids[i])
                 .collect(),
             xattrs,
+            image_time: self.image_time,
         };
         for n in (0..self.nodes.len()).filter(|&n| keep[n]) {
             let old = &self.nodes[n];
@@ -482,13 +557,8 @@ pub fn walk_skipping(
     let mut w = Walker {
         opts,
         tree: Tree {
-            root: root.to_path_buf(),
             overlay: opts.overlay.clone(),
-            nodes: Vec::new(),
-            inodes: Vec::new(),
-            arena: Vec::new(),
-            ids: Vec::new(),
-            xattrs: XattrSets::default(),
+            ..Tree::with_root(root.to_path_buf())
         },
         id_index: HashMap::new(),
         links: HashMap::new(),
@@ -499,14 +569,6 @@ pub fn walk_skipping(
     // The root's own metadata (following a symlink given as SRC) is the root inode.
     let meta = fs::metadata(root).map_err(PackError::io(root))?;
     let xattrs = xattrs::read(root).map_err(PackError::io(root))?;
-    w.tree.nodes.push(Node {
-        parent: 0,
-        inode: 0,
-        name_off: 0,
-        name_len: 0,
-        first_child: 0,
-        child_count: 0,
-    });
     let ino = w.add_inode(root, &meta, None, xattrs, 0, false)?;
     w.tree.nodes[0].inode = ino;
 

@@ -8,6 +8,7 @@ use crate::location::location;
 use crate::usage::usage;
 use crate::values::Level;
 use anyhow::Context;
+use packer::archive::Source;
 use packer::{Compressor, PackOptions};
 use packfs_bench::size::human;
 use std::sync::atomic::AtomicBool;
@@ -258,28 +259,102 @@ fn mtime(flag: Option<u32>) -> anyhow::Result<Option<u32>> {
     }
 }
 
-/// `packfs pack SRC -o OUTPUT`.
+/// `packfs pack SOURCE... -o OUTPUT`.
 pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
-    // From here on the image is `args.output`, whichever way it was given.
-    let output = args.output.take().or(args.image.take());
-    let output = output.ok_or_else(|| {
-        usage("no image to write: give it after the source or with -o/--output IMAGE")
-    })?;
+    // From here on the image is `args.output`, whichever way it was given:
+    // with -o every argument is a source, without it the last is the image.
+    let mut paths = std::mem::take(&mut args.sources);
+    let output = match args.output.take() {
+        Some(o) => {
+            // `pack SRC IMAGE -o OTHER`: an image named twice, not a source.
+            if let Some(p) = paths
+                .iter()
+                .find(|p| !p.exists() && format_for(p, None).is_ok() && paths.len() > 1)
+            {
+                return Err(usage(format!(
+                    "{}: not found, and -o names the image: the image is given once, as the \
+                     last argument or with -o/--output",
+                    p.display()
+                )));
+            }
+            o
+        }
+        None if paths.len() >= 2 => paths.pop().expect("two or more"),
+        None => {
+            return Err(usage(
+                "no image to write: give it after the source or with -o/--output IMAGE",
+            ))
+        }
+    };
     // `-o file:///PATH` names the file PATH.
     args.output = Some(match location(&output)? {
         mountfs::location::ImageLocation::Local(p) => p,
         _ => output,
     });
+    // A quoted brace range names several sources (a name that exists as
+    // given is taken as it is).
+    let mut expanded = Vec::with_capacity(paths.len());
+    for p in paths {
+        match p.to_str() {
+            Some(s) if s.contains('{') && !p.exists() => expanded.extend(
+                crate::braces::expand(s)
+                    .map_err(usage)?
+                    .into_iter()
+                    .map(Into::into),
+            ),
+            _ => expanded.push(p),
+        }
+    }
+    let paths = expanded;
+    let sources: Vec<Source> = paths.iter().map(|p| Source::from_arg(p)).collect();
+    if let [_] = sources.as_slice() {
+        args.src = paths[0].clone();
+    }
+    if matches!(sources.as_slice(), [Source::Dir(_)])
+        && (args.strip_components > 0 || !args.expand_nested.is_empty())
+    {
+        return Err(usage(format!(
+            "{}: --strip-components and --expand-nested apply to archive sources, not to a \
+             directory",
+            paths[0].display()
+        )));
+    }
     let plan = PackPlan::from_args(&args)?;
+    if !matches!(sources.as_slice(), [Source::Dir(_)]) {
+        return pack_sources(&args, &sources, &plan, remote);
+    }
     let cancel = interrupt::install();
     // Kept alive until the pack is done: the image reads from it.
     let stage = stage_venv(&args, plan.mtime, &cancel)?;
+    let overlay = stage.as_ref().map(|s| s.path().to_path_buf());
+    let opts = pack_options(&args, &plan, overlay, &cancel);
+    match args.shards {
+        Some(n) => pack_shards(&args, n, &plan, &opts, stage, &cancel, remote),
+        None => pack_image(&args, &plan, &cancel, remote, |local| {
+            let packed = match plan.format {
+                OutFormat::Squashfs => packer::pack_squashfs(&args.src, local, &opts),
+                OutFormat::Zip => packer::pack_zip(&args.src, local, &opts),
+            };
+            // The staging tree goes first: dying of a signal runs no destructors.
+            drop(stage);
+            packed
+        }),
+    }
+}
+
+/// The packer's options for what `args` and `plan` ask.
+fn pack_options(
+    args: &PackArgs,
+    plan: &PackPlan,
+    overlay: Option<std::path::PathBuf>,
+    cancel: &Arc<AtomicBool>,
+) -> PackOptions {
     let progress = if args.quiet {
         None
     } else {
         crate::progress::Bar::new_if_tty()
     };
-    let opts = PackOptions {
+    PackOptions {
         compressor: plan.compressor,
         level: plan.level,
         xz: plan.xz,
@@ -291,15 +366,11 @@ pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         force: args.force,
         no_fragments: args.no_fragments,
         fragment_incompressible: args.fragment_incompressible,
-        overlay: stage.as_ref().map(|s| s.path().to_path_buf()),
+        overlay,
         progress: progress.map(|p| Arc::new(p) as Arc<dyn packer::Progress>),
         cancel: Some(cancel.clone()),
         stripe: args.stripe_count,
         order: plan.order.clone(),
-    };
-    match args.shards {
-        Some(n) => pack_shards(&args, n, &plan, &opts, stage, &cancel, remote),
-        None => pack_image(&args, &plan, &opts, stage, &cancel, remote),
     }
 }
 
@@ -458,14 +529,14 @@ fn report_shards(done: &[packer::shards::ShardResult], n: u32, manifest: &str) {
     }
 }
 
-/// One image, to a file or, for `s3://`, to a temporary file then uploaded.
+/// One image, to a file or, for `s3://`, to a temporary file then
+/// uploaded; `pack` packs it to the local path it is given.
 fn pack_image(
     args: &PackArgs,
     plan: &PackPlan,
-    opts: &PackOptions,
-    stage: Option<packer::venv::Stage>,
     cancel: &AtomicBool,
     remote: &RemoteArgs,
+    pack: impl FnOnce(&std::path::Path) -> Result<packer::PackSummary, packer::PackError>,
 ) -> anyhow::Result<i32> {
     let output = args.output();
     // To object storage: the multipart upload is started first (a wrong
@@ -490,13 +561,7 @@ fn pack_image(
             .join(output.file_name().unwrap_or("image".as_ref())),
         None => output.to_path_buf(),
     };
-    let packed = match plan.format {
-        OutFormat::Squashfs => packer::pack_squashfs(&args.src, &local, opts),
-        OutFormat::Zip => packer::pack_zip(&args.src, &local, opts),
-    };
-    // The staging tree goes first: dying of a signal runs no destructors.
-    drop(stage);
-    let summary = match packed {
+    let summary = match pack(&local) {
         Err(packer::PackError::Interrupted) => {
             drop(upload);
             drop(tmp_dir);
@@ -520,14 +585,58 @@ fn pack_image(
     Ok(0)
 }
 
+/// Archives, stdin, or several sources: one SquashFS image, read in one pass.
+fn pack_sources(
+    args: &PackArgs,
+    sources: &[Source],
+    plan: &PackPlan,
+    remote: &RemoteArgs,
+) -> anyhow::Result<i32> {
+    if plan.format == OutFormat::Zip {
+        return Err(usage(format!(
+            "{}: archives and several sources pack to SquashFS images (.sqfs); ZIP output takes \
+             one directory",
+            args.output().display()
+        )));
+    }
+    if args.shards.is_some() {
+        return Err(usage(
+            "--shards takes one directory as its source (archives are packed whole)",
+        ));
+    }
+    if args.mount_at.is_some() || args.compile || args.venv {
+        return Err(usage(
+            "--mount-at, --compile and --venv apply to a Python environment given as its directory",
+        ));
+    }
+    let cancel = interrupt::install();
+    let opts = pack_options(args, plan, None, &cancel);
+    let so = packer::archive::SourceOptions {
+        strip_components: args.strip_components,
+        on_conflict: match args.on_conflict {
+            mountfs::union::OnConflict::Error => packer::archive::OnConflict::Error,
+            mountfs::union::OnConflict::First => packer::archive::OnConflict::First,
+            mountfs::union::OnConflict::Last => packer::archive::OnConflict::Last,
+        },
+        expand_nested: args.expand_nested.clone(),
+    };
+    pack_image(args, plan, &cancel, remote, |local| {
+        packer::archive::pack_sources(sources, local, &opts, &so)
+    })
+}
+
 fn print_summary(summary: &packer::PackSummary, output: &std::path::Path) {
     let ratio = if summary.bytes_in > 0 {
         summary.bytes_out as f64 / summary.bytes_in as f64
     } else {
         0.0
     };
+    let from = match summary.source_bytes {
+        0 => String::new(),
+        n => format!(" (from {} of archives)", human(n)),
+    };
     say!(
-        "packed {} entries ({} inodes): {} in, {} out (ratio {:.3}), dedup saved {} in {} files, {:.2} s -> {}",
+        "packed {} entries ({} inodes): {} in{from}, {} out (ratio {:.3}), dedup saved {} in {} files, {:.2} s -> {}",
         summary.entries,
         summary.inodes,
         human(summary.bytes_in),

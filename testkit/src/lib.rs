@@ -254,6 +254,10 @@ pub enum Target {
     Zip,
     /// Format detection ([`AnyImage::from_source`]), then `preload` and the walk.
     Any,
+    /// The bytes packed as an archive source (`packfs pack ARCHIVE`), and
+    /// the image made of them, if any, walked: what the archive reader
+    /// accepts must make an image the reader reads.
+    Tar,
 }
 
 impl Target {
@@ -263,6 +267,7 @@ impl Target {
             "squashfs" => Target::SquashFs,
             "zip" => Target::Zip,
             "any" => Target::Any,
+            "tar" => Target::Tar,
             _ => return None,
         })
     }
@@ -291,5 +296,29 @@ pub fn open_and_walk(target: Target, bytes: &[u8], lim: Limits) -> Option<WalkSt
             let _ = img.preload();
             Some(walk(&PackFs::new(img, 0, 0), lim))
         }
+        Target::Tar => {
+            let image = pack_archive(bytes)?;
+            let img = SquashFs::open(Box::new(MemSource(image)), cache())
+                .expect("an image packed from an archive opens");
+            Some(walk(&PackFs::new(img, 0, 0), lim))
+        }
     }
+}
+
+/// Packs `bytes` as an archive source (one thread, small blocks) and
+/// returns the image; `None` when the packer refuses the archive.
+fn pack_archive(bytes: &[u8]) -> Option<Vec<u8>> {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let archive = dir.path().join("input");
+    std::fs::write(&archive, bytes).expect("writing the input");
+    let out = dir.path().join("image.sqfs");
+    let opts = packer::PackOptions {
+        threads: 1,
+        block_size: 4096,
+        ..Default::default()
+    };
+    let sources = [packer::archive::Source::Archive(archive)];
+    packer::archive::pack_sources(&sources, &out, &opts, &Default::default())
+        .ok()
+        .map(|_| std::fs::read(&out).expect("reading the image back"))
 }

@@ -155,7 +155,7 @@ fn every_usage_error_exits_2_naming_its_cause() {
         (&["pack", "src"], "--output"),
         (
             &["pack", "src", "x.sqfs", "-o", "y.sqfs"],
-            "cannot be used with",
+            "the image is given once",
         ),
         (&["pack", "src", "gs://b/x.sqfs"], "not gs://"),
         (

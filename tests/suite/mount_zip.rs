@@ -422,7 +422,11 @@ fn a_large_stored_member_is_checked_over_reads_in_any_order_and_handles() {
         let mut failed_at = None;
         let mut off = (a.size / piece) * piece;
         loop {
-            let h = if (off / piece).is_multiple_of(2) { &h1 } else { &h2 };
+            let h = if (off / piece).is_multiple_of(2) {
+                &h1
+            } else {
+                &h2
+            };
             if let Err(e) = fs.read(h, off, piece as u32) {
                 assert_eq!(e.errno(), libc::EIO, "{writer}, {at}: {e}");
                 failed_at = Some(off);

@@ -19,7 +19,7 @@ use super::behind::{Mark, SealedFragment, WriteBehind};
 use super::writer::ImageWriter;
 use crate::detach;
 use crate::io::{changed_size, check_empty, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
-use crate::walk::{Kind, Tree};
+use crate::walk::Tree;
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
 use packfs_format::codec::{CodecError, Encoder};
@@ -35,12 +35,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Raw bytes read per batch at most (plus one piece).
-const BATCH_BYTES: u64 = 32 << 20;
+pub(crate) const BATCH_BYTES: u64 = 32 << 20;
 /// Pieces per batch at most (bounds per-piece overhead for tiny files).
-const BATCH_PIECES: usize = 4096;
+pub(crate) const BATCH_PIECES: usize = 4096;
 /// Bytes per piece at most (at least one block): small enough that one big
 /// file still spreads over all threads.
-const PIECE_BYTES: u64 = 1 << 20;
+pub(crate) const PIECE_BYTES: u64 = 1 << 20;
 
 /// Where a file's data ended up.
 #[derive(Clone, Debug)]
@@ -81,16 +81,32 @@ pub struct DataOutput {
     pub dedup_bytes: u64,
 }
 
-struct Piece {
-    ino: u32,
-    path: Arc<Path>,
-    size: u64,
-    first_block: u64,
-    nblocks: u64,
-    last: bool,
-    maybe_sparse: bool,
-    /// The source's `st_ino` at the walk.
-    src_ino: u64,
+/// A few consecutive blocks of one file, the unit of parallel work.
+pub(crate) struct Piece {
+    /// The file's inode, or for a stream the file's number in stream order.
+    pub ino: u32,
+    /// Where the data comes from, for reading and for messages (a stream's
+    /// pieces name `ARCHIVE:MEMBER`).
+    pub path: Arc<Path>,
+    pub size: u64,
+    pub first_block: u64,
+    pub nblocks: u64,
+    pub last: bool,
+    pub data: PieceData,
+}
+
+/// Where a piece's bytes come from.
+pub(crate) enum PieceData {
+    /// The source file at [`Piece::path`], read on the pool.
+    File {
+        maybe_sparse: bool,
+        /// The source's `st_ino` at the walk.
+        src_ino: u64,
+    },
+    /// The bytes of the piece's blocks, read ahead from a stream (an
+    /// archive member); `None` for a piece that lies wholly in a hole of a
+    /// sparse member.
+    Bytes(Option<Vec<u8>>),
 }
 
 enum Block {
@@ -334,11 +350,35 @@ fn is_hole(file: &File, off: u64, len: u64) -> bool {
 }
 
 fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
+    match &p.data {
+        PieceData::File {
+            maybe_sparse,
+            src_ino,
+        } => read_file_piece(ctx, p, *maybe_sparse, *src_ino),
+        PieceData::Bytes(bytes) => bytes_piece(ctx, p, bytes.as_deref()),
+    }
+}
+
+/// The hash of a sparse block of `len` bytes.
+fn zero_hash(ctx: &Ctx, len: u64) -> blake3::Hash {
+    if len == ctx.block_size as u64 {
+        ctx.zero_hash
+    } else {
+        blake3::hash(&vec![0u8; len as usize])
+    }
+}
+
+fn read_file_piece(
+    ctx: &Ctx,
+    p: &Piece,
+    maybe_sparse: bool,
+    src_ino: u64,
+) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
     if p.nblocks == 0 {
-        check_empty(&p.path, p.src_ino)?;
+        check_empty(&p.path, src_ino)?;
         return Ok(Vec::new());
     }
-    let file = open_source(&p.path, p.src_ino)?;
+    let file = open_source(&p.path, src_ino)?;
     let bs = ctx.block_size as u64;
     let changed = || changed_size(&p.path, &file, p.size);
     let mut out = Vec::with_capacity(p.nblocks as usize);
@@ -349,13 +389,8 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
         let off = b * bs;
         let len = bs.min(p.size - off);
         let tail = ctx.fragments && len < bs;
-        if !tail && p.maybe_sparse && is_hole(&file, off, len) {
-            let hash = if len == bs {
-                ctx.zero_hash
-            } else {
-                blake3::hash(&vec![0u8; len as usize])
-            };
-            out.push((Block::Sparse(len as u32), hash));
+        if !tail && maybe_sparse && is_hole(&file, off, len) {
+            out.push((Block::Sparse(len as u32), zero_hash(ctx, len)));
             continue;
         }
         let mut buf = vec![0u8; len as usize];
@@ -366,31 +401,7 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
                 PackError::io(&*p.path)(e)
             }
         })?;
-        let hash = blake3::hash(&buf);
-        let incompressible_tail = || {
-            stores_tail_raw(&buf).map_err(|source| PackError::Codec {
-                path: p.path.to_path_buf(),
-                source,
-            })
-        };
-        let block = if tail && ctx.raw_tails && incompressible_tail()? {
-            Block::Stored {
-                bytes: buf,
-                compressed: false,
-            }
-        } else if tail {
-            Block::Tail(buf)
-        } else if buf.iter().all(|&x| x == 0) {
-            Block::Sparse(len as u32)
-        } else {
-            let (bytes, compressed) =
-                compress_block(ctx, buf).map_err(|source| PackError::Codec {
-                    path: p.path.to_path_buf(),
-                    source,
-                })?;
-            Block::Stored { bytes, compressed }
-        };
-        out.push((block, hash));
+        out.push(block_of(ctx, p, buf, tail)?);
     }
     if p.last {
         let now = file.metadata().map_err(PackError::io(&*p.path))?.len();
@@ -399,6 +410,64 @@ fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackEr
         }
     }
     Ok(out)
+}
+
+/// The blocks of a piece whose bytes are in hand (`None`: all zeros).
+fn bytes_piece(
+    ctx: &Ctx,
+    p: &Piece,
+    bytes: Option<&[u8]>,
+) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
+    let bs = ctx.block_size as u64;
+    let mut out = Vec::with_capacity(p.nblocks as usize);
+    let mut at = 0usize;
+    for b in p.first_block..p.first_block + p.nblocks {
+        if ctx.stopped() {
+            return Err(PackError::Interrupted);
+        }
+        let len = bs.min(p.size - b * bs);
+        let tail = ctx.fragments && len < bs;
+        let buf = match bytes {
+            Some(bytes) => bytes[at..at + len as usize].to_vec(),
+            None if !tail => {
+                out.push((Block::Sparse(len as u32), zero_hash(ctx, len)));
+                continue;
+            }
+            None => vec![0u8; len as usize],
+        };
+        at += len as usize;
+        out.push(block_of(ctx, p, buf, tail)?);
+    }
+    Ok(out)
+}
+
+/// One block of a file: a tail for a fragment, a raw tail, a sparse
+/// block, or a compressed (or stored) one.
+fn block_of(
+    ctx: &Ctx,
+    p: &Piece,
+    buf: Vec<u8>,
+    tail: bool,
+) -> Result<(Block, blake3::Hash), PackError> {
+    let hash = blake3::hash(&buf);
+    let codec = |source| PackError::Codec {
+        path: p.path.to_path_buf(),
+        source,
+    };
+    let block = if tail && ctx.raw_tails && stores_tail_raw(&buf).map_err(codec)? {
+        Block::Stored {
+            bytes: buf,
+            compressed: false,
+        }
+    } else if tail {
+        Block::Tail(buf)
+    } else if buf.iter().all(|&x| x == 0) {
+        Block::Sparse(buf.len() as u32)
+    } else {
+        let (bytes, compressed) = compress_block(ctx, buf).map_err(codec)?;
+        Block::Stored { bytes, compressed }
+    };
+    Ok((block, hash))
 }
 
 /// Cuts the files, in data order, into pieces.
@@ -424,8 +493,10 @@ fn pieces<'t>(
                 first_block,
                 nblocks: per_piece.min(blocks - first_block.min(blocks)),
                 last: k + 1 == n_pieces,
-                maybe_sparse,
-                src_ino,
+                data: PieceData::File {
+                    maybe_sparse,
+                    src_ino,
+                },
             }
         })
     })
@@ -474,7 +545,7 @@ fn hints(batch: &[Piece], bs: u32) -> Vec<Hint> {
     let bs = bs as u64;
     batch
         .iter()
-        .filter(|p| p.nblocks > 0)
+        .filter(|p| p.nblocks > 0 && matches!(p.data, PieceData::File { .. }))
         .map(|p| {
             let offset = p.first_block * bs;
             Hint {
@@ -494,17 +565,6 @@ pub fn write_data(
     pool: &rayon::ThreadPool,
 ) -> Result<DataOutput, PackError> {
     let bs = opts.block_size;
-    let probe = expensive(&enc);
-    let ctx = Ctx {
-        enc,
-        cancel: opts.cancel.clone(),
-        abandoned: AtomicBool::new(false),
-        probe,
-        block_size: bs,
-        fragments: !opts.no_fragments,
-        raw_tails: !opts.fragment_incompressible,
-        zero_hash: blake3::hash(&vec![0u8; bs as usize]),
-    };
     let ordered = crate::order::order_files(tree, &opts.order, bs, !opts.no_fragments, pool);
     let order = ordered.files;
     let total_bytes: u64 = order.iter().map(|&i| tree.inodes[i as usize].size).sum();
@@ -518,7 +578,64 @@ pub fn write_data(
         issued: 0,
         bs,
     };
-    let ctx = Arc::new(ctx);
+    let next = |written: u64| -> Result<Option<Batch>, PackError> {
+        batches.prefetch.advance(written);
+        Ok(batches.next().map(|pieces| {
+            let progress = pieces
+                .iter()
+                .map(|p| {
+                    p.size.min((p.first_block + p.nblocks) * bs as u64) - p.first_block * bs as u64
+                })
+                .sum();
+            Batch { pieces, progress }
+        }))
+    };
+    let mut out = write_batches(
+        img,
+        enc,
+        opts,
+        pool,
+        tree.inodes.len(),
+        ordered.profiled,
+        next,
+    )?;
+    out.bytes_in = total_bytes;
+    Ok(out)
+}
+
+/// Pieces to read, compress and write, in order, and how far the progress
+/// bar moves once they are written.
+pub(crate) struct Batch {
+    pub pieces: Vec<Piece>,
+    pub progress: u64,
+}
+
+/// Writes the data of the batches `next` returns, in order, until it
+/// returns `None` (its argument: how many batches are written): each batch is read and compressed on the pool while the
+/// one before it is written. `files` is the number of files expected (the
+/// output grows if more come); `profiled` as in [`Writer`]. The data is
+/// laid out by the batches alone, never by the thread count.
+pub(crate) fn write_batches(
+    img: &mut ImageWriter,
+    enc: Encoder,
+    opts: &PackOptions,
+    pool: &rayon::ThreadPool,
+    files: usize,
+    profiled: usize,
+    mut next: impl FnMut(u64) -> Result<Option<Batch>, PackError>,
+) -> Result<DataOutput, PackError> {
+    let bs = opts.block_size;
+    let probe = expensive(&enc);
+    let ctx = Arc::new(Ctx {
+        enc,
+        cancel: opts.cancel.clone(),
+        abandoned: AtomicBool::new(false),
+        probe,
+        block_size: bs,
+        fragments: !opts.no_fragments,
+        raw_tails: !opts.fragment_incompressible,
+        zero_hash: blake3::hash(&vec![0u8; bs as usize]),
+    });
     let base = img.pos();
     // Whatever way this returns, tasks still queued are told to stop.
     let _abandon = Abandon(&ctx);
@@ -530,11 +647,11 @@ pub fn write_data(
         ctx: ctx.clone(),
         pool,
         out: DataOutput {
-            locs: vec![FileLoc::default(); tree.inodes.len()],
+            locs: vec![FileLoc::default(); files],
             block_sizes: Vec::new(),
             fragment_entries: Vec::new(),
             fragment_count: 0,
-            bytes_in: total_bytes,
+            bytes_in: 0,
             dedup_files: 0,
             dedup_bytes: 0,
         },
@@ -545,36 +662,37 @@ pub fn write_data(
         frag_sealed: VecDeque::new(),
         // As much data may wait behind fragment blocks as one batch reads.
         behind: WriteBehind::new(base, pool.current_num_threads(), BATCH_BYTES as usize),
-        starts: vec![None; tree.inodes.len()],
-        files_left_in_profile: ordered.profiled,
+        starts: vec![None; files],
+        files_left_in_profile: profiled,
     };
-    let start = |batch: Vec<Piece>| {
+    let start = |batch: Batch| {
         let ctx = ctx.clone();
         detach::spawn(pool, move || {
-            let r: Vec<PieceResult> = batch.par_iter().map(|p| read_piece(&ctx, p)).collect();
+            let r: Vec<PieceResult> = batch
+                .pieces
+                .par_iter()
+                .map(|p| read_piece(&ctx, p))
+                .collect();
             (batch, r)
         })
     };
     let mut running = VecDeque::new();
-    let mut done = 0u64;
+    let mut written = 0u64;
     loop {
         while running.len() < 2 {
-            let Some(batch) = batches.next() else { break };
+            let Some(batch) = next(written)? else { break };
             running.push_back(start(batch));
         }
         let Some(rx) = running.pop_front() else {
             break;
         };
         let (batch, results) = detach::wait(&rx, opts)?;
-        done += 1;
-        batches.prefetch.advance(done);
-        for (p, r) in batch.iter().zip(results) {
-            w.consume(p, r?, tree)?;
-            if let Some(pr) = &opts.progress {
-                pr.advance(
-                    p.size.min((p.first_block + p.nblocks) * bs as u64) - p.first_block * bs as u64,
-                );
-            }
+        written += 1;
+        for (p, r) in batch.pieces.iter().zip(results) {
+            w.consume(p, r?)?;
+        }
+        if let Some(pr) = &opts.progress {
+            pr.advance(batch.progress);
         }
         w.place_sealed_fragments();
         w.behind.flush(w.img, opts, false)?;
@@ -619,13 +737,13 @@ impl Drop for Abandon<'_> {
 }
 
 impl Writer<'_, '_, '_> {
-    fn consume(
-        &mut self,
-        p: &Piece,
-        blocks: Vec<(Block, blake3::Hash)>,
-        tree: &Tree,
-    ) -> Result<(), PackError> {
-        debug_assert_eq!(tree.inodes[p.ino as usize].kind, Kind::File);
+    fn consume(&mut self, p: &Piece, blocks: Vec<(Block, blake3::Hash)>) -> Result<(), PackError> {
+        if p.ino as usize >= self.out.locs.len() {
+            // A stream's files are numbered as they come.
+            let n = (p.ino as usize + 1).max(self.out.locs.len() * 2);
+            self.out.locs.resize(n, FileLoc::default());
+            self.starts.resize(n, None);
+        }
         if p.first_block == 0 {
             self.cur = Some(Current {
                 ino: p.ino,

@@ -57,6 +57,23 @@ pub fn write_image(
     opts: &PackOptions,
     pool: &rayon::ThreadPool,
 ) -> Result<Written, PackError> {
+    write_image_with(file, path, opts, |img, enc| {
+        let data = data::write_data(tree, img, enc, opts, pool)?;
+        Ok((tree, data))
+    })
+    .map(|(w, _)| w)
+}
+
+/// [`write_image`] with the data phase given: `data` writes the file data
+/// and fragments into the image and returns the tree they belong to, whose
+/// file inodes index the [`data::DataOutput`] it returns. A stream's tree
+/// is known only once its data is written. Returns the tree too.
+pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
+    file: &File,
+    path: &Path,
+    opts: &PackOptions,
+    data: impl FnOnce(&mut ImageWriter, Encoder) -> Result<(T, data::DataOutput), PackError>,
+) -> Result<(Written, T), PackError> {
     let codec_err = |source: CodecError| PackError::Codec {
         path: path.to_path_buf(),
         source,
@@ -72,33 +89,44 @@ pub fn write_image(
     let mut flags = start_image(&mut img, enc, opts).map_err(|e| e.into_pack(path))?;
 
     let t = std::time::Instant::now();
-    let data = data::write_data(tree, &mut img, enc, opts, pool)?;
+    let (tree, data) = data(&mut img, enc)?;
+    let tree_ref: &Tree = tree.borrow();
     log::debug!("data: {:.2} s", t.elapsed().as_secs_f64());
     let t = std::time::Instant::now();
     if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
 
-    let order = tree.post_order();
-    let (numbers, inode_count) = number_inodes(tree, &order);
+    let order = tree_ref.post_order();
+    let (numbers, inode_count) = number_inodes(tree_ref, &order);
     let meta =
-        encode_metadata(tree, &order, &numbers, inode_count, &data, enc).map_err(codec_err)?;
+        encode_metadata(tree_ref, &order, &numbers, inode_count, &data, enc).map_err(codec_err)?;
     drop((order, numbers));
-    let tables = write_tables(&mut img, enc, tree, &data, meta).map_err(|e| e.into_pack(path))?;
+    let tables =
+        write_tables(&mut img, enc, tree_ref, &data, meta).map_err(|e| e.into_pack(path))?;
     if tables.xattr_id_table_start == INVALID_TABLE {
         flags |= FLAG_NO_XATTRS;
     }
-    let sb = superblock(opts, flags, inode_count, tree, &data, &tables, img.pos());
+    let sb = superblock(
+        opts,
+        flags,
+        inode_count,
+        tree_ref,
+        &data,
+        &tables,
+        img.pos(),
+    );
     let bytes_out = img.finish(&sb)?;
     log::debug!("metadata and tables: {:.2} s", t.elapsed().as_secs_f64());
-    Ok(Written {
+    let w = Written {
         inodes: inode_count as u64,
         fragments: data.fragment_count as u64,
         bytes_in: data.bytes_in,
         bytes_out,
         dedup_files: data.dedup_files,
         dedup_bytes: data.dedup_bytes,
-    })
+    };
+    Ok((w, tree))
 }
 
 /// A phase's failure: writing the image or encoding a block.
@@ -361,7 +389,7 @@ fn superblock(
     t: &TablePositions,
     bytes_used: u64,
 ) -> Superblock {
-    let mod_time = opts.mtime.unwrap_or_else(|| {
+    let mod_time = opts.mtime.or(tree.image_time).unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs().min(u32::MAX as u64) as u32)

@@ -160,6 +160,7 @@ pub(crate) fn write_tree(
         dedup_files: 0,
         dedup_bytes: 0,
         fragments: 0,
+        source_bytes: 0,
         elapsed: started.elapsed(),
     })
 }

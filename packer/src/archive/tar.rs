@@ -1,0 +1,962 @@
+//! A streaming reader of tar archives in every dialect packfs meets: v7,
+//! ustar, GNU (long names and links, base-256 numbers, old sparse files)
+//! and PAX (extended and global headers, xattrs, sub-second and negative
+//! times, large ids, and the GNU sparse formats 0.0, 0.1 and 1.0).
+//!
+//! It reads forward only, once, from any [`Read`]: a member's header is
+//! parsed by [`TarStream::next_member`], its data read with
+//! [`TarStream::read_data`], and whatever the caller leaves unread is
+//! skipped by the next call. Nothing is sized by what a header claims:
+//! names and extended headers are capped ([`MAX_META`]), data is streamed,
+//! and a member longer than the rest of the stream is an error at the
+//! offset where the stream ended.
+
+use std::io::{self, Read};
+
+/// Bytes of a GNU long name/link or a PAX extended header accepted.
+pub const MAX_META: u64 = 16 << 20;
+/// Data segments a sparse member may list.
+const MAX_SEGMENTS: usize = 1 << 20;
+const BLOCK: usize = 512;
+
+/// What went wrong, at which byte of the (decompressed) tar stream, and in
+/// which member when one is known.
+#[derive(Debug)]
+pub struct TarError {
+    pub offset: u64,
+    pub member: Option<Vec<u8>>,
+    pub kind: TarErrorKind,
+}
+
+#[derive(Debug)]
+pub enum TarErrorKind {
+    /// Reading the stream failed (the decompressor or the file below it).
+    Io(io::Error),
+    /// The stream is damaged or not what tar writes.
+    Bad(String),
+    /// The stream ends inside a header or a member's data.
+    Truncated(String),
+}
+
+impl std::fmt::Display for TarError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            TarErrorKind::Io(e) => write!(f, "{e}"),
+            TarErrorKind::Bad(m) | TarErrorKind::Truncated(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The type of a member, as `tar -x` would create it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberKind {
+    File,
+    HardLink,
+    Symlink,
+    CharDev,
+    BlockDev,
+    Dir,
+    Fifo,
+}
+
+/// One member's metadata; its data follows in the stream.
+#[derive(Clone, Debug)]
+pub struct Member {
+    /// The path as the archive names it (not yet normalised).
+    pub path: Vec<u8>,
+    /// Hard links: the path linked to; symlinks: the target.
+    pub link: Vec<u8>,
+    pub kind: MemberKind,
+    /// Permission bits with suid, sgid and sticky.
+    pub mode: u32,
+    pub uid: u64,
+    pub gid: u64,
+    /// Seconds since the epoch, rounded down (PAX times may be fractional
+    /// and negative).
+    pub mtime: i64,
+    /// Files: the size of the file (of the whole file, holes included, for
+    /// a sparse one).
+    pub size: u64,
+    /// Sparse files: the data segments (offset, length), in order, whose
+    /// bytes [`TarStream::read_data`] returns back to back; the rest of
+    /// the file is holes.
+    pub sparse: Option<Vec<(u64, u64)>>,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    /// Extended attributes: full names (`user.foo`) and values.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Where the member's header starts in the tar stream.
+    pub offset: u64,
+    /// The member had a type flag tar does not define: extracted as a
+    /// regular file, as POSIX asks.
+    pub unknown_type: Option<u8>,
+}
+
+/// PAX values that apply to one member (or, for a global header, to all
+/// the members after it).
+#[derive(Clone, Default)]
+struct Pax {
+    path: Option<Vec<u8>>,
+    link: Option<Vec<u8>>,
+    size: Option<u64>,
+    uid: Option<u64>,
+    gid: Option<u64>,
+    mtime: Option<i64>,
+    dev_major: Option<u32>,
+    dev_minor: Option<u32>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    sparse_major: Option<u64>,
+    sparse_minor: Option<u64>,
+    sparse_name: Option<Vec<u8>>,
+    sparse_size: Option<u64>,
+    /// Format 0.0: offset and numbytes records, in order.
+    sparse_pairs: Vec<u64>,
+    /// Format 0.1: the map, `off,len,off,len...`.
+    sparse_map: Option<Vec<u8>>,
+}
+
+/// A forward-only reader of a tar stream.
+pub struct TarStream<R: Read> {
+    r: R,
+    /// Bytes consumed from `r`.
+    pos: u64,
+    global: Pax,
+    /// Data bytes of the current member not read yet, then its padding.
+    left: u64,
+    pad: u64,
+    /// The member being read, for messages.
+    current: Option<Vec<u8>>,
+    ended: bool,
+}
+
+fn bad(offset: u64, member: Option<&[u8]>, m: impl Into<String>) -> TarError {
+    TarError {
+        offset,
+        member: member.map(<[u8]>::to_vec),
+        kind: TarErrorKind::Bad(m.into()),
+    }
+}
+
+/// A NUL-terminated field.
+fn field(b: &[u8]) -> &[u8] {
+    match b.iter().position(|&c| c == 0) {
+        Some(n) => &b[..n],
+        None => b,
+    }
+}
+
+/// A numeric header field: octal (spaces and NULs around it ignored) or
+/// GNU's base-256 (high bit of the first byte set; 0xff: negative).
+/// `None` for an empty field; `Err` for one that is neither.
+fn number(b: &[u8]) -> Result<Option<i128>, String> {
+    if b.first().is_some_and(|&c| c & 0x80 != 0) {
+        let negative = b[0] == 0xff;
+        let mut v: i128 = if negative { -1 } else { (b[0] & 0x7f) as i128 };
+        for &c in &b[1..] {
+            v = v
+                .checked_mul(256)
+                .and_then(|v| v.checked_add(c as i128))
+                .ok_or("a base-256 number beyond 2^120")?;
+        }
+        // Negative: two's complement over the field, the -1 seeded above
+        // standing for its high bits.
+        return Ok(Some(v));
+    }
+    let t: &[u8] = {
+        let s = b
+            .iter()
+            .position(|&c| c != b' ' && c != 0)
+            .unwrap_or(b.len());
+        let e = b[s..]
+            .iter()
+            .position(|&c| c == b' ' || c == 0)
+            .map_or(b.len(), |n| s + n);
+        &b[s..e]
+    };
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let mut v: i128 = 0;
+    for &c in t {
+        if !(b'0'..=b'7').contains(&c) {
+            return Err(format!(
+                "{:?} is not an octal number",
+                String::from_utf8_lossy(b)
+            ));
+        }
+        v = v * 8 + (c - b'0') as i128;
+    }
+    Ok(Some(v))
+}
+
+/// Whether `h` is a header whose checksum holds (unsigned, or signed as
+/// some old tars summed it).
+fn checksum_ok(h: &[u8; BLOCK]) -> bool {
+    let Ok(Some(want)) = number(&h[148..156]) else {
+        return false;
+    };
+    let mut unsigned: i128 = 0;
+    let mut signed: i128 = 0;
+    for (i, &c) in h.iter().enumerate() {
+        let c = if (148..156).contains(&i) { b' ' } else { c };
+        unsigned += c as i128;
+        signed += c as i8 as i128;
+    }
+    want == unsigned || want == signed
+}
+
+/// Whether `block` starts a tar archive: a header whose checksum holds, or
+/// the end-of-archive zero block of an empty one.
+pub fn looks_like_tar(block: &[u8]) -> bool {
+    let Ok(h) = <&[u8; BLOCK]>::try_from(block) else {
+        return false;
+    };
+    h.iter().all(|&c| c == 0) || checksum_ok(h)
+}
+
+/// Parses PAX records (`LEN key=value\n`) into `pax`.
+fn parse_pax(data: &[u8], pax: &mut Pax, at: u64, member: Option<&[u8]>) -> Result<(), TarError> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        // Some writers pad the header's data with NULs.
+        if rest.iter().all(|&c| c == 0) {
+            break;
+        }
+        let sp = rest
+            .iter()
+            .position(|&c| c == b' ')
+            .ok_or_else(|| bad(at, member, "a PAX record without a length"))?;
+        let len: usize = std::str::from_utf8(&rest[..sp])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|&n: &usize| n > sp + 1 && n <= rest.len())
+            .ok_or_else(|| bad(at, member, "a PAX record with a bad length"))?;
+        let rec = &rest[sp + 1..len];
+        rest = &rest[len..];
+        let rec = rec
+            .strip_suffix(b"\n")
+            .ok_or_else(|| bad(at, member, "a PAX record not ended by a newline"))?;
+        let eq = rec
+            .iter()
+            .position(|&c| c == b'=')
+            .ok_or_else(|| bad(at, member, "a PAX record without '='"))?;
+        let (key, value) = (&rec[..eq], &rec[eq + 1..]);
+        pax_record(pax, key, value).map_err(|m| {
+            bad(
+                at,
+                member,
+                format!("PAX record {}: {m}", String::from_utf8_lossy(key)),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn dec(v: &[u8]) -> Result<u64, String> {
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{:?} is not a number", String::from_utf8_lossy(v)))
+}
+
+/// A PAX time: decimal seconds, maybe negative, maybe with a fraction;
+/// rounded down to whole seconds.
+fn pax_time(v: &[u8]) -> Result<i64, String> {
+    let s = std::str::from_utf8(v).map_err(|_| "not text".to_string())?;
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let secs: i64 = int.parse().map_err(|_| format!("{s:?} is not a time"))?;
+    if !frac.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(format!("{s:?} is not a time"));
+    }
+    let has_fraction = frac.bytes().any(|c| c != b'0');
+    // -1.5 is 1.5 s before the epoch: second -2.
+    Ok(if int.starts_with('-') && has_fraction {
+        secs - 1
+    } else {
+        secs
+    })
+}
+
+/// `LIBARCHIVE.xattr.` names are URL-encoded.
+fn url_decode(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        if v[i] == b'%' && i + 2 < v.len() {
+            if let Ok(b) = u8::from_str_radix(&String::from_utf8_lossy(&v[i + 1..i + 3]), 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(v[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Standard base64 (libarchive's xattr values), padding optional.
+fn base64(v: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(v.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for &c in v {
+        let d = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => break,
+            _ => return Err("a value that is not base64".into()),
+        };
+        acc = (acc << 6) | d as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
+}
+
+fn pax_record(pax: &mut Pax, key: &[u8], v: &[u8]) -> Result<(), String> {
+    match key {
+        b"path" => pax.path = Some(v.to_vec()),
+        b"linkpath" => pax.link = Some(v.to_vec()),
+        b"size" => pax.size = Some(dec(v)?),
+        b"uid" => pax.uid = Some(dec(v)?),
+        b"gid" => pax.gid = Some(dec(v)?),
+        b"mtime" => pax.mtime = Some(pax_time(v)?),
+        b"SCHILY.devmajor" => pax.dev_major = Some(dec(v)? as u32),
+        b"SCHILY.devminor" => pax.dev_minor = Some(dec(v)? as u32),
+        b"GNU.sparse.major" => pax.sparse_major = Some(dec(v)?),
+        b"GNU.sparse.minor" => pax.sparse_minor = Some(dec(v)?),
+        b"GNU.sparse.name" => pax.sparse_name = Some(v.to_vec()),
+        b"GNU.sparse.size" | b"GNU.sparse.realsize" => pax.sparse_size = Some(dec(v)?),
+        b"GNU.sparse.offset" | b"GNU.sparse.numbytes" => {
+            if pax.sparse_pairs.len() >= 2 * MAX_SEGMENTS {
+                return Err("too many sparse segments".into());
+            }
+            pax.sparse_pairs.push(dec(v)?);
+        }
+        b"GNU.sparse.map" => pax.sparse_map = Some(v.to_vec()),
+        _ => {
+            if let Some(name) = key.strip_prefix(b"SCHILY.xattr.") {
+                set_xattr(&mut pax.xattrs, name.to_vec(), v.to_vec());
+            } else if let Some(name) = key.strip_prefix(b"LIBARCHIVE.xattr.") {
+                set_xattr(&mut pax.xattrs, url_decode(name), base64(v)?);
+            }
+            // Others (atime, ctime, uname, gname, comment, charset, ACLs,
+            // file flags) change nothing an image holds.
+        }
+    }
+    Ok(())
+}
+
+/// bsdtar writes an xattr both ways: one value per name.
+fn set_xattr(list: &mut Vec<(Vec<u8>, Vec<u8>)>, name: Vec<u8>, value: Vec<u8>) {
+    match list.iter_mut().find(|(n, _)| *n == name) {
+        Some(e) => e.1 = value,
+        None => list.push((name, value)),
+    }
+}
+
+impl<R: Read> TarStream<R> {
+    pub fn new(r: R) -> Self {
+        TarStream {
+            r,
+            pos: 0,
+            global: Pax::default(),
+            left: 0,
+            pad: 0,
+            current: None,
+            ended: false,
+        }
+    }
+
+    /// Bytes of the tar stream consumed so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn err_io(&self, e: io::Error) -> TarError {
+        TarError {
+            offset: self.pos,
+            member: self.current.clone(),
+            kind: TarErrorKind::Io(e),
+        }
+    }
+
+    /// Fills `buf` from the stream; the number of bytes read, short only
+    /// at its end.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, TarError> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.r.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.pos += n as u64;
+                    return Err(self.err_io(e));
+                }
+            }
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// Skips `n` bytes; `what` says what they were, if the stream ends.
+    fn skip(&mut self, mut n: u64, what: &str) -> Result<(), TarError> {
+        let mut buf = [0u8; 8192];
+        while n > 0 {
+            let k = self.fill(&mut buf[..n.min(8192) as usize])?;
+            if k == 0 {
+                return Err(TarError {
+                    offset: self.pos,
+                    member: self.current.clone(),
+                    kind: TarErrorKind::Truncated(format!(
+                        "the archive ends {n} bytes before the end of {what}"
+                    )),
+                });
+            }
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads a meta member's data (long name, PAX header) whole.
+    fn read_meta(&mut self, size: u64, what: &str, at: u64) -> Result<Vec<u8>, TarError> {
+        if size > MAX_META {
+            return Err(bad(
+                at,
+                self.current.as_deref(),
+                format!("a {what} of {size} bytes (more than {MAX_META} bytes is refused)"),
+            ));
+        }
+        let mut data = vec![0u8; size as usize];
+        if self.fill(&mut data)? < data.len() {
+            return Err(TarError {
+                offset: self.pos,
+                member: self.current.clone(),
+                kind: TarErrorKind::Truncated(format!("the archive ends inside a {what}")),
+            });
+        }
+        self.skip(padding(size), what)?;
+        Ok(data)
+    }
+
+    /// Reads up to `buf.len()` bytes of the current member's data (of its
+    /// segments, back to back, for a sparse member); 0 at its end.
+    pub fn read_data(&mut self, buf: &mut [u8]) -> Result<usize, TarError> {
+        let want = (buf.len() as u64).min(self.left) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.fill(&mut buf[..want])?;
+        if n == 0 {
+            return Err(TarError {
+                offset: self.pos,
+                member: self.current.clone(),
+                kind: TarErrorKind::Truncated(format!(
+                    "the archive ends {} bytes before the end of the member's data",
+                    self.left
+                )),
+            });
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+
+    /// Reads the current member's data into `buf` whole.
+    pub fn read_data_exact(&mut self, buf: &mut [u8]) -> Result<(), TarError> {
+        let mut n = 0;
+        while n < buf.len() {
+            let k = self.read_data(&mut buf[n..])?;
+            if k == 0 {
+                return Err(bad(
+                    self.pos,
+                    self.current.as_deref(),
+                    "the member's data is shorter than its size",
+                ));
+            }
+            n += k;
+        }
+        Ok(())
+    }
+
+    /// Reads the rest of the stream after the end-of-archive blocks, so
+    /// that a compressed stream's own checks (CRC, checksum) run to its end.
+    pub fn finish(&mut self) -> Result<(), TarError> {
+        let mut buf = [0u8; 65536];
+        while self.fill(&mut buf)? > 0 {}
+        Ok(())
+    }
+
+    /// The next member, or `None` at the end of the archive. The data of
+    /// the member before it is skipped if it was not read.
+    pub fn next_member(&mut self) -> Result<Option<Member>, TarError> {
+        if self.ended {
+            return Ok(None);
+        }
+        if self.left > 0 {
+            let left = self.left;
+            self.left = 0;
+            self.skip(left, "the member's data")?;
+        }
+        let pad = std::mem::take(&mut self.pad);
+        self.skip(pad, "the member's padding")?;
+        self.current = None;
+        let mut pax = Pax::default();
+        let mut long_name: Option<Vec<u8>> = None;
+        let mut long_link: Option<Vec<u8>> = None;
+        loop {
+            let at = self.pos;
+            let mut h = [0u8; BLOCK];
+            let n = self.fill(&mut h)?;
+            if n == 0 {
+                // No end-of-archive blocks: what GNU tar and Python's
+                // tarfile accept too. A stream cut inside a member is an
+                // error above; one cut between members cannot be told.
+                if at > 0 {
+                    log::debug!("the archive has no end-of-archive blocks");
+                }
+                self.ended = true;
+                return Ok(None);
+            }
+            if n < BLOCK {
+                return Err(TarError {
+                    offset: at,
+                    member: None,
+                    kind: TarErrorKind::Truncated(format!(
+                        "the archive ends inside a header ({n} of 512 bytes)"
+                    )),
+                });
+            }
+            if h.iter().all(|&c| c == 0) {
+                self.ended = true;
+                return Ok(None);
+            }
+            if !checksum_ok(&h) {
+                return Err(bad(at, None, "bad header checksum (not a tar header)"));
+            }
+            let gnu = &h[257..265] == b"ustar  \0";
+            let ustar = &h[257..263] == b"ustar\0" || &h[257..263] == b"ustar ";
+            let name = {
+                let n = field(&h[0..100]);
+                let prefix = field(&h[345..500]);
+                if ustar && !gnu && !prefix.is_empty() {
+                    let mut p = prefix.to_vec();
+                    p.push(b'/');
+                    p.extend_from_slice(n);
+                    p
+                } else {
+                    n.to_vec()
+                }
+            };
+            let shown = long_name
+                .clone()
+                .or_else(|| pax.path.clone())
+                .unwrap_or_else(|| name.clone());
+            self.current = Some(shown.clone());
+            let num = |r: std::ops::Range<usize>, what: &str| -> Result<Option<i128>, TarError> {
+                number(&h[r]).map_err(|m| bad(at, Some(&shown), format!("{what}: {m}")))
+            };
+            let typeflag = h[156];
+            let size_field = num(124..136, "size")?.unwrap_or(0);
+            if size_field < 0 || size_field > u64::MAX as i128 {
+                return Err(bad(
+                    at,
+                    Some(&shown),
+                    format!("size {size_field} out of range"),
+                ));
+            }
+            let mut size = size_field as u64;
+            match typeflag {
+                b'x' | b'g' => {
+                    let data = self.read_meta(size, "PAX extended header", at)?;
+                    if typeflag == b'x' {
+                        parse_pax(&data, &mut pax, at, Some(&shown))?;
+                    } else {
+                        parse_pax(&data, &mut self.global, at, Some(&shown))?;
+                    }
+                    continue;
+                }
+                b'L' => {
+                    long_name = Some(field(&self.read_meta(size, "GNU long name", at)?).to_vec());
+                    continue;
+                }
+                b'K' => {
+                    long_link = Some(field(&self.read_meta(size, "GNU long link", at)?).to_vec());
+                    continue;
+                }
+                b'V' => {
+                    // A volume label: no file.
+                    self.skip(size + padding(size), "a volume label")?;
+                    continue;
+                }
+                b'M' => {
+                    return Err(bad(
+                        at,
+                        Some(&shown),
+                        "a multi-volume continuation (packfs reads whole archives only)",
+                    ))
+                }
+                _ => {}
+            }
+            // The member itself: global values, then its own.
+            let g = &self.global;
+            let path = long_name
+                .take()
+                .or_else(|| pax.path.clone())
+                .or_else(|| g.path.clone())
+                .unwrap_or(name);
+            let link = long_link
+                .take()
+                .or_else(|| pax.link.clone())
+                .or_else(|| g.link.clone())
+                .unwrap_or_else(|| field(&h[157..257]).to_vec());
+            if let Some(s) = pax.size.or(g.size) {
+                size = s;
+            }
+            let id = |own: Option<u64>, glob: Option<u64>, r, what| -> Result<u64, TarError> {
+                match own.or(glob) {
+                    Some(v) => Ok(v),
+                    None => {
+                        let v = num(r, what)?.unwrap_or(0);
+                        u64::try_from(v)
+                            .map_err(|_| bad(at, Some(&shown), format!("{what} {v} is negative")))
+                    }
+                }
+            };
+            let uid = id(pax.uid, g.uid, 108..116, "uid")?;
+            let gid = id(pax.gid, g.gid, 116..124, "gid")?;
+            let mtime = match pax.mtime.or(g.mtime) {
+                Some(t) => t,
+                None => {
+                    let t = num(136..148, "mtime")?.unwrap_or(0);
+                    i64::try_from(t).map_err(|_| bad(at, Some(&shown), "mtime out of range"))?
+                }
+            };
+            let mode = (num(100..108, "mode")?.unwrap_or(0) & 0o7777) as u32;
+            let (dev_major, dev_minor) = if ustar {
+                (
+                    pax.dev_major
+                        .or(g.dev_major)
+                        .unwrap_or(num(329..337, "devmajor")?.unwrap_or(0) as u32),
+                    pax.dev_minor
+                        .or(g.dev_minor)
+                        .unwrap_or(num(337..345, "devminor")?.unwrap_or(0) as u32),
+                )
+            } else {
+                (0, 0)
+            };
+            let mut xattrs = g.xattrs.clone();
+            for (n, v) in &pax.xattrs {
+                set_xattr(&mut xattrs, n.clone(), v.clone());
+            }
+            let mut unknown_type = None;
+            let kind = match typeflag {
+                b'0' | b'7' | b'S' => MemberKind::File,
+                0 if path.ends_with(b"/") => MemberKind::Dir,
+                0 => MemberKind::File,
+                b'1' => MemberKind::HardLink,
+                b'2' => MemberKind::Symlink,
+                b'3' => MemberKind::CharDev,
+                b'4' => MemberKind::BlockDev,
+                b'5' | b'D' => MemberKind::Dir,
+                b'6' => MemberKind::Fifo,
+                t => {
+                    unknown_type = Some(t);
+                    MemberKind::File
+                }
+            };
+            let mut member = Member {
+                path,
+                link,
+                kind,
+                mode,
+                uid,
+                gid,
+                mtime,
+                size: if kind == MemberKind::File { size } else { 0 },
+                sparse: None,
+                dev_major,
+                dev_minor,
+                xattrs,
+                offset: at,
+                unknown_type,
+            };
+            self.current = Some(member.path.clone());
+            // Data the archive holds for this member (skipped unless a
+            // file's): its size field's, less a sparse map read below.
+            let mut stored = size;
+            if typeflag == b'S' {
+                let (segments, real) = self.old_gnu_sparse(&h, at, &member.path)?;
+                member.sparse = Some(segments);
+                member.size = real;
+            } else if kind == MemberKind::File {
+                if let Some(sp) = self.pax_sparse(&pax, size, at, &member.path)? {
+                    let (segments, real, map_bytes, name) = sp;
+                    member.sparse = Some(segments);
+                    member.size = real;
+                    stored = size - map_bytes;
+                    if let Some(n) = name {
+                        member.path = n;
+                        self.current = Some(member.path.clone());
+                    }
+                }
+            }
+            if let Some(seg) = &member.sparse {
+                check_segments(seg, member.size, stored)
+                    .map_err(|m| bad(at, Some(&member.path), m))?;
+            }
+            self.left = stored;
+            self.pad = padding(size);
+            if kind != MemberKind::File {
+                // Hard links may carry data (pax); no other type has any.
+                let left = std::mem::take(&mut self.left);
+                self.skip(left, "the member's data")?;
+            }
+            return Ok(Some(member));
+        }
+    }
+
+    /// GNU's old sparse member: segments in the header, then in extension
+    /// blocks while each says more follow. Returns (segments, real size).
+    fn old_gnu_sparse(
+        &mut self,
+        h: &[u8; BLOCK],
+        at: u64,
+        name: &[u8],
+    ) -> Result<(Vec<(u64, u64)>, u64), TarError> {
+        let mut segments = Vec::new();
+        let entry = |b: &[u8]| -> Result<Option<(u64, u64)>, TarError> {
+            let off = number(&b[0..12]).map_err(|m| bad(at, Some(name), m))?;
+            let len = number(&b[12..24]).map_err(|m| bad(at, Some(name), m))?;
+            match (off, len) {
+                (None, None) => Ok(None),
+                (o, l) => {
+                    let o = u64::try_from(o.unwrap_or(0))
+                        .map_err(|_| bad(at, Some(name), "a negative sparse offset"))?;
+                    let l = u64::try_from(l.unwrap_or(0))
+                        .map_err(|_| bad(at, Some(name), "a negative sparse length"))?;
+                    Ok(Some((o, l)))
+                }
+            }
+        };
+        for k in 0..4 {
+            if let Some(e) = entry(&h[386 + 24 * k..386 + 24 * (k + 1)])? {
+                segments.push(e);
+            }
+        }
+        let real = number(&h[483..495])
+            .map_err(|m| bad(at, Some(name), m))?
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| bad(at, Some(name), "a sparse member without its real size"))?;
+        let mut more = h[482] != 0;
+        while more {
+            let ext_at = self.pos;
+            let mut b = [0u8; BLOCK];
+            if self.fill(&mut b)? < BLOCK {
+                return Err(TarError {
+                    offset: ext_at,
+                    member: Some(name.to_vec()),
+                    kind: TarErrorKind::Truncated("the archive ends inside a sparse header".into()),
+                });
+            }
+            for k in 0..21 {
+                if let Some(e) = entry(&b[24 * k..24 * (k + 1)])? {
+                    segments.push(e);
+                }
+            }
+            if segments.len() > MAX_SEGMENTS {
+                return Err(bad(at, Some(name), "too many sparse segments"));
+            }
+            more = b[504] != 0;
+        }
+        Ok((segments, real))
+    }
+
+    /// The PAX sparse formats. Returns (segments, real size, bytes of the
+    /// map at the data's start, real name) for a sparse member.
+    #[allow(clippy::type_complexity)]
+    fn pax_sparse(
+        &mut self,
+        pax: &Pax,
+        size: u64,
+        at: u64,
+        name: &[u8],
+    ) -> Result<Option<(Vec<(u64, u64)>, u64, u64, Option<Vec<u8>>)>, TarError> {
+        let real = pax.sparse_size;
+        let sparse_name = pax.sparse_name.clone();
+        let pairs = |v: Vec<u64>| -> Result<Vec<(u64, u64)>, TarError> {
+            if !v.len().is_multiple_of(2) {
+                return Err(bad(
+                    at,
+                    Some(name),
+                    "a sparse map with an odd count of numbers",
+                ));
+            }
+            Ok(v.chunks(2).map(|c| (c[0], c[1])).collect())
+        };
+        if pax.sparse_major == Some(1) {
+            if pax.sparse_minor != Some(0) {
+                return Err(bad(at, Some(name), "an unknown GNU sparse format version"));
+            }
+            let real = real.ok_or_else(|| {
+                bad(
+                    at,
+                    Some(name),
+                    "a sparse member without GNU.sparse.realsize",
+                )
+            })?;
+            // The map: decimal numbers, one a line, the count first, in
+            // whole blocks at the data's start.
+            let mut text = Vec::new();
+            let mut numbers: Vec<u64> = Vec::new();
+            let mut count: Option<u64> = None;
+            let mut map_bytes = 0u64;
+            loop {
+                if map_bytes + BLOCK as u64 > size {
+                    return Err(bad(at, Some(name), "a sparse map longer than the member"));
+                }
+                let mut b = [0u8; BLOCK];
+                if self.fill(&mut b)? < BLOCK {
+                    return Err(TarError {
+                        offset: self.pos,
+                        member: Some(name.to_vec()),
+                        kind: TarErrorKind::Truncated(
+                            "the archive ends inside a sparse map".into(),
+                        ),
+                    });
+                }
+                map_bytes += BLOCK as u64;
+                for &c in &b {
+                    if c == b'\n' {
+                        let v = dec(&text)
+                            .map_err(|m| bad(at, Some(name), format!("sparse map: {m}")))?;
+                        text.clear();
+                        match count {
+                            None => {
+                                if v > MAX_SEGMENTS as u64 {
+                                    return Err(bad(at, Some(name), "too many sparse segments"));
+                                }
+                                count = Some(v)
+                            }
+                            Some(_) => numbers.push(v),
+                        }
+                        if count.is_some_and(|n| numbers.len() as u64 == 2 * n) {
+                            break;
+                        }
+                    } else {
+                        text.push(c);
+                        if text.len() > 20 {
+                            return Err(bad(at, Some(name), "sparse map: a number too long"));
+                        }
+                    }
+                }
+                if count.is_some_and(|n| numbers.len() as u64 == 2 * n) {
+                    break;
+                }
+            }
+            return Ok(Some((pairs(numbers)?, real, map_bytes, sparse_name)));
+        }
+        if let Some(map) = &pax.sparse_map {
+            let v = map
+                .split(|&c| c == b',')
+                .filter(|s| !s.is_empty())
+                .map(dec)
+                .collect::<Result<Vec<u64>, String>>()
+                .map_err(|m| bad(at, Some(name), format!("GNU.sparse.map: {m}")))?;
+            if v.len() > 2 * MAX_SEGMENTS {
+                return Err(bad(at, Some(name), "too many sparse segments"));
+            }
+            let real =
+                real.ok_or_else(|| bad(at, Some(name), "a sparse member without GNU.sparse.size"))?;
+            return Ok(Some((pairs(v)?, real, 0, sparse_name)));
+        }
+        if !pax.sparse_pairs.is_empty() {
+            let real =
+                real.ok_or_else(|| bad(at, Some(name), "a sparse member without GNU.sparse.size"))?;
+            return Ok(Some((
+                pairs(pax.sparse_pairs.clone())?,
+                real,
+                0,
+                sparse_name,
+            )));
+        }
+        Ok(None)
+    }
+}
+
+/// Padding after `size` bytes of data, to the next block.
+fn padding(size: u64) -> u64 {
+    (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64
+}
+
+/// A sparse map must list segments in order, apart, within the file, whose
+/// lengths add up to the data the archive holds.
+fn check_segments(seg: &[(u64, u64)], real: u64, stored: u64) -> Result<(), String> {
+    let mut end = 0u64;
+    let mut total = 0u64;
+    for &(off, len) in seg {
+        let e = off.checked_add(len).ok_or("a sparse segment beyond 2^64")?;
+        if off < end || e > real {
+            return Err(format!(
+                "sparse segment {off}+{len} out of order or beyond the file's {real} bytes"
+            ));
+        }
+        end = e;
+        total += len;
+    }
+    if total != stored {
+        return Err(format!(
+            "the sparse map lists {total} bytes of data, the archive holds {stored}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_octal_and_base256() {
+        assert_eq!(number(b"0000644\0").unwrap(), Some(0o644));
+        assert_eq!(number(b"   755 \0").unwrap(), Some(0o755));
+        assert_eq!(number(b"\0\0\0\0").unwrap(), None);
+        let mut b = [0u8; 12];
+        b[0] = 0x80;
+        b[11] = 5;
+        b[10] = 1;
+        assert_eq!(number(&b).unwrap(), Some(261));
+        let neg = [0xffu8; 12];
+        assert_eq!(number(&neg).unwrap(), Some(-1));
+        assert!(number(b"12a\0").is_err());
+    }
+
+    #[test]
+    fn pax_times_round_down() {
+        assert_eq!(pax_time(b"1234.999").unwrap(), 1234);
+        assert_eq!(pax_time(b"-1.5").unwrap(), -2);
+        assert_eq!(pax_time(b"-1.000").unwrap(), -1);
+        assert!(pax_time(b"x").is_err());
+    }
+
+    #[test]
+    fn base64_and_url_names() {
+        assert_eq!(base64(b"aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64(b"aGk").unwrap(), b"hi");
+        assert_eq!(url_decode(b"user.a%3Db"), b"user.a=b");
+    }
+
+    #[test]
+    fn sparse_maps_are_checked() {
+        assert!(check_segments(&[(0, 10), (100, 5)], 105, 15).is_ok());
+        assert!(check_segments(&[(100, 5), (0, 10)], 105, 15).is_err());
+        assert!(check_segments(&[(0, 10)], 5, 10).is_err());
+        assert!(check_segments(&[(0, 10)], 10, 11).is_err());
+    }
+}
