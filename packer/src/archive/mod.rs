@@ -20,10 +20,10 @@
 //! A directory among several sources is walked as `pack DIR` walks it and
 //! its files are read by path on the pool, as they are for `pack DIR`.
 //!
-//! Memory: the namespace (names and inodes) plus at most three batches of
-//! data in flight (the one being filled, the one waiting in the channel,
-//! and those being compressed), whatever a member's size or a header's
-//! claims (see [`tar`]).
+//! Memory: the namespace (names and inodes) plus at most four batches of
+//! data in flight ([`STREAM_BATCH_BYTES`] each: the one being filled, the
+//! one waiting in the channel, the two being compressed), whatever a
+//! member's size or a header's claims (see [`tar`]).
 //!
 //! The image depends only on the sources and options: batches are cut by
 //! the stream alone, so the same archives give the same bytes whatever the
@@ -34,9 +34,7 @@ pub mod stage;
 pub mod tar;
 
 use crate::exclude::Excludes;
-use crate::squashfs::data::{
-    Batch, FileLoc, Piece, PieceData, BATCH_BYTES, BATCH_PIECES, PIECE_BYTES,
-};
+use crate::squashfs::data::{Batch, FileLoc, Piece, PieceData, BATCH_PIECES, PIECE_BYTES};
 use crate::walk::{self, Kind, Tree};
 use crate::xattrs::Xattr;
 use crate::{output, PackError, PackOptions, PackSummary};
@@ -263,6 +261,13 @@ struct Reader<'a> {
     expand: Option<globset::GlobSet>,
 }
 
+/// Bytes of a batch read from a stream. A directory's batches hold paths
+/// and are read on the pool; a stream's hold the bytes, and up to four are
+/// alive at once (being filled, queued, two being compressed), so they are
+/// smaller: the pack's memory stays below a directory pack's. A constant,
+/// as the image's layout follows the batches.
+const STREAM_BATCH_BYTES: u64 = 4 << 20;
+
 /// How deep `--expand-nested` follows archives within archives.
 const MAX_NESTING: u32 = 4;
 
@@ -425,7 +430,7 @@ impl<'a> Reader<'a> {
     fn emit(&mut self, p: Piece) -> Result<(), PackError> {
         self.batch_bytes += p.nblocks * self.bs;
         self.batch.push(p);
-        if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_PIECES {
+        if self.batch_bytes >= STREAM_BATCH_BYTES || self.batch.len() >= BATCH_PIECES {
             self.flush()?;
         }
         Ok(())
@@ -656,9 +661,12 @@ impl<'a> Reader<'a> {
                 self.cancelled()?;
                 let first_block = p * per_piece;
                 let nblocks = per_piece.min(blocks - first_block.min(blocks));
-                let start = first_block * self.bs;
-                let end = m.size.min((first_block + nblocks) * self.bs);
-                let data = segs.read(stream, start, end).map_err(tar_err)?;
+                let mut data = Vec::with_capacity(nblocks as usize);
+                for b in first_block..first_block + nblocks {
+                    let start = b * self.bs;
+                    let end = m.size.min(start + self.bs);
+                    data.push(segs.read(stream, start, end).map_err(tar_err)?);
+                }
                 self.emit(Piece {
                     ino: id,
                     path: path.clone(),
@@ -666,7 +674,7 @@ impl<'a> Reader<'a> {
                     first_block,
                     nblocks,
                     last: p + 1 == n_pieces,
-                    data: PieceData::Bytes(data),
+                    data: PieceData::Blocks(data),
                 })?;
                 progress(self, &mut reported);
             }

@@ -103,10 +103,10 @@ pub(crate) enum PieceData {
         /// The source's `st_ino` at the walk.
         src_ino: u64,
     },
-    /// The bytes of the piece's blocks, read ahead from a stream (an
-    /// archive member); `None` for a piece that lies wholly in a hole of a
-    /// sparse member.
-    Bytes(Option<Vec<u8>>),
+    /// The piece's blocks, one buffer each, read ahead from a stream (an
+    /// archive member); `None` for a block that lies wholly in a hole of a
+    /// sparse member. Taken by the read.
+    Blocks(Vec<Option<Vec<u8>>>),
 }
 
 enum Block {
@@ -349,13 +349,19 @@ fn is_hole(file: &File, off: u64, len: u64) -> bool {
     r as u64 >= off + len
 }
 
-fn read_piece(ctx: &Ctx, p: &Piece) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
-    match &p.data {
+fn read_piece(ctx: &Ctx, p: &mut Piece) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
+    match &mut p.data {
         PieceData::File {
             maybe_sparse,
             src_ino,
-        } => read_file_piece(ctx, p, *maybe_sparse, *src_ino),
-        PieceData::Bytes(bytes) => bytes_piece(ctx, p, bytes.as_deref()),
+        } => {
+            let (maybe_sparse, src_ino) = (*maybe_sparse, *src_ino);
+            read_file_piece(ctx, p, maybe_sparse, src_ino)
+        }
+        PieceData::Blocks(blocks) => {
+            let blocks = std::mem::take(blocks);
+            blocks_piece(ctx, p, blocks)
+        }
     }
 }
 
@@ -413,29 +419,27 @@ fn read_file_piece(
 }
 
 /// The blocks of a piece whose bytes are in hand (`None`: all zeros).
-fn bytes_piece(
+fn blocks_piece(
     ctx: &Ctx,
     p: &Piece,
-    bytes: Option<&[u8]>,
+    blocks: Vec<Option<Vec<u8>>>,
 ) -> Result<Vec<(Block, blake3::Hash)>, PackError> {
     let bs = ctx.block_size as u64;
     let mut out = Vec::with_capacity(p.nblocks as usize);
-    let mut at = 0usize;
-    for b in p.first_block..p.first_block + p.nblocks {
+    for (b, bytes) in (p.first_block..p.first_block + p.nblocks).zip(blocks) {
         if ctx.stopped() {
             return Err(PackError::Interrupted);
         }
         let len = bs.min(p.size - b * bs);
         let tail = ctx.fragments && len < bs;
         let buf = match bytes {
-            Some(bytes) => bytes[at..at + len as usize].to_vec(),
+            Some(buf) => buf,
             None if !tail => {
                 out.push((Block::Sparse(len as u32), zero_hash(ctx, len)));
                 continue;
             }
             None => vec![0u8; len as usize],
         };
-        at += len as usize;
         out.push(block_of(ctx, p, buf, tail)?);
     }
     Ok(out)
@@ -668,9 +672,10 @@ pub(crate) fn write_batches(
     let start = |batch: Batch| {
         let ctx = ctx.clone();
         detach::spawn(pool, move || {
+            let mut batch = batch;
             let r: Vec<PieceResult> = batch
                 .pieces
-                .par_iter()
+                .par_iter_mut()
                 .map(|p| read_piece(&ctx, p))
                 .collect();
             (batch, r)
