@@ -1688,3 +1688,24 @@ fn a_brace_range_names_the_shards_in_order() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("backwards"), "{err}");
 }
+
+/// `--strip-components` counts a leading `./` as tar does: an archive made
+/// with `tar -C DIR -cf A .` stripped of 1 keeps the top directories
+/// (`./top/f` becomes `top/f`). It once dropped the `.` first and so
+/// stripped one component too many.
+#[test]
+fn strip_components_counts_a_leading_dot_as_tar_does() {
+    if !needs(&["tar"]) {
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    put(&src, "top/f", b"f\n");
+    put(&src, "top/sub/g", b"g\n");
+    let archive = t.path().join("dot.tar");
+    gnu_tar(&["--format=gnu"], &src, &archive, &["."]);
+    let args = ["--strip-components", "1"];
+    if let Some(got) = matches_tar_x(&archive, "strip1", &args, &args) {
+        assert!(got.contains_key(Path::new("top/f")), "{:?}", got.keys());
+    }
+}

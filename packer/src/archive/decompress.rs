@@ -105,10 +105,12 @@ pub fn peek(r: &mut impl Read, n: usize) -> io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// The decoder of `c` over `r`.
+/// The decoder of `c` over `r`. A `nested` stream (an archive inside an
+/// archive, several of which are open at once) gets a smaller zstd window.
 pub fn decoder<'a>(
     c: Compression,
     r: impl Read + Send + 'a,
+    nested: bool,
 ) -> io::Result<Box<dyn Read + Send + 'a>> {
     // Decoders read in large pieces: a pipe or a network stream gives
     // what it has.
@@ -118,8 +120,9 @@ pub fn decoder<'a>(
         Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
         Compression::Zstd => {
             let mut d = zstd::stream::read::Decoder::with_buffer(r)?;
-            // Long-distance matching (`zstd --long=31`) needs a 2 GiB window.
-            d.window_log_max(31)?;
+            // Long-distance matching (`zstd --long=31`) needs a 2 GiB window;
+            // within an archive, 128 MiB (`--long=27`, zstd's own default).
+            d.window_log_max(if nested { 27 } else { 31 })?;
             Box::new(d)
         }
         Compression::Xz => Box::new(xz2::bufread::XzDecoder::new_multi_decoder(r)),
@@ -148,7 +151,7 @@ mod tests {
         for (c, data) in [(Compression::Gzip, gz), (Compression::Zstd, zst)] {
             assert_eq!(Compression::sniff(&data), c);
             let mut out = Vec::new();
-            decoder(c, &data[..])
+            decoder(c, &data[..], false)
                 .unwrap()
                 .read_to_end(&mut out)
                 .unwrap();
@@ -165,7 +168,7 @@ mod tests {
         let n = gz.len();
         gz[n - 6] ^= 0x40; // in the CRC-32 trailer
         let mut out = Vec::new();
-        assert!(decoder(Compression::Gzip, &gz[..])
+        assert!(decoder(Compression::Gzip, &gz[..], false)
             .unwrap()
             .read_to_end(&mut out)
             .is_err());

@@ -329,18 +329,19 @@ fn open_tar<'a>(
     name: &Path,
     mut input: Box<dyn Read + Send + 'a>,
     failed: &std::sync::atomic::AtomicBool,
+    nested: bool,
 ) -> Result<(Compression, TarStream<Box<dyn Read + Send + 'a>>), PackError> {
     let head = decompress::peek(&mut input, 6).map_err(PackError::io(name))?;
     let c = Compression::sniff(&head);
-    let mut dec =
-        decompress::decoder(c, Cursor::new(head).chain(input)).map_err(PackError::io(name))?;
+    let mut dec = decompress::decoder(c, Cursor::new(head).chain(input), nested)
+        .map_err(PackError::io(name))?;
     let archive_err = |offset: Option<u64>, message: String| PackError::Archive {
         path: name.to_path_buf(),
         member: None,
         offset,
         message,
     };
-    let first = match decompress::peek(&mut dec, 512) {
+    let first = match decompress::peek(&mut dec, 1024) {
         Ok(b) => b,
         Err(e) if failed.load(Ordering::Relaxed) => return Err(PackError::io(name)(e)),
         Err(e) => return Err(archive_err(Some(0), format!("{} stream: {e}", c.name()))),
@@ -532,7 +533,7 @@ impl<'a> Reader<'a> {
     fn archive(&mut self, k: u16, name: &Path, input: impl Read + Send) -> Result<(), PackError> {
         let input = Counted::new(input);
         let (read, failed) = (input.read.clone(), input.failed.clone());
-        let (c, mut stream) = open_tar(name, Box::new(input), &failed)?;
+        let (c, mut stream) = open_tar(name, Box::new(input), &failed, false)?;
         let cx = StreamCx {
             name: name.to_path_buf(),
             compression: c,
@@ -598,6 +599,12 @@ impl<'a> Reader<'a> {
                 };
                 let target = joined(target);
                 let target: Vec<&[u8]> = target.iter().map(Vec::as_slice).collect();
+                if self.excluded(&target, false) {
+                    // Its target was left out: so is the link (tar -x would
+                    // fail to make it and go on).
+                    notes.excluded_link(name, &m.path);
+                    continue;
+                }
                 self.stage.link(&comps, &target, k).map_err(member)?;
                 continue;
             }
@@ -627,7 +634,7 @@ impl<'a> Reader<'a> {
                     let inner_prefix: Vec<Vec<u8>> = dir_comps.iter().map(|c| c.to_vec()).collect();
                     let failed = cx.failed.clone();
                     let (c, mut inner) =
-                        open_tar(&inner_name, Box::new(MemberData(stream)), &failed)?;
+                        open_tar(&inner_name, Box::new(MemberData(stream)), &failed, true)?;
                     let inner_cx = StreamCx {
                         name: inner_name,
                         compression: c,
@@ -716,10 +723,17 @@ impl<'a> Reader<'a> {
         if raw.starts_with(b"/") {
             notes.absolute(name);
         }
-        let comps: Vec<&[u8]> = raw
+        // As GNU tar counts for --strip-components: every component between
+        // slashes, `.` included (`./top/f` stripped of 1 is `top/f`).
+        let all: Vec<&[u8]> = raw
             .split(|&c| c == b'/')
-            .filter(|c| !c.is_empty() && *c != b".")
+            .filter(|c| !c.is_empty())
             .collect();
+        let n = if strip { self.so.strip_components } else { 0 };
+        if n > 0 && all.len() <= n {
+            return Ok(None);
+        }
+        let comps: Vec<&[u8]> = all[n..].iter().copied().filter(|c| *c != b".").collect();
         let err = |message: String| PackError::Archive {
             path: name.to_path_buf(),
             member: Some(String::from_utf8_lossy(raw).into_owned()),
@@ -739,13 +753,6 @@ impl<'a> Reader<'a> {
         }
         if comps.iter().any(|c| c.contains(&0)) {
             return Err(err("the path holds a NUL byte".into()));
-        }
-        let n = if strip { self.so.strip_components } else { 0 };
-        if n > 0 {
-            if comps.len() <= n {
-                return Ok(None);
-            }
-            return Ok(Some(comps[n..].to_vec()));
         }
         Ok(Some(comps))
     }
@@ -888,6 +895,7 @@ struct Notes {
     absolute: bool,
     unknown: bool,
     xattr: bool,
+    excluded_link: bool,
 }
 
 impl Notes {
@@ -903,6 +911,15 @@ impl Notes {
                 name.display(),
                 String::from_utf8_lossy(member),
                 t as char
+            );
+        }
+    }
+    fn excluded_link(&mut self, name: &Path, member: &[u8]) {
+        if !std::mem::replace(&mut self.excluded_link, true) {
+            log::warn!(
+                "{}: {}: a hard link to a member --exclude left out: left out too",
+                name.display(),
+                String::from_utf8_lossy(member)
             );
         }
     }

@@ -15,6 +15,10 @@ use std::io::{self, Read};
 
 /// Bytes of a GNU long name/link or a PAX extended header accepted.
 pub const MAX_META: u64 = 16 << 20;
+/// The size a sparse member may claim: its holes cost the image (and the
+/// packer's memory) a block-size word per block, not their bytes, so the
+/// claim is bounded to keep that list within 128 MiB at 128 KiB blocks.
+pub const MAX_SPARSE_SIZE: u64 = 1 << 42;
 /// Data segments a sparse member may list.
 const MAX_SEGMENTS: usize = 1 << 20;
 const BLOCK: usize = 512;
@@ -205,13 +209,21 @@ fn checksum_ok(h: &[u8; BLOCK]) -> bool {
     want == unsigned || want == signed
 }
 
-/// Whether `block` starts a tar archive: a header whose checksum holds, or
-/// the end-of-archive zero block of an empty one.
-pub fn looks_like_tar(block: &[u8]) -> bool {
-    let Ok(h) = <&[u8; BLOCK]>::try_from(block) else {
+/// Whether `head` (the first 1024 bytes, or all there are) starts a tar
+/// archive: a header whose checksum holds, or the two end-of-archive zero
+/// blocks of an empty one (one zero block alone is more likely a disk
+/// image or other zero-filled file than an archive).
+pub fn looks_like_tar(head: &[u8]) -> bool {
+    let Some(h) = head
+        .get(..BLOCK)
+        .and_then(|b| <&[u8; BLOCK]>::try_from(b).ok())
+    else {
         return false;
     };
-    h.iter().all(|&c| c == 0) || checksum_ok(h)
+    if h.iter().all(|&c| c == 0) {
+        return head.len() >= 2 * BLOCK && head.iter().all(|&c| c == 0);
+    }
+    checksum_ok(h)
 }
 
 /// Parses PAX records (`LEN key=value\n`) into `pax`.
@@ -271,7 +283,8 @@ fn pax_time(v: &[u8]) -> Result<i64, String> {
     let has_fraction = frac.bytes().any(|c| c != b'0');
     // -1.5 is 1.5 s before the epoch: second -2.
     Ok(if int.starts_with('-') && has_fraction {
-        secs - 1
+        secs.checked_sub(1)
+            .ok_or_else(|| format!("{s:?} is out of range"))?
     } else {
         secs
     })
@@ -320,6 +333,24 @@ fn base64(v: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 fn pax_record(pax: &mut Pax, key: &[u8], v: &[u8]) -> Result<(), String> {
+    // An empty value deletes the keyword (POSIX): the header's field, or
+    // the global value, applies again. (An xattr's empty value is a value.)
+    if v.is_empty()
+        && matches!(
+            key,
+            b"path" | b"linkpath" | b"size" | b"uid" | b"gid" | b"mtime"
+        )
+    {
+        match key {
+            b"path" => pax.path = None,
+            b"linkpath" => pax.link = None,
+            b"size" => pax.size = None,
+            b"uid" => pax.uid = None,
+            b"gid" => pax.gid = None,
+            _ => pax.mtime = None,
+        }
+        return Ok(());
+    }
     match key {
         b"path" => pax.path = Some(v.to_vec()),
         b"linkpath" => pax.link = Some(v.to_vec()),
@@ -342,9 +373,9 @@ fn pax_record(pax: &mut Pax, key: &[u8], v: &[u8]) -> Result<(), String> {
         b"GNU.sparse.map" => pax.sparse_map = Some(v.to_vec()),
         _ => {
             if let Some(name) = key.strip_prefix(b"SCHILY.xattr.") {
-                set_xattr(&mut pax.xattrs, name.to_vec(), v.to_vec());
+                set_xattr(&mut pax.xattrs, name.to_vec(), v.to_vec())?;
             } else if let Some(name) = key.strip_prefix(b"LIBARCHIVE.xattr.") {
-                set_xattr(&mut pax.xattrs, url_decode(name), base64(v)?);
+                set_xattr(&mut pax.xattrs, url_decode(name), base64(v)?)?;
             }
             // Others (atime, ctime, uname, gname, comment, charset, ACLs,
             // file flags) change nothing an image holds.
@@ -353,12 +384,40 @@ fn pax_record(pax: &mut Pax, key: &[u8], v: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// bsdtar writes an xattr both ways: one value per name.
-fn set_xattr(list: &mut Vec<(Vec<u8>, Vec<u8>)>, name: Vec<u8>, value: Vec<u8>) {
-    match list.iter_mut().find(|(n, _)| *n == name) {
-        Some(e) => e.1 = value,
+/// Extended attributes one member may carry, as Linux bounds them: names
+/// of at most 255 bytes, values of at most 64 KiB, and a name list of at
+/// most 64 KiB (so at most a few thousand attributes).
+const MAX_XATTR_NAME: usize = 255;
+const MAX_XATTR_VALUE: usize = 64 << 10;
+const MAX_XATTRS: usize = 4096;
+
+/// bsdtar writes an xattr both ways: one value per name. The list is
+/// short ([`MAX_XATTRS`] at most), so a linear search stays cheap.
+fn set_xattr(
+    list: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    name: Vec<u8>,
+    value: Vec<u8>,
+) -> Result<(), String> {
+    if name.len() > MAX_XATTR_NAME {
+        return Err(format!(
+            "an extended attribute name of {} bytes (Linux allows {MAX_XATTR_NAME})",
+            name.len()
+        ));
+    }
+    if value.len() > MAX_XATTR_VALUE {
+        return Err(format!(
+            "an extended attribute value of {} bytes (Linux allows {MAX_XATTR_VALUE})",
+            value.len()
+        ));
+    }
+    match list.iter().position(|(n, _)| *n == name) {
+        Some(i) => list[i].1 = value,
+        None if list.len() >= MAX_XATTRS => {
+            return Err(format!("more than {MAX_XATTRS} extended attributes"))
+        }
         None => list.push((name, value)),
     }
+    Ok(())
 }
 
 impl<R: Read> TarStream<R> {
@@ -592,7 +651,8 @@ impl<R: Read> TarStream<R> {
                 }
                 b'V' => {
                     // A volume label: no file.
-                    self.skip(size + padding(size), "a volume label")?;
+                    self.skip(size, "a volume label")?;
+                    self.skip(padding(size), "a volume label")?;
                     continue;
                 }
                 b'M' => {
@@ -653,12 +713,13 @@ impl<R: Read> TarStream<R> {
             };
             let mut xattrs = g.xattrs.clone();
             for (n, v) in &pax.xattrs {
-                set_xattr(&mut xattrs, n.clone(), v.clone());
+                set_xattr(&mut xattrs, n.clone(), v.clone())
+                    .map_err(|m| bad(at, Some(&shown), m))?;
             }
             let mut unknown_type = None;
             let kind = match typeflag {
+                0 | b'0' if path.ends_with(b"/") => MemberKind::Dir,
                 b'0' | b'7' | b'S' => MemberKind::File,
-                0 if path.ends_with(b"/") => MemberKind::Dir,
                 0 => MemberKind::File,
                 b'1' => MemberKind::HardLink,
                 b'2' => MemberKind::Symlink,
@@ -708,6 +769,16 @@ impl<R: Read> TarStream<R> {
                 }
             }
             if let Some(seg) = &member.sparse {
+                if member.size > MAX_SPARSE_SIZE {
+                    return Err(bad(
+                        at,
+                        Some(&member.path),
+                        format!(
+                            "a sparse file of {} bytes (packfs takes sparse files up to {} bytes)",
+                            member.size, MAX_SPARSE_SIZE
+                        ),
+                    ));
+                }
                 check_segments(seg, member.size, stored)
                     .map_err(|m| bad(at, Some(&member.path), m))?;
             }
@@ -950,6 +1021,99 @@ mod tests {
         assert_eq!(base64(b"aGVsbG8=").unwrap(), b"hello");
         assert_eq!(base64(b"aGk").unwrap(), b"hi");
         assert_eq!(url_decode(b"user.a%3Db"), b"user.a=b");
+    }
+
+    /// A ustar header: name, type flag, size field (raw, 12 bytes).
+    fn header(name: &str, typeflag: u8, size: [u8; 12]) -> [u8; BLOCK] {
+        let mut h = [0u8; BLOCK];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        h[100..108].copy_from_slice(b"0000644\0");
+        h[108..116].copy_from_slice(b"0000000\0");
+        h[116..124].copy_from_slice(b"0000000\0");
+        h[124..136].copy_from_slice(&size);
+        h[136..148].copy_from_slice(b"00000000000\0");
+        h[156] = typeflag;
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&c| c as u32).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        h
+    }
+
+    fn octal12(n: u64) -> [u8; 12] {
+        let mut f = [0u8; 12];
+        f[..11].copy_from_slice(format!("{n:011o}").as_bytes());
+        f
+    }
+
+    fn pax(records: &[u8]) -> Vec<u8> {
+        let mut a = header("pax", b'x', octal12(records.len() as u64)).to_vec();
+        a.extend_from_slice(records);
+        a.resize(a.len() + padding(records.len() as u64) as usize, 0);
+        a
+    }
+
+    fn record(kv: &str) -> Vec<u8> {
+        let mut n = kv.len() + 3;
+        while format!("{n} {kv}\n").len() != n {
+            n += 1;
+        }
+        format!("{n} {kv}\n").into_bytes()
+    }
+
+    fn first_member(bytes: &[u8]) -> Result<Option<Member>, TarError> {
+        TarStream::new(bytes).next_member()
+    }
+
+    #[test]
+    fn hostile_headers_are_errors_not_panics() {
+        // A volume label claiming 2^64 - 1 bytes.
+        let mut huge = [0xffu8; 12];
+        huge[0] = 0x80;
+        let a = header("label", b'V', huge);
+        assert!(first_member(&a).is_err());
+        // A time before any i64 second.
+        let a = pax(&record("mtime=-9223372036854775808.5"));
+        assert!(first_member(&a).is_err());
+        // Thousands of xattrs, and a name longer than Linux allows.
+        let many: Vec<u8> = (0..MAX_XATTRS + 1)
+            .flat_map(|i| record(&format!("SCHILY.xattr.user.a{i}=")))
+            .collect();
+        let mut a = pax(&many);
+        a.extend_from_slice(&header("f", b'0', octal12(0)));
+        assert!(first_member(&a).is_err());
+        let long = format!("SCHILY.xattr.user.{}=v", "n".repeat(300));
+        let mut a = pax(&record(&long));
+        a.extend_from_slice(&header("f", b'0', octal12(0)));
+        assert!(first_member(&a).is_err());
+        // A sparse file claiming 2^64 - 1 bytes of holes.
+        let mut a = pax(&[
+            record("GNU.sparse.size=18446744073709551615"),
+            record("GNU.sparse.map=0,0"),
+        ]
+        .concat());
+        a.extend_from_slice(&header("s", b'0', octal12(0)));
+        let e = first_member(&a).unwrap_err();
+        assert!(e.to_string().contains("sparse file"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_pax_value_deletes_the_keyword() {
+        let mut a = pax(&[record("path=from-pax"), record("path=")].concat());
+        a.extend_from_slice(&header("from-header", b'0', octal12(0)));
+        let m = first_member(&a).unwrap().unwrap();
+        assert_eq!(m.path, b"from-header");
+    }
+
+    #[test]
+    fn one_zero_block_is_not_an_empty_archive() {
+        assert!(looks_like_tar(&[0u8; 1024]));
+        let mut disk = [0u8; 1024];
+        disk[600] = 1;
+        assert!(!looks_like_tar(&disk));
+        assert!(!looks_like_tar(&[0u8; 512]));
+        assert!(looks_like_tar(&header("f", b'0', octal12(0))));
     }
 
     #[test]
