@@ -184,8 +184,8 @@ pub enum ShardsCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Pack a directory into an image (format from the extension: .sqfs/.squashfs, .zip).
-    #[command(override_usage = "packfs pack [OPTIONS] <SRC> <-o IMAGE | IMAGE>")]
+    /// Pack directories or archives into an image (format from the extension: .sqfs/.squashfs, .zip).
+    #[command(override_usage = "packfs pack [OPTIONS] <SOURCE>... <-o IMAGE | IMAGE>")]
     Pack(PackArgs),
     /// Show the image's format, compression, sizes and counts.
     Info {
@@ -291,7 +291,7 @@ pub struct PackArgs {
     /// names both; `first` and `last` keep that source's entry (two
     /// directories always merge).
     #[arg(long, value_enum, default_value = "error")]
-    pub on_conflict: mountfs::union::OnConflict,
+    pub on_conflict: PackConflict,
     /// Archive sources: a member archive whose path (or name) matches GLOB
     /// becomes a directory of its name without the archive extension,
     /// read from the stream without a temporary file (ImageNet's
@@ -418,6 +418,17 @@ pub struct PackArgs {
     #[arg(long, requires = "shards", value_parser = packfs_bench::size::parse_size,
           default_value_t = packer::shards::DEFAULT_ENTRY_COST)]
     pub entry_cost: u64,
+}
+
+/// `pack --on-conflict`: which source's entry a path given by several keeps.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackConflict {
+    /// Refuse to pack, naming both sources.
+    Error,
+    /// The first source's entry.
+    First,
+    /// The last source's entry.
+    Last,
 }
 
 impl PackArgs {

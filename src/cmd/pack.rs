@@ -3,7 +3,7 @@
 //! shards is written.
 
 use super::interrupt::{self, die_of_signal};
-use crate::cli::{Codec, OutFormat, PackArgs, Preset, RemoteArgs};
+use crate::cli::{Codec, OutFormat, PackArgs, PackConflict, Preset, RemoteArgs};
 use crate::location::location;
 use crate::usage::usage;
 use crate::values::Level;
@@ -614,9 +614,9 @@ fn pack_sources(
     let so = packer::archive::SourceOptions {
         strip_components: args.strip_components,
         on_conflict: match args.on_conflict {
-            mountfs::union::OnConflict::Error => packer::archive::OnConflict::Error,
-            mountfs::union::OnConflict::First => packer::archive::OnConflict::First,
-            mountfs::union::OnConflict::Last => packer::archive::OnConflict::Last,
+            PackConflict::Error => packer::archive::OnConflict::Error,
+            PackConflict::First => packer::archive::OnConflict::First,
+            PackConflict::Last => packer::archive::OnConflict::Last,
         },
         expand_nested: args.expand_nested.clone(),
     };
