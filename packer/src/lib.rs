@@ -157,11 +157,7 @@ pub(crate) fn write_squashfs(
     opts: &PackOptions,
     started: Instant,
 ) -> Result<PackSummary, PackError> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .thread_name(|i| format!("packfs-{i}"))
-        .build()
-        .map_err(|e| PackError::Threads(format!("the worker threads: {e}")))?;
+    let pool = worker_pool(opts)?;
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
@@ -169,6 +165,29 @@ pub(crate) fn write_squashfs(
     // steps of the striping rule.
     target.stripe(&tmp, opts.stripe, tree.inodes.iter().map(|i| i.size).sum());
     let w = squashfs::write_image(tree, tmp.as_file(), target.path(), opts, &pool)?;
+    commit_squashfs(target, tmp, opts, &w, tree, 0, started)
+}
+
+/// The pool that compresses (`opts.threads`, 0 = all cores).
+pub(crate) fn worker_pool(opts: &PackOptions) -> Result<rayon::ThreadPool, PackError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .thread_name(|i| format!("packfs-{i}"))
+        .build()
+        .map_err(|e| PackError::Threads(format!("the worker threads: {e}")))
+}
+
+/// Renames a written image into place (unless the pack was cancelled) and
+/// says what was packed.
+pub(crate) fn commit_squashfs(
+    target: output::Target,
+    tmp: tempfile::NamedTempFile,
+    opts: &PackOptions,
+    w: &squashfs::Written,
+    tree: &walk::Tree,
+    source_bytes: u64,
+    started: Instant,
+) -> Result<PackSummary, PackError> {
     if walk::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
@@ -186,7 +205,7 @@ pub(crate) fn write_squashfs(
         dedup_files: w.dedup_files,
         dedup_bytes: w.dedup_bytes,
         fragments: w.fragments,
-        source_bytes: 0,
+        source_bytes,
         elapsed: started.elapsed(),
     })
 }

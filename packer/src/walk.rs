@@ -238,7 +238,8 @@ impl Tree {
     }
 
     /// The index of uid/gid `id` in [`Tree::ids`] (`index` maps ids to
-    /// indexes); `None` when the table is full.
+    /// indexes); `None` when the table is full (id_count is a u16 in the
+    /// superblock).
     pub(crate) fn id_index(&mut self, index: &mut HashMap<u32, u16>, id: u32) -> Option<u16> {
         if let Some(&i) = index.get(&id) {
             return Some(i);
@@ -753,17 +754,9 @@ impl Walker<'_> {
     }
 
     fn id(&mut self, id: u32, path: &Path) -> Result<u16, PackError> {
-        if let Some(&i) = self.id_index.get(&id) {
-            return Ok(i);
-        }
-        // id_count is a u16 in the superblock.
-        if self.tree.ids.len() >= u16::MAX as usize {
-            return Err(PackError::TooManyIds { path: path.into() });
-        }
-        let i = self.tree.ids.len() as u16;
-        self.tree.ids.push(id);
-        self.id_index.insert(id, i);
-        Ok(i)
+        self.tree
+            .id_index(&mut self.id_index, id)
+            .ok_or_else(|| PackError::TooManyIds { path: path.into() })
     }
 
     /// `path` is only for messages: everything read from the filesystem

@@ -34,7 +34,7 @@ pub mod stage;
 pub mod tar;
 
 use crate::exclude::Excludes;
-use crate::squashfs::data::{Batch, FileLoc, Piece, PieceData, BATCH_PIECES, PIECE_BYTES};
+use crate::squashfs::data::{piece_spans, Batch, FileLoc, Piece, PieceData, BATCH_PIECES};
 use crate::walk::{self, Kind, Tree};
 use crate::xattrs::Xattr;
 use crate::{output, PackError, PackOptions, PackSummary};
@@ -137,11 +137,7 @@ pub fn pack_sources(
         .collect();
     let target = output::prepare_output(out, opts.force, &dirs)?;
     let tmp = target.create_temp()?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .thread_name(|i| format!("packfs-{i}"))
-        .build()
-        .map_err(|e| PackError::Threads(format!("the worker threads: {e}")))?;
+    let pool = crate::worker_pool(opts)?;
     // Opened now: a missing archive fails before anything is written.
     let mut inputs = Vec::with_capacity(sources.len());
     let mut known_total = 0u64;
@@ -155,9 +151,15 @@ pub fn pack_sources(
             _ => None,
         });
     }
+    // The archives' sizes: what the progress bar counts, and the image's
+    // size for the striping rule. A directory among the sources adds its
+    // files' bytes, unknown until it is walked: the bar then shows only
+    // what was read.
+    let any_dir = !dirs.is_empty();
     if let Some(p) = &opts.progress {
-        p.start(known_total, 0);
+        p.start(if any_dir { 0 } else { known_total }, 0);
     }
+    target.stripe(&tmp, opts.stripe, known_total);
     let skip = output::identity(&tmp);
     let mut bytes_read = 0u64;
     let (w, tree) =
@@ -217,24 +219,7 @@ pub fn pack_sources(
                 Ok((tree, data))
             })
         })?;
-    if walk::cancelled(opts) {
-        return Err(PackError::Interrupted);
-    }
-    target.commit(tmp)?;
-    if let Some(p) = &opts.progress {
-        p.finish();
-    }
-    Ok(PackSummary {
-        entries: tree.nodes.len() as u64,
-        inodes: w.inodes,
-        bytes_in: w.bytes_in,
-        bytes_out: w.bytes_out,
-        dedup_files: w.dedup_files,
-        dedup_bytes: w.dedup_bytes,
-        fragments: w.fragments,
-        source_bytes: bytes_read,
-        elapsed: started.elapsed(),
-    })
+    crate::commit_squashfs(target, tmp, opts, &w, &tree, bytes_read, started)
 }
 
 /// Reads the sources in order into the namespace and the data batches.
@@ -469,7 +454,6 @@ impl<'a> Reader<'a> {
             Ok(Added::Inode(i)) => i,
             _ => unreachable!("a directory over the root always merges"),
         };
-        let per_piece = (PIECE_BYTES / self.bs).max(1);
         for node in tree.pre_order() {
             self.cancelled()?;
             let rel = tree.rel_path(node);
@@ -486,26 +470,22 @@ impl<'a> Reader<'a> {
             }
             .map_err(|e| stage_error(&dir.join(&rel), None, e, &self.names))?;
             let Added::Inode(si) = added else { continue };
+            stage_of[ino as usize] = si;
             if staged != u32::MAX || tree.inodes[ino as usize].kind != Kind::File {
-                stage_of[ino as usize] = si;
                 continue;
             }
-            stage_of[ino as usize] = si;
             let i = &tree.inodes[ino as usize];
             let id = self.next_id()?;
             self.stage.entry_mut(si).data = id;
             let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
-            let blocks = i.size.div_ceil(self.bs);
-            let n_pieces = blocks.div_ceil(per_piece).max(1);
-            for p in 0..n_pieces {
-                let first_block = p * per_piece;
+            for (first_block, nblocks, last) in piece_spans(i.size, self.bs) {
                 self.emit(Piece {
                     ino: id,
                     path: path.clone(),
                     size: i.size,
                     first_block,
-                    nblocks: per_piece.min(blocks - first_block.min(blocks)),
-                    last: p + 1 == n_pieces,
+                    nblocks,
+                    last,
                     data: PieceData::File {
                         maybe_sparse: i.maybe_sparse,
                         src_ino: i.src_ino,
@@ -567,7 +547,6 @@ impl<'a> Reader<'a> {
                 *reported = now;
             }
         };
-        let per_piece = (PIECE_BYTES / self.bs).max(1);
         loop {
             self.cancelled()?;
             progress(self, &mut reported);
@@ -661,13 +640,9 @@ impl<'a> Reader<'a> {
                 .as_path(),
             );
             self.file_bytes += m.size;
-            let blocks = m.size.div_ceil(self.bs);
-            let n_pieces = blocks.div_ceil(per_piece).max(1);
             let mut segs = SegmentCursor::new(m.sparse.as_deref());
-            for p in 0..n_pieces {
+            for (first_block, nblocks, last) in piece_spans(m.size, self.bs) {
                 self.cancelled()?;
-                let first_block = p * per_piece;
-                let nblocks = per_piece.min(blocks - first_block.min(blocks));
                 let mut data = Vec::with_capacity(nblocks as usize);
                 for b in first_block..first_block + nblocks {
                     let start = b * self.bs;
@@ -680,7 +655,7 @@ impl<'a> Reader<'a> {
                     size: m.size,
                     first_block,
                     nblocks,
-                    last: p + 1 == n_pieces,
+                    last,
                     data: PieceData::Blocks(data),
                 })?;
                 progress(self, &mut reported);

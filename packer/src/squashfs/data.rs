@@ -40,7 +40,7 @@ pub(crate) const BATCH_BYTES: u64 = 32 << 20;
 pub(crate) const BATCH_PIECES: usize = 4096;
 /// Bytes per piece at most (at least one block): small enough that one big
 /// file still spreads over all threads.
-pub(crate) const PIECE_BYTES: u64 = 1 << 20;
+const PIECE_BYTES: u64 = 1 << 20;
 
 /// Where a file's data ended up.
 #[derive(Clone, Debug)]
@@ -481,28 +481,36 @@ fn pieces<'t>(
     block_size: u32,
 ) -> impl Iterator<Item = Piece> + 't {
     let bs = block_size as u64;
-    let per_piece = (PIECE_BYTES / bs).max(1);
     order.iter().flat_map(move |&ino| {
         let i = &tree.inodes[ino as usize];
         let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
-        let blocks = i.size.div_ceil(bs);
-        let n_pieces = blocks.div_ceil(per_piece).max(1);
         let (size, maybe_sparse, src_ino) = (i.size, i.maybe_sparse, i.src_ino);
-        (0..n_pieces).map(move |k| {
-            let first_block = k * per_piece;
-            Piece {
-                ino,
-                path: path.clone(),
-                size,
-                first_block,
-                nblocks: per_piece.min(blocks - first_block.min(blocks)),
-                last: k + 1 == n_pieces,
-                data: PieceData::File {
-                    maybe_sparse,
-                    src_ino,
-                },
-            }
+        piece_spans(size, bs).map(move |(first_block, nblocks, last)| Piece {
+            ino,
+            path: path.clone(),
+            size,
+            first_block,
+            nblocks,
+            last,
+            data: PieceData::File {
+                maybe_sparse,
+                src_ino,
+            },
         })
+    })
+}
+
+/// How a file of `size` bytes is cut into pieces of [`PIECE_BYTES`] (at
+/// least one block): (first block, blocks, whether last). An empty file is
+/// one piece of no blocks.
+pub(crate) fn piece_spans(size: u64, bs: u64) -> impl Iterator<Item = (u64, u64, bool)> {
+    let per_piece = (PIECE_BYTES / bs).max(1);
+    let blocks = size.div_ceil(bs);
+    let n_pieces = blocks.div_ceil(per_piece).max(1);
+    (0..n_pieces).map(move |k| {
+        let first_block = k * per_piece;
+        let nblocks = per_piece.min(blocks - first_block.min(blocks));
+        (first_block, nblocks, k + 1 == n_pieces)
     })
 }
 
