@@ -13,7 +13,10 @@
 //! orders entries or when it needs Zip64 lives in `packer`; how readers walk
 //! tables, cache blocks and validate cross-references lives in `mountfs`.
 //! Decoders here check only what a record itself can tell (lengths, a
-//! signature, a type id) and report it as [`FormatError`].
+//! signature, a type id) and report it as [`FormatError`]. One exception,
+//! because both sides need it: [`zip::unzip`], the rules by which unzip
+//! turns a ZIP's records into files, which the ZIP mount and the packer's
+//! ZIP input both follow so that they agree.
 //!
 //! Dependencies point one way: [`codec`] knows nothing of SquashFS or ZIP
 //! (it names compressors by [`codec::Compressor`]); [`squashfs`] and [`zip`]

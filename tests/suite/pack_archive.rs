@@ -78,7 +78,7 @@ fn sparse(p: &Path, len: u64, extents: &[(u64, usize)]) {
 }
 
 /// Every path under `root` (not `root` itself), sorted.
-fn walk(root: &Path) -> Vec<PathBuf> {
+pub(super) fn walk(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -216,7 +216,7 @@ impl Holds {
 
 /// `packfs pack SOURCES... -o IMG -q EXTRA...`, unrun. SOURCE_DATE_EPOCH
 /// is removed: the image must depend on the input alone.
-fn pack_cmd(sources: &[&Path], img: &Path, extra: &[&str]) -> Command {
+pub(super) fn pack_cmd(sources: &[&Path], img: &Path, extra: &[&str]) -> Command {
     let mut c = Command::new(packfs_bin());
     c.arg("pack")
         .args(sources)
@@ -329,7 +329,7 @@ fn writer_case(writer: &str, holds: Holds, xattrs: bool, write: impl FnOnce(&Pat
 }
 
 /// Root (owners and devices in the fixture, the kernel mount) and `tools`.
-fn needs(tools: &[&str]) -> bool {
+pub(super) fn needs(tools: &[&str]) -> bool {
     require_root("chown, mknod and a kernel loop mount") && tools.iter().all(|t| require_tool(t))
 }
 
@@ -1007,7 +1007,7 @@ impl Tar {
 /// `packfs pack ARCHIVE` for an archive that must be refused: status 1, a
 /// message naming the archive and each of `names`, and nothing left in the
 /// image's directory (no image, no temporary file). Returns the message.
-fn refused(archive: &Path, names: &[&str]) -> String {
+pub(super) fn refused(archive: &Path, names: &[&str]) -> String {
     let file = archive.file_name().unwrap().to_str().unwrap();
     let out = archive.parent().unwrap().join(format!("{file}.out"));
     std::fs::create_dir(&out).unwrap();

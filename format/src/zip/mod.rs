@@ -16,6 +16,7 @@
 //! | [`extra`] | extra fields: Zip64, extended timestamp, Info-ZIP Unix, Unicode Path |
 //! | [`end`] | end of central directory, Zip64 end record and locator |
 //! | [`time`] | DOS date and time |
+//! | [`unzip`] | what extraction makes of the records: end records located, names, types, times, member decoders |
 
 pub mod central;
 pub mod end;
@@ -23,6 +24,7 @@ pub mod entry;
 pub mod extra;
 pub mod local;
 pub mod time;
+pub mod unzip;
 
 pub const SIG_LOCAL: u32 = 0x0403_4b50;
 pub const SIG_CENTRAL: u32 = 0x0201_4b50;

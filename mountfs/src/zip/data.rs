@@ -9,6 +9,7 @@ use crate::source::ImageSource;
 use miniz_oxide::inflate::core::inflate_flags::TINFL_FLAG_HAS_MORE_INPUT;
 use miniz_oxide::inflate::core::{decompress_with_limit, DecompressorOxide};
 use miniz_oxide::inflate::TINFLStatus;
+use packfs_format::zip::unzip::member_decoder;
 use packfs_format::zip::*;
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -337,14 +338,11 @@ impl Stream {
                     pos: m.data_off,
                     end,
                 };
-                let rd: Box<dyn Read + Send> = match method {
-                    METHOD_STORED => Box::new(raw),
-                    METHOD_DEFLATE64 => Box::new(deflate64::Deflate64Decoder::new(raw)),
-                    METHOD_BZIP2 => Box::new(bzip2::read::BzDecoder::new(raw)),
-                    METHOD_XZ => Box::new(xz2::read::XzDecoder::new_multi_decoder(raw)),
-                    METHOD_LZMA => Box::new(lzma_reader(raw, m)?),
-                    other => return Err(unsupported(m.name, other)),
-                };
+                let rd =
+                    member_decoder(method, m.flags, m.size, raw).map_err(|e| match e.kind() {
+                        io::ErrorKind::Unsupported => unsupported(m.name, method),
+                        _ => FsError::corrupt(format!("{}: {e}", m.name)),
+                    })?;
                 Decoder::Read(rd)
             }
         };
@@ -489,38 +487,6 @@ impl Stream {
         }
         Ok(buf)
     }
-}
-
-/// ZIP's LZMA (method 14): 2-byte LZMA SDK version, 2-byte properties size,
-/// the 5 properties bytes, then a raw LZMA1 stream. liblzma's "alone"
-/// decoder wants the .lzma header instead: properties + 64-bit size, where
-/// the size is unknown (-1) when the stream has an end marker (flag bit 1).
-fn lzma_reader(mut raw: SrcReader, m: &Member<'_>) -> Result<impl Read + Send> {
-    let mut head = [0u8; 4];
-    raw.read_exact(&mut head)
-        .map_err(|_| FsError::corrupt(format!("{}: LZMA header truncated", m.name)))?;
-    let psize = u16::from_le_bytes([head[2], head[3]]) as usize;
-    if psize != 5 {
-        return Err(FsError::corrupt(format!(
-            "{}: LZMA properties of {psize} bytes (expected 5)",
-            m.name
-        )));
-    }
-    let mut alone = vec![0u8; 13];
-    raw.read_exact(&mut alone[..5])
-        .map_err(|_| FsError::corrupt(format!("{}: LZMA header truncated", m.name)))?;
-    let size = if m.flags & FLAG_LZMA_EOS != 0 {
-        u64::MAX
-    } else {
-        m.size
-    };
-    alone[5..].copy_from_slice(&size.to_le_bytes());
-    let stream = xz2::stream::Stream::new_lzma_decoder(u64::MAX)
-        .map_err(|e| FsError::corrupt(format!("{}: LZMA decoder: {e}", m.name)))?;
-    Ok(xz2::read::XzDecoder::new_stream(
-        io::Cursor::new(alone).chain(raw),
-        stream,
-    ))
 }
 
 /// The error for member `name`, whose bytes have CRC-32 `got` where the

@@ -28,6 +28,7 @@ use super::format::*;
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
 use packfs_format::zip::entry::{parse_central, CentralEntry};
+use packfs_format::zip::unzip::kind_and_perm;
 use packfs_format::zip::*;
 
 mod layout;
@@ -271,12 +272,8 @@ impl<'a> CdWindow<'a> {
 /// One central record as a node, with what unzip would extract: returns the
 /// node (no name or parent yet) and whether it is a directory.
 ///
-/// A directory is a name ending in `/`, a Unix directory mode, or, without
-/// a Unix mode, the DOS directory attribute on an empty entry; it carries
-/// no sizes. Anything else is a symlink when its Unix mode says so, else a
-/// regular file. Permissions are the Unix mode's as they are; without one,
-/// 0755 for directories and 0644 for the rest. Owner from the uid/gid
-/// extra, else `default_owner`. The local header offset is moved by
+/// Type and permissions as unzip gives them (`kind_and_perm`); a directory
+/// carries no sizes. Owner from the uid/gid extra, else `default_owner`. The local header offset is moved by
 /// `shift`, the bytes prepended to the archive.
 fn entry_node(
     e: &CentralEntry,
@@ -284,30 +281,8 @@ fn entry_node(
     default_owner: (u32, u32),
     shift: u64,
 ) -> Result<(Node, bool)> {
-    let unix = e.unix_mode();
-    let ftype = unix.map(|m| m & S_IFMT).unwrap_or(0);
-    let is_dir = is_dir_name
-        || ftype == libc::S_IFDIR
-        || (unix.is_none() && e.external & 0x10 != 0 && e.size == 0);
-    // A link with an empty target is an empty file, as `unzip` makes it:
-    // the kernel resolves "" to the link's own directory, so a mount would
-    // hold an endless `link/link/...`.
-    let kind = if is_dir {
-        libc::S_IFDIR
-    } else if ftype == libc::S_IFLNK && e.size > 0 {
-        libc::S_IFLNK
-    } else {
-        libc::S_IFREG
-    };
-    let perm = match unix.map(|m| m & 0o7777) {
-        _ if ftype == libc::S_IFLNK && kind == libc::S_IFREG => 0o644,
-        Some(p) if p != 0 || ftype != 0 => p,
-        _ if kind == libc::S_IFDIR => 0o755,
-        _ if kind == libc::S_IFLNK => 0o777,
-        // The DOS read-only attribute, as unzip applies it.
-        _ if unix.is_none() && e.external & 0x01 != 0 => 0o444,
-        _ => 0o644,
-    };
+    let (kind, perm) = kind_and_perm(e, is_dir_name);
+    let is_dir = kind == libc::S_IFDIR;
     let (uid, gid) = e.uid_gid.unwrap_or(default_owner);
     let local_offset = e
         .local_offset

@@ -32,6 +32,7 @@
 pub mod decompress;
 pub mod stage;
 pub mod tar;
+pub mod zip;
 
 use crate::exclude::Excludes;
 use crate::squashfs::data::{piece_spans, Batch, FileLoc, Piece, PieceData, BATCH_PIECES};
@@ -336,12 +337,13 @@ fn open_tar<'a>(
             None,
             if first.is_empty() && c == Compression::None {
                 "empty: neither a directory nor an archive".into()
-            } else if first.starts_with(b"PK\x03\x04") || first.starts_with(b"PK\x05\x06") {
-                "a ZIP archive: packfs packs directories and tar archives; mount the ZIP as it \
-                 is (packfs mount) or extract it"
+            } else if zip::looks_like_zip(&first) {
+                "a ZIP archive in a stream: a ZIP's directory is at its end, so packfs reads a \
+                 ZIP from a file or an object (not from stdin, a compressed stream or another \
+                 archive)"
                     .into()
             } else if c == Compression::None {
-                "neither a directory nor a tar archive (plain, or compressed with gzip, zstd, xz, \
+                "neither a directory, a ZIP nor a tar archive (plain, or compressed with gzip, zstd, xz, \
                  bzip2 or lz4)"
                     .into()
             } else {
@@ -438,7 +440,18 @@ impl<'a> Reader<'a> {
         let name = src.display();
         match src {
             Source::Dir(d) => self.directory(k, d),
-            Source::Archive(_) => self.archive(k, &name, file.expect("opened before")),
+            Source::Archive(_) => {
+                let file = file.expect("opened before");
+                let mut head = [0u8; 4];
+                let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0)
+                    .map_err(PackError::io(&name))?;
+                if zip::looks_like_zip(&head[..n]) {
+                    let z = zip::ZipFile::new(file).map_err(PackError::io(&name))?;
+                    self.zip(k, &name, &z)
+                } else {
+                    self.archive(k, &name, file)
+                }
+            }
             Source::Stdin => self.archive(k, &name, std::io::stdin()),
         }
     }
