@@ -32,8 +32,10 @@ pub const MANIFEST_VERSION: u32 = 1;
 pub struct Split {
     /// Number of shards, N.
     pub shards: u32,
-    /// How entries are weighed: always `"bytes+entry_cost"` (a regular file
-    /// weighs its size plus `entry_cost`, any other entry `entry_cost`).
+    /// How entries are weighed: `"bytes+entry_cost"` for a directory (a
+    /// regular file weighs its size plus `entry_cost`, any other entry
+    /// `entry_cost`); `"inputs"` for shards of archives, which take whole
+    /// sources in contiguous groups.
     pub weighting: String,
     pub entry_cost: u64,
     /// `--exclude` patterns, in the order given.
@@ -79,6 +81,12 @@ pub struct Split {
     /// tree: shards of two different walks of a changing tree do not match.
     pub total_entries: u64,
     pub total_bytes: u64,
+    /// Shards of archives (`weighting` `"inputs"`): how members were read
+    /// (`--strip-components`, `--expand-nested`, `--on-conflict`). Then
+    /// `total_entries` and `total_bytes` count the sources and their
+    /// bytes. Absent for shards of a directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<String>,
 }
 
 fn path_order() -> String {

@@ -98,6 +98,7 @@ pub struct Sidecar {
 
 /// The cut of a tree: `cuts[k]..cuts[k + 1]` are shard k's positions in
 /// `order`.
+#[derive(Default)]
 pub struct Plan {
     pub order: Vec<u32>,
     pub cuts: Vec<usize>,
@@ -248,6 +249,7 @@ fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -
             .unwrap_or_default(),
         total_entries: plan.order.len() as u64,
         total_bytes: plan.total_bytes,
+        sources: None,
     }
 }
 
@@ -338,6 +340,7 @@ pub fn split_differences(here: &Split, a: &str, there: &Split, b: &str) -> Vec<S
     );
     cmp("--order", here.order.clone(), there.order.clone());
     cmp("source", here.source.clone(), there.source.clone());
+    cmp("archive options", opt(&here.sources), opt(&there.sources));
     cmp(
         "source entries",
         here.total_entries.to_string(),
@@ -372,28 +375,7 @@ pub fn pack_shards(
     let started = Instant::now();
     let begun = std::time::SystemTime::now();
     validate(opts)?;
-    if spec.shards == 0 || spec.shards > MAX_SHARDS {
-        return Err(PackError::InvalidOption(format!(
-            "--shards {}: must be 1 to {MAX_SHARDS}",
-            spec.shards
-        )));
-    }
-    if shard_name(&spec.template, 0, spec.shards).is_none() {
-        return Err(PackError::InvalidOption(format!(
-            "-o {}: a sharded output needs {{shard}} in its name (e.g. train-{{shard}}.sqfs)",
-            spec.template
-        )));
-    }
-    let which: Vec<u32> = match only {
-        Some(k) if k >= spec.shards => {
-            return Err(PackError::InvalidOption(format!(
-                "--shard {k}: must be below --shards {}",
-                spec.shards
-            )))
-        }
-        Some(k) => vec![k],
-        None => (0..spec.shards).collect(),
-    };
+    let which = shard_indices(spec, only)?;
     // Check every output before the (long) walk.
     let targets: Vec<Target> = which
         .iter()
@@ -405,6 +387,33 @@ pub fn pack_shards(
     }
     let plan = plan(&tree, spec.shards, spec.entry_cost);
     let split = split_params(src, &plan, spec, opts);
+    let mut targets = targets.into_iter();
+    record_shards(spec, only, &split, &which, opts.force, begun, |k| {
+        let target = targets.next().expect("one target per shard");
+        let sub = tree.subset(&keep_mask(&tree, &plan, k as usize));
+        let tmp = target.create_temp()?;
+        let summary = match spec.format {
+            ShardFormat::SquashFs => crate::write_squashfs(&sub, target, tmp, opts, started)?,
+            ShardFormat::Zip => crate::zip::write_tree(&sub, target, tmp, opts, started)?,
+        };
+        Ok((summary, shard_record(&tree, &plan, k as usize)))
+    })
+}
+
+/// Packs the shards `which` of a split, one `pack(k)` each (which writes
+/// shard k's image at `spec.image_path(k)` and gives its record), with
+/// each shard's sidecar, and the manifest once every shard's sidecar is
+/// there. For a job-array task (`only`), a sibling whose sidecar records
+/// another split is an error before anything is written (and after).
+fn record_shards(
+    spec: &ShardSpec,
+    only: Option<u32>,
+    split: &Split,
+    which: &[u32],
+    force: bool,
+    begun: std::time::SystemTime,
+    mut pack: impl FnMut(u32) -> Result<(PackSummary, Shard), PackError>,
+) -> Result<Vec<ShardResult>, PackError> {
     let manifest = spec.manifest_path();
     // The images and their sidecars are beside the template's first shard.
     let shards_dir = parent(&spec.image_path(0)).to_path_buf();
@@ -413,29 +422,15 @@ pub fn pack_shards(
     // whose sidecar is newer than this task: an older one is taken for a
     // leftover); one finishing meanwhile, after.
     let siblings = |packed| match only {
-        Some(_) => check_siblings(
-            &manifest,
-            &shards_dir,
-            &split,
-            &which,
-            opts.force,
-            begun,
-            packed,
-        ),
+        Some(_) => check_siblings(&manifest, &shards_dir, split, which, force, begun, packed),
         None => Ok(()),
     };
     siblings(false)?;
     let mut out = Vec::new();
-    for (&k, target) in which.iter().zip(targets) {
-        let sub = tree.subset(&keep_mask(&tree, &plan, k as usize));
-        let tmp = target.create_temp()?;
-        let summary = match spec.format {
-            ShardFormat::SquashFs => crate::write_squashfs(&sub, target, tmp, opts, started)?,
-            ShardFormat::Zip => crate::zip::write_tree(&sub, target, tmp, opts, started)?,
-        };
-        drop(sub);
+    for &k in which {
+        let (summary, mut record) = pack(k)?;
         let path = spec.image_path(k);
-        let mut record = shard_record(&tree, &plan, k as usize);
+        record.index = k;
         record.file = relative_name(&path, &manifest)?;
         record.size = std::fs::metadata(&path)
             .map_err(PackError::io(&path))?
@@ -460,7 +455,7 @@ pub fn pack_shards(
     siblings(true)?;
     // Only when this process wrote every shard is a missing sidecar an
     // error; a job-array task just leaves the manifest to the last one.
-    let wrote = match finalize_if_complete(&manifest, Some(&shards_dir), &split)? {
+    let wrote = match finalize_if_complete(&manifest, Some(&shards_dir), split)? {
         Ok(()) => Some(manifest),
         Err(missing) if only.is_none() => {
             return Err(PackError::Shards(format!(
@@ -474,6 +469,148 @@ pub fn pack_shards(
         last.manifest = wrote;
     }
     Ok(out)
+}
+
+/// The shards `which` of a split of `sources` (archives, directories) into
+/// `spec.shards` images: shard k packs the contiguous group of sources
+/// `M * k / N .. M * (k + 1) / N` (M sources, N shards, integer division),
+/// merged as one `pack` of that group merges them. Each task of a job
+/// array reads only its own group. The rule needs only the count of
+/// sources, so every task computes it alike; the split records the
+/// sources' names and sizes, so tasks given different lists disagree.
+pub fn pack_source_shards(
+    sources: &[crate::archive::Source],
+    so: &crate::archive::SourceOptions,
+    spec: &ShardSpec,
+    only: Option<u32>,
+    opts: &PackOptions,
+) -> Result<Vec<ShardResult>, PackError> {
+    use crate::archive::Source;
+    let begun = std::time::SystemTime::now();
+    validate(opts)?;
+    let which = shard_indices(spec, only)?;
+    if spec.format != ShardFormat::SquashFs {
+        return Err(PackError::InvalidOption(
+            "shards of archives are SquashFS images".into(),
+        ));
+    }
+    let m = sources.len() as u64;
+    if m < spec.shards as u64 {
+        return Err(PackError::InvalidOption(format!(
+            "--shards {}: more shards than the {m} sources (each shard packs whole sources)",
+            spec.shards
+        )));
+    }
+    if sources.contains(&Source::Stdin) {
+        return Err(PackError::InvalidOption(
+            "stdin (-) cannot be split into shards: name the archives".into(),
+        ));
+    }
+    let mut total_bytes = 0u64;
+    for s in sources {
+        if let Source::Archive(p) = s {
+            total_bytes += std::fs::metadata(p).map_err(PackError::io(p))?.len();
+        }
+    }
+    let names: Vec<String> = sources
+        .iter()
+        .map(|s| s.display().to_string_lossy().into_owned())
+        .collect();
+    let mut split = split_params(Path::new(""), &Plan::default(), spec, opts);
+    split.weighting = "inputs".into();
+    split.entry_cost = 0;
+    split.source = source_list(&names);
+    split.total_entries = m;
+    split.total_bytes = total_bytes;
+    split.sources = Some(format!(
+        "strip-components={} expand-nested={:?} on-conflict={:?}",
+        so.strip_components, so.expand_nested, so.on_conflict
+    ));
+    let group = |k: u32| {
+        let n = spec.shards as u64;
+        let (a, b) = (m * k as u64 / n, m * (k as u64 + 1) / n);
+        &sources[a as usize..b as usize]
+    };
+    record_shards(spec, only, &split, &which, opts.force, begun, |k| {
+        crate::archive::pack_sources_recorded(group(k), &spec.image_path(k), opts, so)
+    })
+}
+
+/// The sources of a split as the manifest names them: all of them, or the
+/// first and last and their count when there are many.
+fn source_list(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.clone(),
+        _ if names.len() <= 4 => names.join(" "),
+        [first, .., last] => format!("{first} .. {last} ({} sources)", names.len()),
+    }
+}
+
+/// The shards a task packs: all, or `--shard K`; checks N and the template.
+fn shard_indices(spec: &ShardSpec, only: Option<u32>) -> Result<Vec<u32>, PackError> {
+    if spec.shards == 0 || spec.shards > MAX_SHARDS {
+        return Err(PackError::InvalidOption(format!(
+            "--shards {}: must be 1 to {MAX_SHARDS}",
+            spec.shards
+        )));
+    }
+    if shard_name(&spec.template, 0, spec.shards).is_none() {
+        return Err(PackError::InvalidOption(format!(
+            "-o {}: a sharded output needs {{shard}} in its name (e.g. train-{{shard}}.sqfs)",
+            spec.template
+        )));
+    }
+    match only {
+        Some(k) if k >= spec.shards => Err(PackError::InvalidOption(format!(
+            "--shard {k}: must be below --shards {}",
+            spec.shards
+        ))),
+        Some(k) => Ok(vec![k]),
+        None => Ok((0..spec.shards).collect()),
+    }
+}
+
+/// The manifest record of an image packed whole from `tree` (a shard of
+/// sources): all its entries, its regular files (hard links once) and
+/// their bytes, and its range from its first leaf (the first entry that is
+/// not a directory leading to the next: those sort before it and are held
+/// as its ancestors) to its last entry, in tree order.
+pub fn tree_record(tree: &Tree) -> Shard {
+    let order = tree.pre_order();
+    let mut files = 0;
+    let mut bytes = 0;
+    let mut seen = std::collections::HashSet::new();
+    for &node in &order {
+        let ino = tree.nodes[node as usize].inode;
+        let i = &tree.inodes[ino as usize];
+        if i.kind == Kind::File && seen.insert(ino) {
+            files += 1;
+            bytes += i.size;
+        }
+    }
+    let first_leaf = order
+        .iter()
+        .enumerate()
+        .find(|&(i, _)| {
+            order
+                .get(i + 1)
+                .is_none_or(|&next| tree.nodes[next as usize].parent != order[i])
+        })
+        .map(|(_, &n)| n);
+    Shard {
+        index: 0,
+        file: String::new(),
+        size: 0,
+        blake3: String::new(),
+        entries: order.len() as u64,
+        files,
+        bytes,
+        range: first_leaf.zip(order.last()).map(|(first, &last)| Range {
+            first: encode_path(&rel_bytes(tree, first)),
+            last: encode_path(&rel_bytes(tree, last)),
+        }),
+    }
 }
 
 /// For one task of a job array (`--shard K`): fails, naming the
@@ -965,6 +1102,38 @@ mod tests {
         assert_eq!(total, 2);
         assert_eq!(*p.cuts.last().unwrap(), 2);
         assert!(p.cuts.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn a_whole_images_range_runs_from_its_first_leaf_to_its_last_entry() {
+        let (_d, t) = tree_of(|p| {
+            std::fs::create_dir_all(p.join("a/b")).unwrap();
+            std::fs::create_dir_all(p.join("a/d")).unwrap();
+            std::fs::write(p.join("a/b/c.txt"), b"12345").unwrap();
+            std::fs::write(p.join("z.txt"), b"678").unwrap();
+        });
+        let r = tree_record(&t);
+        assert_eq!((r.entries, r.files, r.bytes), (5, 2, 8));
+        let range = r.range.unwrap();
+        // `a` and `a/b` lead to the first leaf and are held as its ancestors.
+        assert_eq!(
+            (range.first.as_str(), range.last.as_str()),
+            ("a/b/c.txt", "z.txt")
+        );
+        for p in ["a", "a/b", "a/b/c.txt", "a/d", "z.txt"] {
+            assert!(
+                packfs_format::shards::holds(b"a/b/c.txt", b"z.txt", p.as_bytes()),
+                "{p}"
+            );
+        }
+        // An empty directory first is a leaf itself.
+        let (_d, t) = tree_of(|p| {
+            std::fs::create_dir_all(p.join("a/empty")).unwrap();
+            std::fs::write(p.join("b"), b"").unwrap();
+        });
+        assert_eq!(tree_record(&t).range.unwrap().first, "a/empty");
+        let (_d, t) = tree_of(|_| {});
+        assert_eq!(tree_record(&t).range, None);
     }
 
     #[test]

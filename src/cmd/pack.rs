@@ -329,7 +329,9 @@ pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let overlay = stage.as_ref().map(|s| s.path().to_path_buf());
     let opts = pack_options(&args, &plan, overlay, &cancel);
     match args.shards {
-        Some(n) => pack_shards(&args, n, &plan, &opts, stage, &cancel, remote),
+        Some(n) => pack_shards(&args, n, &plan, stage, &cancel, remote, |spec| {
+            packer::shards::pack_shards(&args.src, spec, args.shard, &opts)
+        }),
         None => pack_image(&args, &plan, &cancel, remote, |local| {
             let packed = match plan.format {
                 OutFormat::Squashfs => packer::pack_squashfs(&args.src, local, &opts),
@@ -415,10 +417,12 @@ fn pack_shards(
     args: &PackArgs,
     n: u32,
     plan: &PackPlan,
-    opts: &PackOptions,
     stage: Option<packer::venv::Stage>,
     cancel: &AtomicBool,
     remote: &RemoteArgs,
+    pack: impl FnOnce(
+        &packer::shards::ShardSpec,
+    ) -> Result<Vec<packer::shards::ShardResult>, packer::PackError>,
 ) -> anyhow::Result<i32> {
     // To S3: the shards are packed to a temporary directory under the
     // template's file name, then uploaded with their sidecars (see
@@ -452,7 +456,7 @@ fn pack_shards(
         },
         compression: format!("{:?}", plan.codec).to_lowercase(),
     };
-    let done = packer::shards::pack_shards(&args.src, &spec, args.shard, opts);
+    let done = pack(&spec);
     drop(stage);
     let mut done = match done {
         Err(packer::PackError::Interrupted) => {
@@ -599,11 +603,6 @@ fn pack_sources(
             args.output().display()
         )));
     }
-    if args.shards.is_some() {
-        return Err(usage(
-            "--shards takes one directory as its source (archives are packed whole)",
-        ));
-    }
     if args.mount_at.is_some() || args.compile || args.venv {
         return Err(usage(
             "--mount-at, --compile and --venv apply to a Python environment given as its directory",
@@ -620,9 +619,14 @@ fn pack_sources(
         },
         expand_nested: args.expand_nested.clone(),
     };
-    pack_image(args, plan, &cancel, remote, |local| {
-        packer::archive::pack_sources(sources, local, &opts, &so)
-    })
+    match args.shards {
+        Some(n) => pack_shards(args, n, plan, None, &cancel, remote, |spec| {
+            packer::shards::pack_source_shards(sources, &so, spec, args.shard, &opts)
+        }),
+        None => pack_image(args, plan, &cancel, remote, |local| {
+            packer::archive::pack_sources(sources, local, &opts, &so)
+        }),
+    }
 }
 
 fn print_summary(summary: &packer::PackSummary, output: &std::path::Path) {

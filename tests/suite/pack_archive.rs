@@ -1709,3 +1709,56 @@ fn strip_components_counts_a_leading_dot_as_tar_does() {
         assert!(got.contains_key(Path::new("top/f")), "{:?}", got.keys());
     }
 }
+
+/// `--shards N` with archive sources cuts them into N contiguous groups in
+/// the order given (5 sources into 2: the first two, then the other three),
+/// each shard an image of its group alone; a manifest mounts them as one
+/// tree; more shards than sources is an error.
+#[test]
+fn archive_sources_split_into_contiguous_groups_of_shards() {
+    if !require_tool("tar") {
+        return;
+    }
+    let t = scratch();
+    let mut tars = Vec::new();
+    for i in 0..5 {
+        let src = t.path().join(format!("src{i}"));
+        put(
+            &src,
+            &format!("train/{i:06}.txt"),
+            format!("sample {i}\n").as_bytes(),
+        );
+        let tar = t.path().join(format!("train-{i:06}.tar"));
+        gnu_tar(&[], &src, &tar, &["train"]);
+        tars.push(tar);
+    }
+    let sources: Vec<&Path> = tars.iter().map(PathBuf::as_path).collect();
+    let out = t.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let template = out.join("train-{shard}.sqfs");
+    run(&mut pack_cmd(&sources, &template, &["--shards", "2"]));
+    let ls = |img: &Path, dir: &str| {
+        run(Command::new(packfs_bin()).arg("ls").arg(img).arg(dir))
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ls(&out.join("train-0.sqfs"), "train"),
+        ["000000.txt", "000001.txt"]
+    );
+    assert_eq!(
+        ls(&out.join("train-1.sqfs"), "train"),
+        ["000002.txt", "000003.txt", "000004.txt"]
+    );
+    let manifest = out.join("train.manifest.json");
+    assert_eq!(ls(&manifest, "train").len(), 5);
+    assert_eq!(cat(&manifest, "train/000003.txt"), "sample 3\n");
+    // A usage error: status 2.
+    let o = pack_cmd(&sources, &out.join("more-{shard}.sqfs"), &["--shards", "6"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("more shards than the 5 sources"), "{err}");
+}

@@ -343,25 +343,45 @@ fn cancelled_job(dir: &Path, image: &Path) {
 /// process writes for the same split.
 fn shard_jobs(dir: &Path, src: &Path) {
     let out = dir.join("shards-out");
+    let vars = [
+        ("SRC", src),
+        ("OUT", out.as_path()),
+        ("SHARDS", Path::new("4")),
+    ];
+    array_then_train(dir, "pack-shards", &vars, &out, 4, src, src);
+}
+
+/// Submits the doc's job array `job` (`vars` exported, one task per shard
+/// of `n`, writing to `out`), checks that its images and manifest are the
+/// bytes one process writes from `pack_arg` with `--shards n`, then runs
+/// the `train-shards` job on the manifest, which must see the files of the
+/// tree `src` with their contents.
+fn array_then_train(
+    dir: &Path,
+    job: &str,
+    vars: &[(&str, &Path)],
+    out: &Path,
+    n: u32,
+    pack_arg: &Path,
+    src: &Path,
+) {
     let t = Instant::now();
     let res = sbatch_cmd_with(
         dir,
-        "pack-shards",
-        &job_script("pack-shards"),
-        &[("SRC", src), ("OUT", &out), ("SHARDS", Path::new("4"))],
+        job,
+        &job_script(job),
+        vars,
         true,
         &[
-            "--array=0-3",
+            &format!("--array=0-{}", n - 1),
             "--cpus-per-task=1",
-            &format!("--output={}", dir.join("pack-shards-%a.out").display()),
+            &format!("--output={}", dir.join(format!("{job}-%a.out")).display()),
         ],
     )
     .output()
     .expect("sbatch");
-    let logs: String = (0..4)
-        .map(|a| {
-            std::fs::read_to_string(dir.join(format!("pack-shards-{a}.out"))).unwrap_or_default()
-        })
+    let logs: String = (0..n)
+        .map(|a| std::fs::read_to_string(dir.join(format!("{job}-{a}.out"))).unwrap_or_default())
         .collect();
     assert!(
         res.status.success(),
@@ -369,29 +389,26 @@ fn shard_jobs(dir: &Path, src: &Path) {
         res.status,
         String::from_utf8_lossy(&res.stderr)
     );
-    eprintln!("job array pack-shards: {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!("job array {job}: {:.1} s", t.elapsed().as_secs_f64());
     let manifest = out.join("train.manifest.json");
     assert!(manifest.is_file(), "no manifest after the array:\n{logs}");
 
     // One process, same inputs: the same bytes, whatever order the tasks ran in.
-    let local = dir.join("shards-local");
+    let local = dir.join(format!("{job}-local"));
     std::fs::create_dir(&local).unwrap();
     run(Command::new(packfs_bin())
         .env("SOURCE_DATE_EPOCH", "0")
         .arg("pack")
-        .arg(src)
-        .args(["--shards", "4", "-q", "-o"])
+        .arg(pack_arg)
+        .args(["--shards", &n.to_string(), "-q", "-o"])
         .arg(local.join("train-{shard}.sqfs")));
-    for name in [
-        "train-0.sqfs",
-        "train-1.sqfs",
-        "train-2.sqfs",
-        "train-3.sqfs",
-        "train.manifest.json",
-    ] {
+    let names = (0..n)
+        .map(|k| format!("train-{k}.sqfs"))
+        .chain(["train.manifest.json".to_string()]);
+    for name in names {
         let (a, b) = (
-            std::fs::read(out.join(name)),
-            std::fs::read(local.join(name)),
+            std::fs::read(out.join(&name)),
+            std::fs::read(local.join(&name)),
         );
         assert!(
             a.as_ref().ok() == b.as_ref().ok() && a.is_ok(),
@@ -404,6 +421,47 @@ fn shard_jobs(dir: &Path, src: &Path) {
     assert_eq!(field(&log, "files"), files.to_string(), "{log}");
     assert_eq!(field(&log, "sha256"), digest, "{log}");
     assert!(!PathBuf::from(format!("/tmp/{id}")).exists());
+}
+
+/// The doc's job array packs WebDataset-style tar shards of `src` (six
+/// tars of its files, in path order) as three images, one per task, each
+/// task reading only its two tars; the result is the bytes one process
+/// writes, and the training job mounting its manifest sees the files of
+/// `src` with their contents.
+fn archive_shard_jobs(dir: &Path, src: &Path) {
+    let tars = dir.join("tars");
+    std::fs::create_dir(&tars).unwrap();
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                stack.push(p);
+            } else if m.is_file() {
+                files.push(p.strip_prefix(src).unwrap().to_path_buf());
+            }
+        }
+    }
+    files.sort();
+    let per = files.len().div_ceil(6);
+    for (i, group) in files.chunks(per).enumerate() {
+        run(Command::new("tar")
+            .arg("-cf")
+            .arg(tars.join(format!("train-{i:06}.tar")))
+            .arg("-C")
+            .arg(src)
+            .args(group));
+    }
+    let pattern = tars.join("train-{000000..000005}.tar");
+    let out = dir.join("archive-shards-out");
+    let vars = [
+        ("TARS", pattern.as_path()),
+        ("OUT", out.as_path()),
+        ("SHARDS", Path::new("3")),
+    ];
+    array_then_train(dir, "pack-archive-shards", &vars, &out, 3, &pattern, src);
 }
 
 // ---------------------------------------------------------------- venv
@@ -596,6 +654,7 @@ fn hpc_doc_job_scripts_run_under_slurm() {
         dataset_job(dir, &data_img, &data);
         cancelled_job(dir, &data_img);
         shard_jobs(dir, &data);
+        archive_shard_jobs(dir, &data);
         venv_jobs.join().unwrap();
     });
     eprintln!(

@@ -110,6 +110,16 @@ pub fn pack_sources(
     opts: &PackOptions,
     so: &SourceOptions,
 ) -> Result<PackSummary, PackError> {
+    pack_sources_recorded(sources, out, opts, so).map(|(summary, _)| summary)
+}
+
+/// [`pack_sources`], with the image's record for a shard manifest.
+pub(crate) fn pack_sources_recorded(
+    sources: &[Source],
+    out: &Path,
+    opts: &PackOptions,
+    so: &SourceOptions,
+) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
     let started = Instant::now();
     crate::validate(opts)?;
     if opts.order != crate::order::DataOrder::Path {
@@ -220,7 +230,9 @@ pub fn pack_sources(
                 Ok((tree, data))
             })
         })?;
-    crate::commit_squashfs(target, tmp, opts, &w, &tree, bytes_read, started)
+    let record = crate::shards::tree_record(&tree);
+    let summary = crate::commit_squashfs(target, tmp, opts, &w, &tree, bytes_read, started)?;
+    Ok((summary, record))
 }
 
 /// Reads the sources in order into the namespace and the data batches.
