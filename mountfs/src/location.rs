@@ -66,6 +66,20 @@ impl ImageLocation {
         Ok(ImageLocation::Local(arg.into()))
     }
 
+    /// The object of a remote location, as the client names it.
+    #[cfg(feature = "remote")]
+    pub fn target(&self) -> Option<packfs_objstore::Target> {
+        use packfs_objstore::Target;
+        match self {
+            ImageLocation::Local(_) => None,
+            ImageLocation::S3 { bucket, key } => Some(Target::S3 {
+                bucket: bucket.clone(),
+                key: key.clone(),
+            }),
+            ImageLocation::Http(url) => Some(Target::Http { url: url.clone() }),
+        }
+    }
+
     /// [`ImageLocation::parse`] for a path argument (a non-UTF-8 path is a file).
     pub fn from_path(p: &Path) -> std::result::Result<Self, String> {
         match p.to_str() {
@@ -187,7 +201,8 @@ pub struct Opened {
     /// The path or URL, for messages.
     pub name: String,
     /// Request counters of a remote source.
-    pub remote: Option<std::sync::Arc<crate::remote::RemoteCounters>>,
+    #[cfg(feature = "remote")]
+    pub remote: Option<std::sync::Arc<packfs_objstore::RemoteCounters>>,
 }
 
 /// Opens a source for `loc`: a file with `io`, a remote object with
@@ -199,19 +214,15 @@ pub fn open_location(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) ->
         ImageLocation::Local(p) => Ok(Opened {
             source: open_image(p, io)?,
             name,
+            #[cfg(feature = "remote")]
             remote: None,
         }),
         #[cfg(feature = "remote")]
         ImageLocation::S3 { .. } | ImageLocation::Http(_) => {
-            use crate::remote::{Remote, RemoteSource, Target};
-            let target = match loc {
-                ImageLocation::S3 { bucket, key } => Target::S3 {
-                    bucket: bucket.clone(),
-                    key: key.clone(),
-                },
-                _ => Target::Http { url: name.clone() },
-            };
-            let src = RemoteSource::open(Remote::connect(&target, remote)?)?;
+            use crate::remote::RemoteSource;
+            let target = loc.target().expect("a remote location");
+            let client = packfs_objstore::Remote::connect(&target, &remote.client)?;
+            let src = RemoteSource::open(client, remote)?;
             let counters = src.counters();
             Ok(Opened {
                 source: Box::new(src),
@@ -303,19 +314,8 @@ pub fn lengths(
 ) -> Vec<std::result::Result<u64, String>> {
     #[cfg(feature = "remote")]
     let mut remote_lens = {
-        use crate::remote::Target;
-        let targets: Vec<Target> = locs
-            .iter()
-            .filter_map(|l| match l {
-                ImageLocation::Local(_) => None,
-                ImageLocation::S3 { bucket, key } => Some(Target::S3 {
-                    bucket: bucket.clone(),
-                    key: key.clone(),
-                }),
-                ImageLocation::Http(u) => Some(Target::Http { url: u.clone() }),
-            })
-            .collect();
-        crate::remote::objects::lengths(&targets, remote).into_iter()
+        let targets: Vec<_> = locs.iter().filter_map(ImageLocation::target).collect();
+        packfs_objstore::objects::lengths(&targets, &remote.client).into_iter()
     };
     #[cfg(not(feature = "remote"))]
     let _ = remote;

@@ -1,8 +1,8 @@
 //! The connection to one object: an object_store client (S3 or plain
 //! HTTP), the tokio runtime its requests run on, and the request counters.
 //!
-//! Sync on the outside: the image readers and FUSE session threads call
-//! [`Remote::block_on`] or spawn onto [`Remote::handle`] and wait; the
+//! Sync on the outside: callers (the image readers, FUSE session threads)
+//! call [`Remote::block_on`] or spawn onto [`Remote::handle`] and wait; the
 //! runtime's worker threads only move bytes.
 //!
 //! # One runtime per process
@@ -19,16 +19,18 @@
 //! fork keep the dead runtime and must not be used in the child; the Python
 //! binding reopens its images in a new process and leaks the old ones.
 
-use super::config::{self, S3Settings};
-use super::error::{RemoteError, Unreachable};
-use super::options::RemoteOptions;
-use super::stats::RemoteCounters;
+use crate::config::{self, S3Settings};
+use crate::error::{RemoteError, Unreachable};
+use crate::options::ClientOptions;
+use crate::stats::RemoteCounters;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
     ReqwestConnector,
 };
 use object_store::path::Path as ObjPath;
-use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{
+    BackoffConfig, ClientOptions as HttpOptions, ObjectStore, ObjectStoreExt, RetryConfig,
+};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -94,7 +96,7 @@ mod tests {
     fn objects_share_the_process_runtime_and_keep_their_own_counters() {
         let open = |u: &str| {
             let t = Target::Http { url: u.into() };
-            Remote::connect(&t, &RemoteOptions::default()).unwrap()
+            Remote::connect(&t, &ClientOptions::default()).unwrap()
         };
         let (a, b) = (open("http://127.0.0.1:1/a"), open("http://127.0.0.1:1/b"));
         assert!(Arc::ptr_eq(&a.runtime, &b.runtime));
@@ -330,7 +332,7 @@ struct CountingConnector {
 }
 
 impl HttpConnector for CountingConnector {
-    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+    fn connect(&self, options: &HttpOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
         Ok(HttpClient::new(Counting {
             inner,
@@ -391,7 +393,7 @@ pub struct Remote {
     store: Arc<dyn ObjectStore>,
     path: ObjPath,
     url: String,
-    pub opts: RemoteOptions,
+    pub opts: ClientOptions,
     pub counters: Arc<RemoteCounters>,
     pub(crate) health: Arc<Health>,
     /// Where the S3 keys came from ("environment", "profile x", anonymous).
@@ -401,7 +403,7 @@ pub struct Remote {
 impl Remote {
     /// Builds the client for `target` (no request is sent yet). S3 settings
     /// come from the process environment, the AWS files and `opts`.
-    pub fn connect(target: &Target, opts: &RemoteOptions) -> Result<Self, RemoteError> {
+    pub fn connect(target: &Target, opts: &ClientOptions) -> Result<Self, RemoteError> {
         let settings = match target {
             Target::S3 { .. } => Some(config::resolve(
                 &|k| std::env::var(k).ok(),
@@ -415,7 +417,7 @@ impl Remote {
 
     /// [`Remote::connect`] for an upload: each request (a part of up to
     /// 64 MiB) may take the whole `--remote-timeout`, not a quarter of it.
-    pub fn connect_for_upload(target: &Target, opts: &RemoteOptions) -> Result<Self, RemoteError> {
+    pub fn connect_for_upload(target: &Target, opts: &ClientOptions) -> Result<Self, RemoteError> {
         let settings = config::resolve(
             &|k| std::env::var(k).ok(),
             opts.endpoint.as_deref(),
@@ -427,7 +429,7 @@ impl Remote {
     /// [`Remote::connect`] with explicit S3 settings (None for HTTP).
     pub fn connect_with(
         target: &Target,
-        opts: &RemoteOptions,
+        opts: &ClientOptions,
         settings: Option<&S3Settings>,
     ) -> Result<Self, RemoteError> {
         Self::build(target, opts, settings, opts.attempt_timeout())
@@ -435,7 +437,7 @@ impl Remote {
 
     fn build(
         target: &Target,
-        opts: &RemoteOptions,
+        opts: &ClientOptions,
         settings: Option<&S3Settings>,
         attempt: Duration,
     ) -> Result<Self, RemoteError> {
@@ -454,7 +456,7 @@ impl Remote {
             max_retries: 1000,
             retry_timeout: opts.timeout,
         };
-        let client = super::roots::with_bundled_roots(ClientOptions::new())
+        let client = crate::roots::with_bundled_roots(HttpOptions::new())
             .with_allow_http(true)
             .with_timeout(attempt)
             .with_connect_timeout(attempt.min(Duration::from_secs(5)))
@@ -609,7 +611,7 @@ impl Remote {
 struct ConnectorRef(Arc<CountingConnector>);
 
 impl HttpConnector for ConnectorRef {
-    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+    fn connect(&self, options: &HttpOptions) -> object_store::Result<HttpClient> {
         self.0.connect(options)
     }
 }
