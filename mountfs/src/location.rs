@@ -25,25 +25,11 @@ impl ImageLocation {
     /// name remote objects, anything else a file.
     pub fn parse(arg: &str) -> std::result::Result<Self, String> {
         let lower = arg.get(..8).unwrap_or(arg).to_ascii_lowercase();
-        if lower.starts_with("s3://") {
-            let rest = &arg[5..];
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
-                return Err(format!(
-                    "{arg}: an S3 image is s3://BUCKET/KEY (a bucket and an object key)"
-                ));
-            }
-            return Ok(ImageLocation::S3 {
-                bucket: bucket.into(),
-                key: key.into(),
-            });
-        }
-        if lower.starts_with("http://") || lower.starts_with("https://") {
-            let host = arg.split_once("://").map_or("", |(_, r)| r);
-            if host.is_empty() || host.starts_with('/') {
-                return Err(format!("{arg}: a URL needs a host"));
-            }
-            return Ok(ImageLocation::Http(arg.into()));
+        if ["s3://", "http://", "https://"]
+            .iter()
+            .any(|s| lower.starts_with(s))
+        {
+            return Self::remote(arg);
         }
         if let Some(scheme) = url_scheme(arg) {
             let rest = &arg[scheme.len() + 3..];
@@ -64,6 +50,24 @@ impl ImageLocation {
             ));
         }
         Ok(ImageLocation::Local(arg.into()))
+    }
+
+    /// An `s3://` or `http(s)://` URL, as the client reads it.
+    #[cfg(feature = "remote")]
+    fn remote(url: &str) -> std::result::Result<Self, String> {
+        use packfs_objstore::Target;
+        match Target::parse(url) {
+            Ok(Target::S3 { bucket, key }) => Ok(ImageLocation::S3 { bucket, key }),
+            Ok(Target::Http { url }) => Ok(ImageLocation::Http(url)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[cfg(not(feature = "remote"))]
+    fn remote(url: &str) -> std::result::Result<Self, String> {
+        Err(format!(
+            "{url}: this build of packfs reads no remote images (feature \"remote\")"
+        ))
     }
 
     /// The object of a remote location, as the client names it.

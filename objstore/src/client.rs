@@ -59,6 +59,33 @@ pub enum Target {
 }
 
 impl Target {
+    /// Reads `s3://BUCKET/KEY`, `http://HOST/...` or `https://HOST/...`
+    /// (schemes in any case); anything else is a configuration error
+    /// naming it.
+    pub fn parse(url: &str) -> Result<Self, RemoteError> {
+        let bad = |why: &str| Err(RemoteError::Config(format!("{url}: {why}")));
+        let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+        if lower.starts_with("s3://") {
+            let rest = &url[5..];
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
+                return bad("an S3 object is s3://BUCKET/KEY (a bucket and an object key)");
+            }
+            return Ok(Target::S3 {
+                bucket: bucket.into(),
+                key: key.into(),
+            });
+        }
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            let host = url.split_once("://").map_or("", |(_, r)| r);
+            if host.is_empty() || host.starts_with('/') {
+                return bad("a URL needs a host");
+            }
+            return Ok(Target::Http { url: url.into() });
+        }
+        bad("not an s3://, http:// or https:// URL")
+    }
+
     /// The URL as the user wrote it, for messages, without its query: the
     /// query of a presigned URL is its signature, a credential that must
     /// not end up in logs.
@@ -90,6 +117,38 @@ mod tests {
             key: "k/x.sqfs".into(),
         };
         assert_eq!(s3.url(), "s3://b/k/x.sqfs");
+    }
+
+    #[test]
+    fn urls_parse_into_targets_or_errors_naming_them() {
+        assert_eq!(
+            Target::parse("S3://b/dir/k.tar").unwrap(),
+            Target::S3 {
+                bucket: "b".into(),
+                key: "dir/k.tar".into()
+            }
+        );
+        assert_eq!(
+            Target::parse("https://h/p?sig=1").unwrap(),
+            Target::Http {
+                url: "https://h/p?sig=1".into()
+            }
+        );
+        for bad in [
+            "s3://b",
+            "s3://b/",
+            "s3:///k",
+            "s3://b/d/",
+            "http://",
+            "https:///p",
+            "/x",
+        ] {
+            let e = Target::parse(bad).unwrap_err();
+            assert!(
+                matches!(&e, RemoteError::Config(m) if m.starts_with(bad)),
+                "{e}"
+            );
+        }
     }
 
     #[test]
