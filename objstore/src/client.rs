@@ -1,9 +1,10 @@
 //! The connection to one object: an object_store client (S3 or plain
 //! HTTP), the tokio runtime its requests run on, and the request counters.
 //!
-//! Sync on the outside: callers (the image readers, FUSE session threads)
-//! call [`Remote::block_on`] or spawn onto [`Remote::handle`] and wait; the
-//! runtime's worker threads only move bytes.
+//! Sync on the outside: callers (the image readers, FUSE session threads,
+//! [`crate::ObjectReader`]) call [`Remote::block_on`] or spawn onto
+//! [`Remote::handle`] and wait; the runtime's worker threads only move
+//! bytes.
 //!
 //! # One runtime per process
 //! Every [`Remote`] of a process runs on one shared runtime ([`runtime`]):

@@ -1,6 +1,8 @@
 //! The client's error: what went wrong with which URL. Cloneable, because
-//! one failed fetch answers every reader waiting for it. mountfs turns it
-//! into its own `FsError::Io` (EIO at the FUSE edge).
+//! one failed fetch answers every reader waiting for it. A reader that
+//! speaks `std::io` passes it on inside an `io::Error` (see the `From`
+//! impl below), so its caller can still tell a network failure from bad
+//! data; mountfs turns it into its own `FsError::Io` (EIO at the FUSE edge).
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -230,6 +232,15 @@ fn parenthesised(what: &str) -> String {
     }
 }
 
+/// An `io::Error` of the kind [`RemoteError::io_kind`] says, holding the
+/// error itself: `get_ref()` and a downcast give it back, so a caller of a
+/// reader can tell a failed request from bad bytes.
+impl From<RemoteError> for std::io::Error {
+    fn from(e: RemoteError) -> Self {
+        std::io::Error::new(e.io_kind(), e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,7 +276,20 @@ mod tests {
     }
 
     #[test]
-    fn a_read_restates_it() {
+    fn an_io_error_holds_it_and_a_read_restates_it() {
+        let refused = RemoteError::Unreachable {
+            url: "http://h:1/x".into(),
+            why: Unreachable::Refused,
+            detail: "connection refused by h:1".into(),
+        };
+        let io = std::io::Error::from(refused.clone());
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(io.to_string(), refused.to_string());
+        let inner = io.get_ref().and_then(|e| e.downcast_ref::<RemoteError>());
+        assert!(
+            matches!(inner, Some(RemoteError::Unreachable { .. })),
+            "{io:?}"
+        );
         let at = || "read at offset 8".to_string();
         let t = RemoteError::Timeout {
             url: "http://h/x".into(),

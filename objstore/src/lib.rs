@@ -1,6 +1,7 @@
 //! packfs's object-storage client: objects on S3 (`s3://BUCKET/KEY`) or a
 //! web server (`http(s)://HOST/PATH`), read by range requests of one
-//! pinned version and written by multipart upload. Both sides use it: mountfs reads images through it
+//! pinned version, read front to back as a stream, and written by
+//! multipart upload. Both sides use it: mountfs reads images through it
 //! (its `remote` module adds the range cache, readahead and disk cache of
 //! an image source), the packer reads archives and uploads images. It
 //! knows nothing of images or archives.
@@ -40,6 +41,10 @@
 //! are checked again, so an object replaced while it is read is an error
 //! ("changed since it was opened"), never a mix of old and new bytes.
 //!
+//! **Streaming reads** ([`ObjectReader`], module [`reader`]): one object as
+//! a `std::io::Read`, in chunks of 8 MiB with two fetched ahead, so the
+//! network works while the consumer does; memory is bounded by the chunks.
+//!
 //! **Counted.** [`RemoteCounters`]: HTTP requests by kind as they leave the
 //! process (retries included), ranges and bytes fetched, fetches made ahead
 //! of a reader, failures and time to first byte; `packfs mount --stats`
@@ -65,6 +70,7 @@ pub mod error;
 pub mod objects;
 pub mod options;
 mod range;
+pub mod reader;
 mod roots;
 pub mod stats;
 pub mod upload;
@@ -72,4 +78,5 @@ pub mod upload;
 pub use client::{Remote, Target, Version};
 pub use error::{RemoteError, Unreachable};
 pub use options::ClientOptions;
+pub use reader::{ObjectReader, ReaderOptions};
 pub use stats::{RemoteCounters, RemoteStats};

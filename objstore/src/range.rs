@@ -1,7 +1,7 @@
 //! A range of the pinned version of an object: one GET with `If-Match`,
 //! its answer checked before its bytes are used. Every reader of an object
-//! fetches this way (mountfs's image source), so none of them can mix
-//! bytes of two versions.
+//! fetches this way (mountfs's image source, [`crate::ObjectReader`]), so
+//! none of them can mix bytes of two versions.
 
 use crate::client::{classify, Remote, Version};
 use crate::error::RemoteError;
