@@ -75,12 +75,21 @@ impl RemoteArgs {
     /// values (opening it twice would warn twice about a bad directory).
     pub fn settings(&self) -> mountfs::remote::RemoteOptions {
         mountfs::remote::RemoteOptions {
-            endpoint: self.endpoint.clone(),
-            profile: self.profile.clone(),
+            client: self.client(),
             range_size: self.range_size,
             cache_bytes: self
                 .range_cache
                 .unwrap_or_else(|| default_range_cache(mountfs::memory::limit(), self.range_size)),
+            ..Default::default()
+        }
+    }
+
+    /// How objects are reached (endpoint, credentials, timeout), for the
+    /// client alone: uploads, and reading an object as a stream.
+    pub fn client(&self) -> packfs_objstore::ClientOptions {
+        packfs_objstore::ClientOptions {
+            endpoint: self.endpoint.clone(),
+            profile: self.profile.clone(),
             timeout: std::time::Duration::from_secs(self.remote_timeout),
             ..Default::default()
         }

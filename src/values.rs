@@ -8,10 +8,10 @@ use std::path::PathBuf;
 /// `--endpoint`: a URL with a scheme and a host (refused here, with status
 /// 2, rather than when the first request is built).
 pub fn endpoint(s: &str) -> Result<String, String> {
-    mountfs::remote::config::check_endpoint(s, "--endpoint")
+    packfs_objstore::config::check_endpoint(s, "--endpoint")
         .map(|()| s.to_string())
         .map_err(|e| match e {
-            mountfs::remote::RemoteError::Config(m) => m,
+            packfs_objstore::RemoteError::Config(m) => m,
             e => e.to_string(),
         })
 }

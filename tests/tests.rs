@@ -41,6 +41,7 @@ mod suite {
     mod remote_http;
     mod remote_s3;
     mod remote_shards;
+    mod remote_stream;
     mod shards;
     mod slurm_jobs;
     mod transport;

@@ -397,7 +397,7 @@ mod tests {
         }
         let a = args::parse(&["--raw", d, "--image", "s3://bucket"]);
         let e = resolve_paths(&a).unwrap_err().to_string();
-        assert!(e.starts_with("--image s3://bucket: an S3 image is"), "{e}");
+        assert!(e.starts_with("--image s3://bucket: an S3 object is"), "{e}");
         let a = args::parse(&[
             "--raw",
             d,

@@ -18,7 +18,7 @@ pub struct Snapshot {
     pub disk: Option<iostat::DiskReads>,
     pub pt: Option<CounterSnapshot>,
     /// The daemon's request counters, for a remote image.
-    pub remote: Option<mountfs::remote::RemoteStats>,
+    pub remote: Option<packfs_objstore::RemoteStats>,
 }
 
 /// Counters of `side` now. `before` orders the reads so that the bench's
@@ -53,7 +53,7 @@ pub fn snapshot(ctx: &Ctx, side: &Side, before: bool) -> Snapshot {
 }
 
 /// The `remote` part of the daemon's counters.
-fn remote_stats(mount: &super::mounts::OwnMount) -> Option<mountfs::remote::RemoteStats> {
+fn remote_stats(mount: &super::mounts::OwnMount) -> Option<packfs_objstore::RemoteStats> {
     serde_json::from_value(mount.stats()?.get("remote")?.clone()).ok()
 }
 
@@ -111,12 +111,12 @@ pub fn storage(before: &Snapshot, after: &Snapshot, w: Workload, raw: bool) -> r
 
 /// The requests between two snapshots of one daemon's counters.
 fn remote_delta(
-    a: &mountfs::remote::RemoteStats,
-    b: &mountfs::remote::RemoteStats,
+    a: &packfs_objstore::RemoteStats,
+    b: &packfs_objstore::RemoteStats,
 ) -> report::RemoteOps {
     let gets = b.get_requests.saturating_sub(a.get_requests);
     // The counters keep a mean; the window's mean comes from the two sums.
-    let sum = |s: &mountfs::remote::RemoteStats| s.ttfb_ms_mean * s.get_requests as f64;
+    let sum = |s: &packfs_objstore::RemoteStats| s.ttfb_ms_mean * s.get_requests as f64;
     report::RemoteOps {
         get_requests: gets,
         head_requests: b.head_requests.saturating_sub(a.head_requests),
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn remote_requests_are_the_growth_and_the_window_mean_first_byte() {
-        let s = |gets, bytes, mean| mountfs::remote::RemoteStats {
+        let s = |gets, bytes, mean| packfs_objstore::RemoteStats {
             get_requests: gets,
             head_requests: 1,
             bytes_fetched: bytes,

@@ -3,7 +3,8 @@
 //! Features: `fuse` (default) builds the FUSE adapter (modules `fuse` and `serve`)
 //! and with it `fuser`; without it the crate is the filesystem core
 //! ([`fs::PackFs`]) and the readers, for callers that read images in-process.
-//! `remote` (default) adds `s3://` and `http(s)://` sources (`remote`).
+//! `remote` (default) adds `s3://` and `http(s)://` sources (`remote`), over
+//! the object-storage client `packfs-objstore`.
 pub mod buffers;
 pub mod cache;
 pub mod error;

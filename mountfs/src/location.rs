@@ -25,25 +25,11 @@ impl ImageLocation {
     /// name remote objects, anything else a file.
     pub fn parse(arg: &str) -> std::result::Result<Self, String> {
         let lower = arg.get(..8).unwrap_or(arg).to_ascii_lowercase();
-        if lower.starts_with("s3://") {
-            let rest = &arg[5..];
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
-                return Err(format!(
-                    "{arg}: an S3 image is s3://BUCKET/KEY (a bucket and an object key)"
-                ));
-            }
-            return Ok(ImageLocation::S3 {
-                bucket: bucket.into(),
-                key: key.into(),
-            });
-        }
-        if lower.starts_with("http://") || lower.starts_with("https://") {
-            let host = arg.split_once("://").map_or("", |(_, r)| r);
-            if host.is_empty() || host.starts_with('/') {
-                return Err(format!("{arg}: a URL needs a host"));
-            }
-            return Ok(ImageLocation::Http(arg.into()));
+        if ["s3://", "http://", "https://"]
+            .iter()
+            .any(|s| lower.starts_with(s))
+        {
+            return Self::remote(arg);
         }
         if let Some(scheme) = url_scheme(arg) {
             let rest = &arg[scheme.len() + 3..];
@@ -64,6 +50,38 @@ impl ImageLocation {
             ));
         }
         Ok(ImageLocation::Local(arg.into()))
+    }
+
+    /// An `s3://` or `http(s)://` URL, as the client reads it.
+    #[cfg(feature = "remote")]
+    fn remote(url: &str) -> std::result::Result<Self, String> {
+        use packfs_objstore::Target;
+        match Target::parse(url) {
+            Ok(Target::S3 { bucket, key }) => Ok(ImageLocation::S3 { bucket, key }),
+            Ok(Target::Http { url }) => Ok(ImageLocation::Http(url)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[cfg(not(feature = "remote"))]
+    fn remote(url: &str) -> std::result::Result<Self, String> {
+        Err(format!(
+            "{url}: this build of packfs reads no remote images (feature \"remote\")"
+        ))
+    }
+
+    /// The object of a remote location, as the client names it.
+    #[cfg(feature = "remote")]
+    pub fn target(&self) -> Option<packfs_objstore::Target> {
+        use packfs_objstore::Target;
+        match self {
+            ImageLocation::Local(_) => None,
+            ImageLocation::S3 { bucket, key } => Some(Target::S3 {
+                bucket: bucket.clone(),
+                key: key.clone(),
+            }),
+            ImageLocation::Http(url) => Some(Target::Http { url: url.clone() }),
+        }
     }
 
     /// [`ImageLocation::parse`] for a path argument (a non-UTF-8 path is a file).
@@ -187,7 +205,8 @@ pub struct Opened {
     /// The path or URL, for messages.
     pub name: String,
     /// Request counters of a remote source.
-    pub remote: Option<std::sync::Arc<crate::remote::RemoteCounters>>,
+    #[cfg(feature = "remote")]
+    pub remote: Option<std::sync::Arc<packfs_objstore::RemoteCounters>>,
 }
 
 /// Opens a source for `loc`: a file with `io`, a remote object with
@@ -199,19 +218,15 @@ pub fn open_location(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) ->
         ImageLocation::Local(p) => Ok(Opened {
             source: open_image(p, io)?,
             name,
+            #[cfg(feature = "remote")]
             remote: None,
         }),
         #[cfg(feature = "remote")]
         ImageLocation::S3 { .. } | ImageLocation::Http(_) => {
-            use crate::remote::{Remote, RemoteSource, Target};
-            let target = match loc {
-                ImageLocation::S3 { bucket, key } => Target::S3 {
-                    bucket: bucket.clone(),
-                    key: key.clone(),
-                },
-                _ => Target::Http { url: name.clone() },
-            };
-            let src = RemoteSource::open(Remote::connect(&target, remote)?)?;
+            use crate::remote::RemoteSource;
+            let target = loc.target().expect("a remote location");
+            let client = packfs_objstore::Remote::connect(&target, &remote.client)?;
+            let src = RemoteSource::open(client, remote)?;
             let counters = src.counters();
             Ok(Opened {
                 source: Box::new(src),
@@ -303,19 +318,8 @@ pub fn lengths(
 ) -> Vec<std::result::Result<u64, String>> {
     #[cfg(feature = "remote")]
     let mut remote_lens = {
-        use crate::remote::Target;
-        let targets: Vec<Target> = locs
-            .iter()
-            .filter_map(|l| match l {
-                ImageLocation::Local(_) => None,
-                ImageLocation::S3 { bucket, key } => Some(Target::S3 {
-                    bucket: bucket.clone(),
-                    key: key.clone(),
-                }),
-                ImageLocation::Http(u) => Some(Target::Http { url: u.clone() }),
-            })
-            .collect();
-        crate::remote::objects::lengths(&targets, remote).into_iter()
+        let targets: Vec<_> = locs.iter().filter_map(ImageLocation::target).collect();
+        packfs_objstore::objects::lengths(&targets, &remote.client).into_iter()
     };
     #[cfg(not(feature = "remote"))]
     let _ = remote;

@@ -73,7 +73,8 @@ pub struct OpenedImage {
     /// Length of the image file or object.
     pub len: u64,
     /// Request counters, for a remote image.
-    pub remote: Option<Arc<crate::remote::RemoteCounters>>,
+    #[cfg(feature = "remote")]
+    pub remote: Option<Arc<packfs_objstore::RemoteCounters>>,
 }
 
 pub enum AnyHandle {
@@ -198,9 +199,16 @@ impl AnyImage {
         io: IoMode,
         remote: &crate::remote::RemoteOptions,
     ) -> Result<OpenedImage> {
-        let mut remote = remote.clone();
-        let counters = remote.counters.get_or_insert_with(Default::default).clone();
-        let o = match crate::location::open_content(loc, io, &remote)? {
+        // One set of counters for the image and all its shards.
+        #[cfg(feature = "remote")]
+        let mut counted = remote.clone();
+        #[cfg(feature = "remote")]
+        let (remote, counters) = {
+            let c = counted.client.counters.get_or_insert_with(Default::default);
+            let c = c.clone();
+            (&counted, c)
+        };
+        let o = match crate::location::open_content(loc, io, remote)? {
             crate::location::Content::Image(o) => o,
             crate::location::Content::Manifest(bytes) => {
                 let shard_opts = remote.clone();
@@ -211,11 +219,13 @@ impl AnyImage {
                         Self::open_shard(l, cache, io, &shard_opts)
                     }),
                 };
-                let u = open_manifest_bytes(loc, &bytes, &remote, opts)?;
+                let u = open_manifest_bytes(loc, &bytes, remote, opts)?;
+                #[cfg(feature = "remote")]
                 let any_remote = loc.is_remote() || u.has_remote();
                 return Ok(OpenedImage {
                     image: AnyImage::Union(Box::new(u)),
                     len: bytes.len() as u64,
+                    #[cfg(feature = "remote")]
                     remote: any_remote.then_some(counters),
                 });
             }
@@ -225,6 +235,7 @@ impl AnyImage {
         Ok(OpenedImage {
             image: Self::from_source(Box::new(src), &o.name, cache_bytes)?,
             len,
+            #[cfg(feature = "remote")]
             remote: o.remote,
         })
     }

@@ -13,11 +13,12 @@ use mountfs::location::{self, ImageLocation};
 use mountfs::open::{open_manifest_bytes, AnyImage};
 use mountfs::readahead::StreamReadahead;
 use mountfs::remote::disk_cache::DiskCache;
-use mountfs::remote::{RemoteCounters, RemoteOptions};
+use mountfs::remote::RemoteOptions;
 use mountfs::source::{open_image, FileIdentity, ImageSource, IoMode};
 use mountfs::union::{OnConflict, UnionOptions};
 use mountfs::zip::{index::Index, ZipFs};
 use mountfs::FsError;
+use packfs_objstore::{ClientOptions, RemoteCounters};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -114,24 +115,21 @@ fn wrap(src: Box<dyn ImageSource>, counters: &Arc<StorageCounters>) -> Box<dyn I
 /// `http(s)://...`).
 pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> {
     let loc = ImageLocation::from_path(location).map_err(FsError::Invalid)?;
+    let storage = Arc::new(StorageCounters::default());
+    let counters = Arc::new(RemoteCounters::default());
+    let client = ClientOptions::default();
     let remote = RemoteOptions {
-        endpoint: o.endpoint.clone(),
-        profile: o.profile.clone(),
+        client: ClientOptions {
+            endpoint: o.endpoint.clone(),
+            profile: o.profile.clone(),
+            timeout: o.timeout.unwrap_or(client.timeout),
+            counters: Some(counters.clone()),
+        },
         cache_bytes: o.range_cache,
         disk_cache: o.disk_cache.clone(),
         ..Default::default()
     };
-    let remote = RemoteOptions {
-        timeout: o.timeout.unwrap_or(remote.timeout),
-        ..remote
-    };
     remote.validate().map_err(FsError::Invalid)?;
-    let storage = Arc::new(StorageCounters::default());
-    let counters = Arc::new(RemoteCounters::default());
-    let remote = RemoteOptions {
-        counters: Some(counters.clone()),
-        ..remote
-    };
     let opened = match location::open_content(&loc, IoMode::Pread, &remote)? {
         location::Content::Image(o) => o,
         location::Content::Manifest(bytes) => {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// Where the image goes.
 enum Dest {
     File,
-    S3(mountfs::remote::Target),
+    S3(packfs_objstore::Target),
 }
 
 pub fn format_for(
@@ -80,7 +80,7 @@ impl PackPlan {
         let dest = match location(args.output())? {
             mountfs::location::ImageLocation::Local(_) => Dest::File,
             mountfs::location::ImageLocation::S3 { bucket, key } => {
-                Dest::S3(mountfs::remote::Target::S3 { bucket, key })
+                Dest::S3(packfs_objstore::Target::S3 { bucket, key })
             }
             mountfs::location::ImageLocation::Http(u) => {
                 return Err(usage(format!(
@@ -481,7 +481,7 @@ fn pack_shards(
             Err(e)
                 if matches!(
                     e.downcast_ref(),
-                    Some(mountfs::remote::RemoteError::Interrupted)
+                    Some(packfs_objstore::RemoteError::Interrupted)
                 ) =>
             {
                 drop(tmp_dir);
@@ -545,7 +545,7 @@ fn pack_image(
     let output = args.output();
     // To object storage: the multipart upload is started first (a wrong
     // bucket or key fails now, not after the pack), the image packed to a
-    // temporary file, then sent (see mountfs::remote::upload).
+    // temporary file, then sent (see packfs_objstore::upload).
     let upload = match &plan.dest {
         Dest::S3(target) => Some(super::upload::begin(target, args.force, remote)?),
         Dest::File => None,
@@ -577,7 +577,7 @@ fn pack_image(
         let sent = super::upload::send(up, &local, cancel, args.quiet);
         drop(tmp_dir);
         match sent {
-            Err(mountfs::remote::RemoteError::Interrupted) => return Err(die_of_signal()),
+            Err(packfs_objstore::RemoteError::Interrupted) => return Err(die_of_signal()),
             r => {
                 r.with_context(|| format!("uploading the image to {}", output.display()))?;
             }

@@ -4,8 +4,8 @@
 use anyhow::Context;
 use mountfs::fs::PackFs;
 use mountfs::open::AnyImage;
-use mountfs::remote::{RemoteCounters, RemoteStats};
 use mountfs::transport::{Served, Shared};
+use packfs_objstore::{RemoteCounters, RemoteStats};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

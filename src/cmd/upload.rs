@@ -1,10 +1,10 @@
 //! `packfs pack -o s3://...`: the upload around the pack (the multipart
-//! upload itself is `mountfs::remote::upload`).
+//! upload itself is `packfs_objstore::upload`).
 
 use crate::cli::RemoteArgs;
 use anyhow::{bail, Context};
-use mountfs::remote::upload::Upload;
-use mountfs::remote::{Remote, RemoteError, Target};
+use packfs_objstore::upload::Upload;
+use packfs_objstore::{Remote, RemoteError, Target};
 use std::path::Path;
 
 use std::sync::atomic::AtomicBool;
@@ -12,8 +12,7 @@ use std::sync::atomic::AtomicBool;
 /// Connects and starts the multipart upload; refuses an existing object
 /// unless `force` (as for a file).
 pub fn begin(target: &Target, force: bool, remote: &RemoteArgs) -> anyhow::Result<Upload> {
-    let opts = remote.options();
-    let remote = Remote::connect_for_upload(target, &opts)?;
+    let remote = Remote::connect_for_upload(target, &remote.client())?;
     match remote.head() {
         Ok(_) if !force => bail!(
             "{}: the object exists (pass --force to replace it)",
@@ -118,7 +117,7 @@ impl ShardUploads {
             prefix: prefix.into(),
             template: template.into(),
             parts,
-            remote: Remote::connect_for_upload(target, &remote.options())?,
+            remote: Remote::connect_for_upload(target, &remote.client())?,
             force,
         })
     }

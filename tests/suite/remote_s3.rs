@@ -1,7 +1,7 @@
 //! Images on S3 (issue #13), against moto's S3 server from PyPI started
 //! here on 127.0.0.1 (requests signed with SigV4 by object_store; moto
 //! accepts any key, so which keys are chosen is tested in
-//! `mountfs::remote::config`'s unit tests and here only through a profile
+//! `packfs_objstore::config`'s unit tests and here only through a profile
 //! file that must be read for the endpoint to be found at all).
 
 use crate::common::servers::Moto;
@@ -315,22 +315,22 @@ fn pack_to_s3_interrupted_leaves_no_object_and_no_upload() {
     // known): aborted, no object, no upload left.
     let img = t.path().join("big.sqfs");
     pack(&src, &img, &[]);
-    let opts = mountfs::remote::RemoteOptions {
+    let opts = packfs_objstore::ClientOptions {
         endpoint: Some(moto.endpoint()),
         ..Default::default()
     };
-    let target = mountfs::remote::Target::S3 {
+    let target = packfs_objstore::Target::S3 {
         bucket: "cut".into(),
         key: "y.sqfs".into(),
     };
-    let settings = mountfs::remote::config::S3Settings {
+    let settings = packfs_objstore::config::S3Settings {
         keys: Some(("k".into(), "s".into(), None)),
         endpoint: Some(moto.endpoint()),
         region: "us-east-1".into(),
         keys_from: "test".into(),
     };
-    let remote = mountfs::remote::Remote::connect_with(&target, &opts, Some(&settings)).unwrap();
-    let up = mountfs::remote::upload::Upload::begin(remote).unwrap();
+    let remote = packfs_objstore::Remote::connect_with(&target, &opts, Some(&settings)).unwrap();
+    let up = packfs_objstore::upload::Upload::begin(remote).unwrap();
     let cancel = AtomicBool::new(false);
     let r = std::thread::scope(|s| {
         s.spawn(|| {
@@ -340,7 +340,7 @@ fn pack_to_s3_interrupted_leaves_no_object_and_no_upload() {
         up.send_file(&img, Some(&cancel))
     });
     assert!(
-        matches!(r, Err(mountfs::remote::RemoteError::Interrupted)),
+        matches!(r, Err(packfs_objstore::RemoteError::Interrupted)),
         "{r:?}"
     );
     assert_eq!(moto.keys("cut"), Vec::<String>::new());

@@ -35,8 +35,8 @@
 //! and readahead (see [`source::RemoteSource`]).
 //!
 //! **Parallel requests and readahead.** A read spanning several ranges
-//! starts all of their fetches at once, on a small tokio runtime that all
-//! clients of the process share ([`client::runtime`]; `read_at` is synchronous and called from FUSE session
+//! starts all of their fetches at once, on the runtime that all clients of
+//! the process share (`read_at` is synchronous and called from FUSE session
 //! threads, which wait on the fetch). `will_need` hints start fetches without
 //! waiting; the image source is wrapped in
 //! [`crate::readahead::StreamReadahead`] like a local one, which widens the
@@ -47,75 +47,43 @@
 //! [`ranges::MAX_AHEAD`] at a time and never more than half the cache
 //! budget in flight.
 //!
-//! **Failures are bounded in time.** Each request has an attempt timeout
-//! (a quarter of `--remote-timeout`, 1 to 20 s); 5xx answers, 408, 429,
-//! connection errors and timed-out attempts are retried with exponential
-//! backoff (object_store's retry loop: 50 ms doubling to 2 s); and the whole
-//! fetch, retries included, is cut at `--remote-timeout`. Past that the read
-//! is `FsError::Io` naming the URL and the offset (EIO at the FUSE edge),
-//! never a hang; 4xx answers fail at once. Until the server has answered
-//! once, a refused connection, an unknown host or a failed TLS handshake
-//! fail at once too: that is a wrong URL or endpoint, which retrying for a
-//! minute only hides; after, a refused connection is a server restarting,
-//! and is retried. A timeout names the last failed attempt ("HTTP 503
-//! …, still failing after 60 s"), and no message carries a server's error
-//! page (an S3 error's Code and Message are kept).
+//! **The client** is the `packfs_objstore` crate, which the write side
+//! shares (design note in its crate doc): credentials, the shared runtime,
+//! retries and timeouts, the version pinned at open by a HEAD and checked
+//! on every range GET, request counters, uploads. What the source adds:
 //!
-//! **One version of the object.** The length and ETag (or, for servers
-//! without ETags, Last-Modified) are pinned when the source is opened, by a
-//! HEAD request that also proves the credentials and the object before
-//! anything is mounted (a 403 or 404 is an error naming the URL and the
-//! status). Every GET carries `If-Match: ETAG`, and the ETag, total length
-//! and range of each answer are checked again, so an object replaced while
-//! mounted gives EIO ("changed since it was opened"), never a mix of old and
-//! new bytes. Ranges already cached are of the pinned version and keep
-//! being served. The first range is fetched at open, so that a server that
-//! ignores `Range` or sends no validator on range answers is an error of
-//! the open, saying so, never "not an image".
+//! **Failures are bounded in time.** Each fetch, retries included, is cut
+//! at `--remote-timeout` by the client; past that the read is `FsError::Io`
+//! naming the URL and the offset (EIO at the FUSE edge), never a hang.
+//! While the server is failing, a fetch gets one attempt's time instead of
+//! the whole timeout (see `source.rs`), so one `read()` that makes several
+//! FUSE requests does not wait the timeout several times.
 //!
-//! **Counted.** [`RemoteCounters`]: HTTP requests by kind as they leave the
-//! process (retries included), ranges fetched, bytes fetched, readahead
-//! fetches, failures and time to first byte; `packfs mount --stats` and
-//! `packfs bench` report them.
+//! **One version of the object.** Length and ETag are pinned when the
+//! source is opened, before anything is mounted, and every fetch is of
+//! that version, so an object replaced while mounted gives EIO ("changed
+//! since it was opened"), never a mix of old and new bytes. Ranges already
+//! cached are of the pinned version and keep being served. The first range
+//! is fetched at open, so that a server that ignores `Range` or sends no
+//! validator on range answers is an error of the open, saying so, never
+//! "not an image". `packfs mount --stats` and `packfs bench` report the
+//! client's counters of the source's requests.
 //!
 //! **The disk cache** ([`disk_cache`], `--disk-cache DIR`): fetched bytes
 //! kept on node-local disk in checksummed chunks, keyed by the pinned
 //! version, shared by the processes of a node and kept across restarts, so
 //! a second epoch over an image larger than the range cache reads the disk
 //! instead of the network. Every fetch asks it first (see that module).
-//!
-//! **Credentials** ([`config`]) come the way S3 users have them: the
-//! `AWS_*` environment, `AWS_PROFILE` or `--profile` with `~/.aws/credentials`
-//! and `~/.aws/config` (what LUMI's `lumio-conf` writes), `--endpoint`; no
-//! credentials means anonymous requests (public buckets). Signing is
-//! object_store's; nothing here signs requests.
-//!
-//! **Upload** ([`upload`]): `packfs pack -o s3://...` writes the image to a
-//! local temporary file and then sends it as a multipart upload, part by
-//! part (see that module for why not while it is written).
 
-#[cfg(feature = "remote")]
-pub mod client;
-pub mod config;
 pub mod disk_cache;
-pub mod error;
 #[cfg(feature = "remote")]
-pub mod objects;
+mod error;
 pub mod options;
 #[cfg(feature = "remote")]
 pub mod ranges;
 #[cfg(feature = "remote")]
-mod roots;
-#[cfg(feature = "remote")]
 pub mod source;
-pub mod stats;
-#[cfg(feature = "remote")]
-pub mod upload;
 
-#[cfg(feature = "remote")]
-pub use client::{Remote, Target};
-pub use error::RemoteError;
 pub use options::RemoteOptions;
 #[cfg(feature = "remote")]
 pub use source::RemoteSource;
-pub use stats::{RemoteCounters, RemoteStats};

@@ -1,27 +1,21 @@
 //! The knobs of remote reading, with their defaults and limits.
 
-use super::stats::RemoteCounters;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// How remote images are reached and read (the CLI's remote flags).
+/// How remote images are reached and read (the CLI's remote flags): the
+/// client's options (endpoint, credentials, timeout, counters) and what
+/// the image source does with the object (ranges, caches, readahead).
 #[derive(Clone, Debug)]
 pub struct RemoteOptions {
-    /// S3 endpoint URL (`--endpoint`); beats `AWS_ENDPOINT_URL` and profiles.
-    pub endpoint: Option<String>,
-    /// Profile of `~/.aws/credentials` and `~/.aws/config` (`--profile`).
-    pub profile: Option<String>,
+    /// How objects are reached.
+    #[cfg(feature = "remote")]
+    pub client: packfs_objstore::ClientOptions,
     /// Bytes per range request; ranges are aligned to it.
     pub range_size: u64,
     /// Byte budget of the fetched-range cache.
     pub cache_bytes: u64,
-    /// Longest a read may take, retries included, before it is EIO.
-    pub timeout: Duration,
     /// Ranges fetched ahead of a reader moving through the object.
     pub readahead: u32,
-    /// Counters to add this source's requests to, shared by the shards of
-    /// a manifest so one set reports them all; None: the source's own.
-    pub counters: Option<Arc<RemoteCounters>>,
     /// The node-local disk cache of fetched bytes (`--disk-cache`), None
     /// for none.
     pub disk_cache: Option<Arc<super::disk_cache::DiskCache>>,
@@ -30,27 +24,19 @@ pub struct RemoteOptions {
 impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
-            endpoint: None,
-            profile: None,
+            #[cfg(feature = "remote")]
+            client: Default::default(),
             range_size: 4 << 20,
             cache_bytes: 256 << 20,
-            timeout: Duration::from_secs(60),
             readahead: 2,
-            counters: None,
             disk_cache: None,
         }
     }
 }
 
 impl RemoteOptions {
-    /// Time for one attempt of a request: a quarter of the total, 1 to 20 s,
-    /// so a stalled connection leaves room for retries.
-    pub fn attempt_timeout(&self) -> Duration {
-        (self.timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(20))
-    }
-
     /// Checks the sizes: a range from 64 KiB to 256 MiB, a power of two, and
-    /// a cache of at least two ranges.
+    /// a cache of at least two ranges; and the client's values.
     pub fn validate(&self) -> Result<(), String> {
         let r = self.range_size;
         if !r.is_power_of_two() || !(64 << 10..=256 << 20).contains(&r) {
@@ -65,9 +51,8 @@ impl RemoteOptions {
                 2 * r
             ));
         }
-        if self.timeout.is_zero() {
-            return Err("--remote-timeout must be more than 0 seconds".into());
-        }
+        #[cfg(feature = "remote")]
+        self.client.validate()?;
         Ok(())
     }
 }

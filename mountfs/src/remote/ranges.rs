@@ -7,9 +7,9 @@
 //! more than half the budget in flight (counted in whole ranges); a failure is handed to the readers
 //! waiting for that flight and then forgotten.
 
-use super::error::RemoteError;
 use bytes::Bytes;
 use lru::LruCache;
+use packfs_objstore::RemoteError;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

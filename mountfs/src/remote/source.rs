@@ -1,15 +1,13 @@
 //! [`RemoteSource`]: an [`ImageSource`] over range GETs of one object
 //! version (the design is in the [module doc](super)).
 
-use super::client::{classify, Remote, Version};
 use super::disk_cache::{DiskCache, ObjectKey};
-use super::error::RemoteError;
+use super::options::RemoteOptions;
 use super::ranges::{Flight, Lookup, RangeCache};
-use super::stats::{RemoteCounters, RemoteStats};
 use crate::error::Result;
 use crate::source::{range_check, ImageSource};
 use bytes::Bytes;
-use object_store::{GetOptions, GetRange};
+use packfs_objstore::{Remote, RemoteCounters, RemoteError, RemoteStats, Version};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +55,8 @@ pub struct RemoteSource {
 
 struct Shared {
     remote: Remote,
+    /// How the object is read (ranges, readahead, disk cache).
+    opts: RemoteOptions,
     version: Version,
     ranges: RangeCache,
     /// The disk cache and this version's key in it, when one is used.
@@ -73,7 +73,8 @@ impl RemoteSource {
     /// (the magic, the superblock), so that a server that cannot serve
     /// ranges (one that ignores `Range`, one that drops the validator) is
     /// an error of the open, with its cause, and not of a later read.
-    pub fn open(remote: Remote) -> std::result::Result<Self, RemoteError> {
+    pub fn open(remote: Remote, opts: &RemoteOptions) -> std::result::Result<Self, RemoteError> {
+        opts.validate().map_err(RemoteError::Config)?;
         let version = remote.head()?;
         if version.len == 0 {
             return Err(RemoteError::Config(format!(
@@ -88,20 +89,19 @@ impl RemoteSource {
                 remote.url()
             );
         }
-        let o = &remote.opts;
-        let ranges = RangeCache::new(o.cache_bytes as usize, o.range_size as usize);
-        let piece = if version.len > o.cache_bytes {
-            piece_size(o.range_size)
+        let ranges = RangeCache::new(opts.cache_bytes as usize, opts.range_size as usize);
+        let piece = if version.len > opts.cache_bytes {
+            piece_size(opts.range_size)
         } else {
-            o.range_size
+            opts.range_size
         };
-        let disk = o.disk_cache.as_ref().and_then(|dc| {
+        let disk = opts.disk_cache.as_ref().and_then(|dc| {
             let key = dc.key(
                 remote.url(),
                 version.etag.as_deref(),
                 version.modified.as_deref(),
                 version.len,
-                piece_size(o.range_size),
+                piece_size(opts.range_size),
             );
             if key.is_none() {
                 log::warn!(
@@ -116,6 +116,7 @@ impl RemoteSource {
             piece,
             shared: Arc::new(Shared {
                 remote,
+                opts: opts.clone(),
                 version,
                 ranges,
                 disk,
@@ -156,7 +157,7 @@ impl RemoteSource {
     }
 
     fn range_size(&self) -> u64 {
-        self.shared.remote.opts.range_size
+        self.shared.opts.range_size
     }
 
     fn last_range(&self) -> u64 {
@@ -222,7 +223,7 @@ impl RemoteSource {
     /// one range to the next (or, without pieces, stayed on one).
     fn follow(&self, first: u64, last: u64) {
         let prev = self.next.swap(last + 1, Relaxed);
-        let n = self.shared.remote.opts.readahead as u64;
+        let n = self.shared.opts.readahead as u64;
         let moving = prev == first || (prev == first + 1 && !self.pieces());
         if n == 0 || !moving {
             return;
@@ -321,106 +322,32 @@ impl Shared {
             Some(_) => opts.attempt_timeout().min(opts.timeout),
             None => opts.timeout,
         };
-        let (start, end) = (span.start, span.end);
-        let url = self.remote.url();
-        let what = format!("range GET of bytes {start}..{end}");
-        let secs = opts.timeout.as_secs();
-        let t0 = std::time::Instant::now();
-        let get = async {
-            let o = GetOptions {
-                range: Some(GetRange::Bounded(start..end)),
-                if_match: self.version.etag.clone(),
-                ..Default::default()
-            };
-            let r = self
-                .remote
-                .store()
-                .get_opts(self.remote.path(), o)
-                .await
-                .map_err(|e| classify(url, secs, &what, e))?;
-            self.check(&r.meta, &r.range, start..end)?;
-            r.bytes().await.map_err(|e| classify(url, secs, &what, e))
-        };
-        let bytes = match tokio::time::timeout(limit, get).await {
-            Ok(r) => r?,
-            Err(_) => {
-                // Said when the fetch gives up, not when it started: a
-                // server that just began failing has failed for the whole
-                // attempt by now.
-                let extra = failing_since.map_or(String::new(), |t| {
-                    format!(
-                        " (the server has not answered for {} s)",
-                        t.elapsed().as_secs()
-                    )
-                });
-                return Err(RemoteError::Timeout {
-                    url: url.into(),
+        let r = self.remote.get_range(&self.version, span, limit).await;
+        match (r, failing_since) {
+            // Said when the fetch gives up, not when it started: a server
+            // that just began failing has failed for the whole attempt by
+            // now.
+            (
+                Err(RemoteError::Timeout {
+                    url,
                     what,
-                    secs: whole_secs(limit),
-                    cause: self.remote.health.last_since(t0),
+                    secs,
+                    cause,
                     extra,
-                });
-            }
-        };
-        if bytes.len() as u64 != end - start {
-            return Err(RemoteError::Transport {
-                url: url.into(),
+                }),
+                Some(t),
+            ) => Err(RemoteError::Timeout {
+                url,
                 what,
-                detail: format!("{} bytes arrived", bytes.len()),
-            });
+                secs,
+                cause,
+                extra: format!(
+                    "{extra} (the server has not answered for {} s)",
+                    t.elapsed().as_secs()
+                ),
+            }),
+            (r, _) => r,
         }
-        let c = &self.remote.counters;
-        c.ranges.fetch_add(1, Relaxed);
-        c.bytes.fetch_add(bytes.len() as u64, Relaxed);
-        Ok(bytes)
-    }
-
-    /// The answer must come from the pinned version and be the range asked.
-    fn check(
-        &self,
-        meta: &object_store::ObjectMeta,
-        got: &std::ops::Range<u64>,
-        want: std::ops::Range<u64>,
-    ) -> std::result::Result<(), RemoteError> {
-        let v = &self.version;
-        let changed = |detail: String| RemoteError::Changed {
-            url: self.remote.url().into(),
-            detail,
-        };
-        let missing = |validator, pinned: &str| RemoteError::NoValidator {
-            url: self.remote.url().into(),
-            validator,
-            pinned: pinned.into(),
-        };
-        match (&v.etag, &meta.e_tag) {
-            (Some(pinned), Some(now)) if pinned != now => {
-                return Err(changed(format!("ETag {pinned} is now {now}")));
-            }
-            (Some(pinned), None) => return Err(missing("ETag", pinned)),
-            _ => {}
-        }
-        if v.etag.is_none() {
-            let now =
-                (meta.last_modified.timestamp() != 0).then(|| meta.last_modified.to_rfc2822());
-            match (&v.modified, &now) {
-                (Some(pinned), None) => return Err(missing("Last-Modified", pinned)),
-                (Some(pinned), Some(now)) if pinned != now => {
-                    return Err(changed(format!("Last-Modified {pinned} is now {now}")));
-                }
-                _ => {}
-            }
-        }
-        if meta.size != v.len {
-            return Err(changed(format!("length {} is now {}", v.len, meta.size)));
-        }
-        if *got != want {
-            return Err(RemoteError::Transport {
-                url: self.remote.url().into(),
-                what: format!("range GET of bytes {}..{}", want.start, want.end),
-                detail: format!("the server sent bytes {}..{}", got.start, got.end),
-            });
-        }
-        Ok(())
     }
 }
 
@@ -445,15 +372,15 @@ impl ImageSource for RemoteSource {
             .flat_map(|i| self.entries(i, off, end, whole, false))
             .collect();
         self.follow(first, last);
-        let opts = &self.shared.remote.opts;
+        let timeout = self.shared.remote.opts.timeout;
         for (r0, l) in looked {
             let data = match l {
                 Lookup::Ready(b) => b,
                 // Not logged here: the caller says it once (the FUSE
                 // edge logs what it answers EIO for, the CLI prints it).
-                Lookup::Wait(f, _) => {
-                    wait(&f, opts.timeout, self.url()).map_err(|e| read_error(e, buf.len(), off))?
-                }
+                Lookup::Wait(f, _) => wait(&f, timeout, self.url()).map_err(|e| {
+                    e.during(format!("read of {} bytes at offset {off}", buf.len()))
+                })?,
                 Lookup::Skip => unreachable!("demand lookups are never skipped"),
             };
             // The part of this range or piece that the read covers.
@@ -495,41 +422,4 @@ fn wait(f: &Flight, timeout: Duration, url: &str) -> std::result::Result<Bytes, 
             extra: String::new(),
         })
     })
-}
-
-/// The fetch's error, restated for this read (length and offset).
-fn read_error(e: RemoteError, len: usize, off: u64) -> crate::error::FsError {
-    let at = format!("read of {len} bytes at offset {off}");
-    match e {
-        RemoteError::Timeout {
-            url,
-            secs,
-            what,
-            cause,
-            extra,
-        } => RemoteError::Timeout {
-            url,
-            what: at,
-            secs,
-            cause,
-            extra: format!(" ({what}){extra}"),
-        },
-        RemoteError::Transport { url, what, detail } => RemoteError::Transport {
-            url,
-            what: at,
-            detail: format!("{what}: {detail}"),
-        },
-        RemoteError::Changed { url, detail } => RemoteError::Changed {
-            url,
-            detail: format!("{at}: {detail}"),
-        },
-        other => other,
-    }
-    .into()
-}
-
-/// Seconds for a message, rounded up: a limit of half a second is not
-/// "0 s".
-fn whole_secs(d: std::time::Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }

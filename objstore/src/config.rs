@@ -20,7 +20,7 @@
 //! A profile asked for by name (`--profile`, `AWS_PROFILE`) that neither file
 //! has is an error naming the files, not a silent fall back to anonymous.
 
-use super::error::RemoteError;
+use crate::error::RemoteError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

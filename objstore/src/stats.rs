@@ -1,11 +1,11 @@
-//! What a remote source sent and received: counted as requests leave the
+//! What a client sent and received: counted as requests leave the
 //! process, so retries show.
 
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Requests as they leave the process (retries included) and what the
-/// source made of them. All relaxed atomics: statistics, not synchronisation.
+/// reader made of them. All relaxed atomics: statistics, not synchronisation.
 #[derive(Debug, Default)]
 pub struct RemoteCounters {
     pub gets: AtomicU64,
@@ -18,7 +18,8 @@ pub struct RemoteCounters {
     /// Of those, fetched ahead of any reader.
     pub ranges_ahead: AtomicU64,
     pub bytes: AtomicU64,
-    /// Bytes a fetch found in the disk cache instead (not in `bytes`).
+    /// Bytes a reader found in its disk cache instead (not in `bytes`):
+    /// mountfs's `--disk-cache`.
     pub disk_bytes: AtomicU64,
     /// Sum and maximum of the time from sending a GET to its headers.
     pub ttfb_us_sum: AtomicU64,

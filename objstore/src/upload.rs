@@ -17,9 +17,9 @@
 //! flag is raised (SIGINT/SIGTERM in the CLI), and dropping an `Upload` that
 //! was not completed aborts it too, so no parts are left billed in the bucket.
 
-use super::client::classify;
-use super::client::Remote;
-use super::error::RemoteError;
+use crate::client::classify;
+use crate::client::Remote;
+use crate::error::RemoteError;
 use object_store::ObjectStoreExt;
 use std::io::Read;
 use std::path::Path;

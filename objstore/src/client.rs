@@ -1,9 +1,10 @@
 //! The connection to one object: an object_store client (S3 or plain
 //! HTTP), the tokio runtime its requests run on, and the request counters.
 //!
-//! Sync on the outside: the image readers and FUSE session threads call
-//! [`Remote::block_on`] or spawn onto [`Remote::handle`] and wait; the
-//! runtime's worker threads only move bytes.
+//! Sync on the outside: callers (the image readers, FUSE session threads,
+//! [`crate::ObjectReader`]) call [`Remote::block_on`] or spawn onto
+//! [`Remote::handle`] and wait; the runtime's worker threads only move
+//! bytes.
 //!
 //! # One runtime per process
 //! Every [`Remote`] of a process runs on one shared runtime ([`runtime`]):
@@ -19,16 +20,18 @@
 //! fork keep the dead runtime and must not be used in the child; the Python
 //! binding reopens its images in a new process and leaks the old ones.
 
-use super::config::{self, S3Settings};
-use super::error::{RemoteError, Unreachable};
-use super::options::RemoteOptions;
-use super::stats::RemoteCounters;
+use crate::config::{self, S3Settings};
+use crate::error::{RemoteError, Unreachable};
+use crate::options::ClientOptions;
+use crate::stats::RemoteCounters;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
     ReqwestConnector,
 };
 use object_store::path::Path as ObjPath;
-use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{
+    BackoffConfig, ClientOptions as HttpOptions, ObjectStore, ObjectStoreExt, RetryConfig,
+};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -57,6 +60,33 @@ pub enum Target {
 }
 
 impl Target {
+    /// Reads `s3://BUCKET/KEY`, `http://HOST/...` or `https://HOST/...`
+    /// (schemes in any case); anything else is a configuration error
+    /// naming it.
+    pub fn parse(url: &str) -> Result<Self, RemoteError> {
+        let bad = |why: &str| Err(RemoteError::Config(format!("{url}: {why}")));
+        let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+        if lower.starts_with("s3://") {
+            let rest = &url[5..];
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
+                return bad("an S3 object is s3://BUCKET/KEY (a bucket and an object key)");
+            }
+            return Ok(Target::S3 {
+                bucket: bucket.into(),
+                key: key.into(),
+            });
+        }
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            let host = url.split_once("://").map_or("", |(_, r)| r);
+            if host.is_empty() || host.starts_with('/') {
+                return bad("a URL needs a host");
+            }
+            return Ok(Target::Http { url: url.into() });
+        }
+        bad("not an s3://, http:// or https:// URL")
+    }
+
     /// The URL as the user wrote it, for messages, without its query: the
     /// query of a presigned URL is its signature, a credential that must
     /// not end up in logs.
@@ -91,10 +121,42 @@ mod tests {
     }
 
     #[test]
+    fn urls_parse_into_targets_or_errors_naming_them() {
+        assert_eq!(
+            Target::parse("S3://b/dir/k.tar").unwrap(),
+            Target::S3 {
+                bucket: "b".into(),
+                key: "dir/k.tar".into()
+            }
+        );
+        assert_eq!(
+            Target::parse("https://h/p?sig=1").unwrap(),
+            Target::Http {
+                url: "https://h/p?sig=1".into()
+            }
+        );
+        for bad in [
+            "s3://b",
+            "s3://b/",
+            "s3:///k",
+            "s3://b/d/",
+            "http://",
+            "https:///p",
+            "/x",
+        ] {
+            let e = Target::parse(bad).unwrap_err();
+            assert!(
+                matches!(&e, RemoteError::Config(m) if m.starts_with(bad)),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn objects_share_the_process_runtime_and_keep_their_own_counters() {
         let open = |u: &str| {
             let t = Target::Http { url: u.into() };
-            Remote::connect(&t, &RemoteOptions::default()).unwrap()
+            Remote::connect(&t, &ClientOptions::default()).unwrap()
         };
         let (a, b) = (open("http://127.0.0.1:1/a"), open("http://127.0.0.1:1/b"));
         assert!(Arc::ptr_eq(&a.runtime, &b.runtime));
@@ -330,7 +392,7 @@ struct CountingConnector {
 }
 
 impl HttpConnector for CountingConnector {
-    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+    fn connect(&self, options: &HttpOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
         Ok(HttpClient::new(Counting {
             inner,
@@ -391,7 +453,7 @@ pub struct Remote {
     store: Arc<dyn ObjectStore>,
     path: ObjPath,
     url: String,
-    pub opts: RemoteOptions,
+    pub opts: ClientOptions,
     pub counters: Arc<RemoteCounters>,
     pub(crate) health: Arc<Health>,
     /// Where the S3 keys came from ("environment", "profile x", anonymous).
@@ -401,7 +463,7 @@ pub struct Remote {
 impl Remote {
     /// Builds the client for `target` (no request is sent yet). S3 settings
     /// come from the process environment, the AWS files and `opts`.
-    pub fn connect(target: &Target, opts: &RemoteOptions) -> Result<Self, RemoteError> {
+    pub fn connect(target: &Target, opts: &ClientOptions) -> Result<Self, RemoteError> {
         let settings = match target {
             Target::S3 { .. } => Some(config::resolve(
                 &|k| std::env::var(k).ok(),
@@ -415,7 +477,7 @@ impl Remote {
 
     /// [`Remote::connect`] for an upload: each request (a part of up to
     /// 64 MiB) may take the whole `--remote-timeout`, not a quarter of it.
-    pub fn connect_for_upload(target: &Target, opts: &RemoteOptions) -> Result<Self, RemoteError> {
+    pub fn connect_for_upload(target: &Target, opts: &ClientOptions) -> Result<Self, RemoteError> {
         let settings = config::resolve(
             &|k| std::env::var(k).ok(),
             opts.endpoint.as_deref(),
@@ -427,7 +489,7 @@ impl Remote {
     /// [`Remote::connect`] with explicit S3 settings (None for HTTP).
     pub fn connect_with(
         target: &Target,
-        opts: &RemoteOptions,
+        opts: &ClientOptions,
         settings: Option<&S3Settings>,
     ) -> Result<Self, RemoteError> {
         Self::build(target, opts, settings, opts.attempt_timeout())
@@ -435,7 +497,7 @@ impl Remote {
 
     fn build(
         target: &Target,
-        opts: &RemoteOptions,
+        opts: &ClientOptions,
         settings: Option<&S3Settings>,
         attempt: Duration,
     ) -> Result<Self, RemoteError> {
@@ -454,7 +516,7 @@ impl Remote {
             max_retries: 1000,
             retry_timeout: opts.timeout,
         };
-        let client = super::roots::with_bundled_roots(ClientOptions::new())
+        let client = crate::roots::with_bundled_roots(HttpOptions::new())
             .with_allow_http(true)
             .with_timeout(attempt)
             .with_connect_timeout(attempt.min(Duration::from_secs(5)))
@@ -609,7 +671,7 @@ impl Remote {
 struct ConnectorRef(Arc<CountingConnector>);
 
 impl HttpConnector for ConnectorRef {
-    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+    fn connect(&self, options: &HttpOptions) -> object_store::Result<HttpClient> {
         self.0.connect(options)
     }
 }

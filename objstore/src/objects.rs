@@ -3,9 +3,9 @@
 //! HEADs concurrent) and what `pack --shards -o s3://...` needs to write a
 //! manifest beside its shards (list, small GETs and PUTs).
 
-use super::client::{classify, obj_path, Remote, Target};
-use super::error::RemoteError;
-use super::options::RemoteOptions;
+use crate::client::{classify, obj_path, Remote, Target};
+use crate::error::RemoteError;
+use crate::options::ClientOptions;
 use object_store::{ObjectStore, ObjectStoreExt};
 use std::collections::BTreeMap;
 
@@ -117,7 +117,7 @@ impl Remote {
 /// The lengths of the objects `targets`, in order: the S3 objects of one
 /// bucket through one client and concurrent HEADs, each other URL on its
 /// own. Each error names its object.
-pub fn lengths(targets: &[Target], opts: &RemoteOptions) -> Vec<Result<u64, RemoteError>> {
+pub fn lengths(targets: &[Target], opts: &ClientOptions) -> Vec<Result<u64, RemoteError>> {
     let mut out: Vec<Option<Result<u64, RemoteError>>> = vec![None; targets.len()];
     let mut buckets: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     let mut http = Vec::new();
