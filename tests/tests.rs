@@ -29,6 +29,7 @@ mod suite {
     mod open_errors;
     mod order;
     mod pack_archive;
+    mod pack_archive_remote;
     mod pack_archive_zip;
     mod pack_cancel;
     mod pack_squashfs;

@@ -14,6 +14,10 @@ pub enum PackError {
     },
     #[error("{path}: not a directory", path = path.display())]
     NotADirectory { path: PathBuf },
+    /// Object storage (an `s3://` or `http(s)://` source); the message
+    /// names the URL.
+    #[error(transparent)]
+    Remote(#[from] packfs_objstore::RemoteError),
     #[error("{path}: output already exists (use --force to overwrite)", path = path.display())]
     OutputExists { path: PathBuf },
     #[error("{path}: output directory does not exist", path = path.display())]

@@ -267,10 +267,12 @@ pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     let output = match args.output.take() {
         Some(o) => {
             // `pack SRC IMAGE -o OTHER`: an image named twice, not a source.
-            if let Some(p) = paths
-                .iter()
-                .find(|p| !p.exists() && format_for(p, None).is_ok() && paths.len() > 1)
-            {
+            if let Some(p) = paths.iter().find(|p| {
+                !p.exists()
+                    && !matches!(Source::from_arg(p), Source::Remote(_))
+                    && format_for(p, None).is_ok()
+                    && paths.len() > 1
+            }) {
                 return Err(usage(format!(
                     "{}: not found, and -o names the image: the image is given once, as the \
                      last argument or with -o/--output",
@@ -618,6 +620,7 @@ fn pack_sources(
             PackConflict::Last => packer::archive::OnConflict::Last,
         },
         expand_nested: args.expand_nested.clone(),
+        client: remote.client(),
     };
     match args.shards {
         Some(n) => pack_shards(args, n, plan, None, &cancel, remote, |spec| {

@@ -30,6 +30,7 @@
 //! thread count, and whether read from a file or from stdin.
 
 pub mod decompress;
+pub mod remote;
 pub mod stage;
 pub mod tar;
 pub mod zip;
@@ -63,6 +64,9 @@ pub enum Source {
     Archive(PathBuf),
     /// An archive on standard input (`-`).
     Stdin,
+    /// An archive in object storage or on a web server (`s3://`,
+    /// `http(s)://`), read where it is.
+    Remote(String),
 }
 
 impl Source {
@@ -70,8 +74,14 @@ impl Source {
     /// directory, anything else an archive (whose content is checked when
     /// it is read).
     pub fn from_arg(arg: &Path) -> Source {
+        let s = arg.to_string_lossy();
         if arg.as_os_str() == "-" {
             Source::Stdin
+        } else if ["s3://", "http://", "https://"]
+            .iter()
+            .any(|p| s.starts_with(p))
+        {
+            Source::Remote(s.into_owned())
         } else if arg.is_dir() {
             Source::Dir(arg.to_path_buf())
         } else {
@@ -84,6 +94,7 @@ impl Source {
         match self {
             Source::Dir(p) | Source::Archive(p) => p.clone(),
             Source::Stdin => PathBuf::from("<stdin>"),
+            Source::Remote(url) => PathBuf::from(url),
         }
     }
 }
@@ -100,6 +111,14 @@ pub struct SourceOptions {
     /// read as directories of their name without the archive extension
     /// (`n01440764.tar` -> `n01440764/`), from the stream itself.
     pub expand_nested: Vec<String>,
+    /// How `s3://` and `http(s)://` sources are reached.
+    pub client: packfs_objstore::ClientOptions,
+}
+
+/// A source opened before the pack starts.
+enum Input {
+    File(std::fs::File),
+    Remote(Box<remote::RemoteArchive>),
 }
 
 /// Packs `sources`, merged at the root, into the SquashFS image `out`
@@ -157,7 +176,12 @@ pub(crate) fn pack_sources_recorded(
             Source::Archive(p) => {
                 let f = std::fs::File::open(p).map_err(PackError::io(p))?;
                 known_total += f.metadata().map(|m| m.len()).unwrap_or(0);
-                Some(f)
+                Some(Input::File(f))
+            }
+            Source::Remote(url) => {
+                let r = remote::RemoteArchive::open(url, &so.client)?;
+                known_total += r.size();
+                Some(Input::Remote(Box::new(r)))
             }
             _ => None,
         });
@@ -443,17 +467,15 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn source(
-        &mut self,
-        k: u16,
-        src: &Source,
-        file: Option<std::fs::File>,
-    ) -> Result<(), PackError> {
+    fn source(&mut self, k: u16, src: &Source, input: Option<Input>) -> Result<(), PackError> {
         let name = src.display();
-        match src {
-            Source::Dir(d) => self.directory(k, d),
-            Source::Archive(_) => {
-                let file = file.expect("opened before");
+        match (src, input) {
+            (Source::Dir(d), _) => self.directory(k, d),
+            (_, Some(Input::Remote(r))) if zip::looks_like_zip(r.head()) => {
+                self.zip(k, &name, &r.into_zip())
+            }
+            (_, Some(Input::Remote(r))) => self.archive(k, &name, r.into_stream()?),
+            (_, Some(Input::File(file))) => {
                 let mut head = [0u8; 4];
                 let n = std::os::unix::fs::FileExt::read_at(&file, &mut head, 0)
                     .map_err(PackError::io(&name))?;
@@ -464,7 +486,7 @@ impl<'a> Reader<'a> {
                     self.archive(k, &name, file)
                 }
             }
-            Source::Stdin => self.archive(k, &name, std::io::stdin()),
+            (_, None) => self.archive(k, &name, std::io::stdin()),
         }
     }
 
