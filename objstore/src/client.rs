@@ -451,6 +451,8 @@ pub fn runtime() -> std::io::Result<Arc<tokio::runtime::Runtime>> {
 pub struct Remote {
     runtime: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
+    /// The same store's multipart API with explicit part numbers (S3 only).
+    multipart: Option<Arc<dyn object_store::multipart::MultipartStore>>,
     path: ObjPath,
     url: String,
     pub opts: ClientOptions,
@@ -526,52 +528,57 @@ impl Remote {
             health: health.clone(),
         });
         let bad = |e: object_store::Error| RemoteError::Config(format!("{url}: {e}"));
-        let (store, path, keys_from): (Arc<dyn ObjectStore>, ObjPath, _) = match target {
-            Target::S3 { bucket, key } => {
-                let s = settings.cloned().unwrap_or_default();
-                let mut b = object_store::aws::AmazonS3Builder::new()
-                    .with_bucket_name(bucket)
-                    .with_region(&s.region)
-                    .with_virtual_hosted_style_request(false)
-                    .with_retry(retry)
-                    .with_client_options(client)
-                    .with_http_connector(ConnectorRef(connector));
-                if let Some(e) = &s.endpoint {
-                    b = b.with_endpoint(e);
-                }
-                b = match &s.keys {
-                    Some((id, secret, token)) => {
-                        let b = b.with_access_key_id(id).with_secret_access_key(secret);
-                        match token {
-                            Some(t) => b.with_token(t),
-                            None => b,
-                        }
+        type Multipart = Option<Arc<dyn object_store::multipart::MultipartStore>>;
+        let (store, multipart, path, keys_from): (Arc<dyn ObjectStore>, Multipart, ObjPath, _) =
+            match target {
+                Target::S3 { bucket, key } => {
+                    let s = settings.cloned().unwrap_or_default();
+                    let mut b = object_store::aws::AmazonS3Builder::new()
+                        .with_bucket_name(bucket)
+                        .with_region(&s.region)
+                        .with_virtual_hosted_style_request(false)
+                        .with_retry(retry)
+                        .with_client_options(client)
+                        .with_http_connector(ConnectorRef(connector));
+                    if let Some(e) = &s.endpoint {
+                        b = b.with_endpoint(e);
                     }
-                    // Without keys object_store would ask the EC2 metadata
-                    // service (a hang off AWS); public buckets take unsigned
-                    // requests.
-                    None => b.with_skip_signature(true),
-                };
-                (
-                    Arc::new(b.build().map_err(bad)?),
-                    obj_path(&url, key)?,
-                    Some(s.keys_from),
-                )
-            }
-            Target::Http { url: u } => {
-                let store = object_store::http::HttpBuilder::new()
-                    .with_url(u)
-                    .with_retry(retry)
-                    .with_client_options(client)
-                    .with_http_connector(ConnectorRef(connector))
-                    .build()
-                    .map_err(bad)?;
-                (Arc::new(store), ObjPath::default(), None)
-            }
-        };
+                    b = match &s.keys {
+                        Some((id, secret, token)) => {
+                            let b = b.with_access_key_id(id).with_secret_access_key(secret);
+                            match token {
+                                Some(t) => b.with_token(t),
+                                None => b,
+                            }
+                        }
+                        // Without keys object_store would ask the EC2 metadata
+                        // service (a hang off AWS); public buckets take unsigned
+                        // requests.
+                        None => b.with_skip_signature(true),
+                    };
+                    let s3 = Arc::new(b.build().map_err(bad)?);
+                    (
+                        s3.clone(),
+                        Some(s3),
+                        obj_path(&url, key)?,
+                        Some(s.keys_from),
+                    )
+                }
+                Target::Http { url: u } => {
+                    let store = object_store::http::HttpBuilder::new()
+                        .with_url(u)
+                        .with_retry(retry)
+                        .with_client_options(client)
+                        .with_http_connector(ConnectorRef(connector))
+                        .build()
+                        .map_err(bad)?;
+                    (Arc::new(store), None, ObjPath::default(), None)
+                }
+            };
         Ok(Remote {
             runtime,
             store,
+            multipart,
             path,
             url,
             opts: opts.clone(),
@@ -587,6 +594,11 @@ impl Remote {
 
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// The multipart API with explicit part numbers, for S3 objects.
+    pub fn multipart(&self) -> Option<&Arc<dyn object_store::multipart::MultipartStore>> {
+        self.multipart.as_ref()
     }
 
     pub fn path(&self) -> &ObjPath {

@@ -69,6 +69,7 @@ pub mod config;
 pub mod error;
 pub mod objects;
 pub mod options;
+pub mod parts;
 mod range;
 pub mod reader;
 mod roots;

@@ -1,15 +1,13 @@
 //! `packfs pack -o s3://BUCKET/KEY`: a multipart upload that either
 //! completes, making the object appear whole, or is aborted.
 //!
-//! Why the image is written to a local temporary file first and uploaded
-//! afterwards, rather than streamed while it is written: both writers seek
-//! back (SquashFS writes its superblock, with the table offsets, at byte 0
-//! last; ZIP fills in local headers), and an S3 part cannot change once
-//! sent. Streaming would mean holding part 1 until the end (S3 accepts parts
-//! in any order) and teaching the writers a second output; the temporary
-//! file keeps one output path for both formats and costs local disk of one
-//! image. Memory stays bounded either way: the file is read and sent
-//! `part_size` bytes at a time, at most [`IN_FLIGHT`] parts at once.
+//! This is the upload of a finished file (a ZIP image, a shard): ZIP's
+//! writer fills in local headers behind itself, so its image is written to
+//! a local temporary file and then sent. A SquashFS image is sent while it
+//! is written instead, through [`crate::parts::NumberedUpload`] (its first
+//! part, which holds the superblock written last, goes last). Memory stays
+//! bounded either way: `part_size` bytes at a time, at most [`IN_FLIGHT`]
+//! parts at once.
 //!
 //! The upload is created before the pack starts ([`Upload::begin`]), so a
 //! wrong bucket, endpoint or key fails in seconds, not after an hour of

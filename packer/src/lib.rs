@@ -10,6 +10,7 @@ pub mod archive;
 mod detach;
 mod error;
 pub mod exclude;
+pub mod follow;
 mod io;
 pub mod lustre;
 mod metadata;
@@ -77,6 +78,9 @@ pub struct PackOptions {
     /// Where file data goes in a SquashFS image (see [`order`]); ZIP
     /// archives keep path order.
     pub order: order::DataOrder,
+    /// Tells a follower (an upload) which bytes of the SquashFS image are
+    /// final while it is written.
+    pub follow: Option<Arc<follow::Follow>>,
 }
 
 impl Default for PackOptions {
@@ -98,6 +102,7 @@ impl Default for PackOptions {
             cancel: None,
             stripe: lustre::StripeCount::Auto,
             order: order::DataOrder::Path,
+            follow: None,
         }
     }
 }

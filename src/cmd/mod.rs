@@ -10,6 +10,7 @@ mod pack;
 mod run;
 mod shards;
 mod stats;
+mod stream_upload;
 mod upload;
 
 use crate::cli::{Cli, Command};

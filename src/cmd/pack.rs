@@ -329,12 +329,14 @@ pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     // Kept alive until the pack is done: the image reads from it.
     let stage = stage_venv(&args, plan.mtime, &cancel)?;
     let overlay = stage.as_ref().map(|s| s.path().to_path_buf());
-    let opts = pack_options(&args, &plan, overlay, &cancel);
+    let mut opts = pack_options(&args, &plan, overlay, &cancel);
+    opts.follow = streamed(&args, &plan);
+    let follow = opts.follow.clone();
     match args.shards {
         Some(n) => pack_shards(&args, n, &plan, stage, &cancel, remote, |spec| {
             packer::shards::pack_shards(&args.src, spec, args.shard, &opts)
         }),
-        None => pack_image(&args, &plan, &cancel, remote, |local| {
+        None => pack_image(&args, &plan, &cancel, remote, follow, |local| {
             let packed = match plan.format {
                 OutFormat::Squashfs => packer::pack_squashfs(&args.src, local, &opts),
                 OutFormat::Zip => packer::pack_zip(&args.src, local, &opts),
@@ -375,6 +377,7 @@ fn pack_options(
         cancel: Some(cancel.clone()),
         stripe: args.stripe_count,
         order: plan.order.clone(),
+        follow: None,
     }
 }
 
@@ -535,31 +538,49 @@ fn report_shards(done: &[packer::shards::ShardResult], n: u32, manifest: &str) {
     }
 }
 
-/// One image, to a file or, for `s3://`, to a temporary file then
-/// uploaded; `pack` packs it to the local path it is given.
+/// Whether the image goes to S3 while it is written (one SquashFS image;
+/// see `stream_upload`): then the follow the pack reports to.
+fn streamed(args: &PackArgs, plan: &PackPlan) -> Option<std::sync::Arc<packer::follow::Follow>> {
+    (args.shards.is_none()
+        && matches!(plan.dest, Dest::S3(_))
+        && plan.format == OutFormat::Squashfs)
+        .then(super::stream_upload::follow)
+}
+
+/// One image, to a file or, for `s3://`, to a temporary file whose parts
+/// are sent as they become final (`follow`, a SquashFS image) or after the
+/// pack (a ZIP); `pack` packs it to the local path it is given.
 fn pack_image(
     args: &PackArgs,
     plan: &PackPlan,
     cancel: &AtomicBool,
     remote: &RemoteArgs,
+    follow: Option<std::sync::Arc<packer::follow::Follow>>,
     pack: impl FnOnce(&std::path::Path) -> Result<packer::PackSummary, packer::PackError>,
 ) -> anyhow::Result<i32> {
     let output = args.output();
     // To object storage: the multipart upload is started first (a wrong
     // bucket or key fails now, not after the pack), the image packed to a
-    // temporary file, then sent (see packfs_objstore::upload).
-    let upload = match &plan.dest {
-        Dest::S3(target) => Some(super::upload::begin(target, args.force, remote)?),
-        Dest::File => None,
+    // temporary file, and sent (see packfs_objstore::upload).
+    let (upload, numbered) = match (&plan.dest, &follow) {
+        (Dest::S3(target), None) => (
+            Some(super::upload::begin(target, args.force, remote)?),
+            None,
+        ),
+        (Dest::S3(target), Some(_)) => (
+            None,
+            Some(super::upload::begin_numbered(target, args.force, remote)?),
+        ),
+        (Dest::File, _) => (None, None),
     };
-    let tmp_dir = match &upload {
-        Some(_) => Some(
+    let tmp_dir = match matches!(plan.dest, Dest::S3(_)) {
+        true => Some(
             tempfile::Builder::new()
                 .prefix("packfs-upload-")
                 .tempdir()
                 .context("creating a temporary directory in $TMPDIR for the image")?,
         ),
-        None => None,
+        false => None,
     };
     let local = match &tmp_dir {
         Some(d) => d
@@ -567,23 +588,54 @@ fn pack_image(
             .join(output.file_name().unwrap_or("image".as_ref())),
         None => output.to_path_buf(),
     };
-    let summary = match pack(&local) {
+    let uploading = || format!("uploading the image to {}", output.display());
+    let t = std::time::Instant::now();
+    let (packed, streamer) = match (numbered, &follow) {
+        (Some(up), Some(f)) => {
+            let done = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let h =
+                    s.spawn(|| super::stream_upload::Streamer::new(up).follow(f, &done, cancel));
+                let packed = pack(&local);
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                let st = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (packed, Some(st))
+            })
+        }
+        _ => (pack(&local), None),
+    };
+    let summary = match packed {
         Err(packer::PackError::Interrupted) => {
-            drop(upload);
-            drop(tmp_dir);
+            drop((upload, streamer, tmp_dir));
             return Err(die_of_signal());
         }
         r => r?,
     };
-    if let Some(up) = upload {
-        let sent = super::upload::send(up, &local, cancel, args.quiet);
-        drop(tmp_dir);
-        match sent {
-            Err(packfs_objstore::RemoteError::Interrupted) => return Err(die_of_signal()),
-            r => {
-                r.with_context(|| format!("uploading the image to {}", output.display()))?;
+    let sent = match (upload, streamer) {
+        (Some(up), _) => Some(super::upload::send(up, &local, cancel, args.quiet)),
+        (None, Some(st)) => Some(st.and_then(|st| {
+            let file = std::fs::File::open(&local).map_err(|e| {
+                packfs_objstore::RemoteError::Config(format!("{}: {e}", local.display()))
+            })?;
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let parts = st.finish(&file, len, cancel)?;
+            if !args.quiet {
+                say!(
+                    "uploaded in {parts} parts, sent while packing ({:.2} s in all)",
+                    t.elapsed().as_secs_f64()
+                );
             }
+            Ok(parts as u64)
+        })),
+        (None, None) => None,
+    };
+    drop(tmp_dir);
+    match sent {
+        Some(Err(packfs_objstore::RemoteError::Interrupted)) => return Err(die_of_signal()),
+        Some(r) => {
+            r.with_context(uploading)?;
         }
+        None => {}
     }
     if !args.quiet {
         print_summary(&summary, output);
@@ -622,11 +674,14 @@ fn pack_sources(
         expand_nested: args.expand_nested.clone(),
         client: remote.client(),
     };
+    let mut opts = opts;
+    opts.follow = streamed(args, plan);
+    let follow = opts.follow.clone();
     match args.shards {
         Some(n) => pack_shards(args, n, plan, None, &cancel, remote, |spec| {
             packer::shards::pack_source_shards(sources, &so, spec, args.shard, &opts)
         }),
-        None => pack_image(args, plan, &cancel, remote, |local| {
+        None => pack_image(args, plan, &cancel, remote, follow, |local| {
             packer::archive::pack_sources(sources, local, &opts, &so)
         }),
     }

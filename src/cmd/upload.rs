@@ -12,6 +12,23 @@ use std::sync::atomic::AtomicBool;
 /// Connects and starts the multipart upload; refuses an existing object
 /// unless `force` (as for a file).
 pub fn begin(target: &Target, force: bool, remote: &RemoteArgs) -> anyhow::Result<Upload> {
+    Ok(Upload::begin(destination(target, force, remote)?)?)
+}
+
+/// [`begin`], for an upload whose parts are numbered by the caller (an
+/// image sent while it is written).
+pub fn begin_numbered(
+    target: &Target,
+    force: bool,
+    remote: &RemoteArgs,
+) -> anyhow::Result<packfs_objstore::parts::NumberedUpload> {
+    Ok(packfs_objstore::parts::NumberedUpload::begin(destination(
+        target, force, remote,
+    )?)?)
+}
+
+/// The client for the upload's object, which must not exist unless `force`.
+fn destination(target: &Target, force: bool, remote: &RemoteArgs) -> anyhow::Result<Remote> {
     let remote = Remote::connect_for_upload(target, &remote.client())?;
     match remote.head() {
         Ok(_) if !force => bail!(
@@ -22,7 +39,7 @@ pub fn begin(target: &Target, force: bool, remote: &RemoteArgs) -> anyhow::Resul
         Err(RemoteError::Status { status, .. }) if status.starts_with("404") => {}
         Err(e) => return Err(e).context("checking the destination"),
     }
-    Ok(Upload::begin(remote)?)
+    Ok(remote)
 }
 
 /// Sends the packed image; the upload is aborted on error or signal.

@@ -242,6 +242,73 @@ fn pack_to_s3_uploads_in_parts_the_same_bytes_as_a_local_pack() {
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
 
+/// `pack -o s3://` of a SquashFS image sends its parts while it is
+/// written and frees them from the temporary file: during the pack, the
+/// file in $TMPDIR holds far fewer bytes than its size. The object is the
+/// bytes of a local pack, also where duplicate files made the writer undo
+/// blocks it had written (the parts sent are never among them).
+#[test]
+fn pack_to_s3_sends_parts_while_packing_and_frees_them() {
+    let t = scratch();
+    let src = t.path().join("src");
+    big_tree(&src, 120);
+    let dup = bytes(99, 24 << 20, false);
+    for name in ["dup-a", "dup-b", "zz-dup-c"] {
+        std::fs::write(src.join(name), &dup).unwrap();
+    }
+    let local = t.path().join("local.sqfs");
+    pack(&src, &local, &["--mtime", "1000", "-c", "xz", "-j", "2"]);
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let moto = Moto::start();
+    moto.create_bucket("stream");
+    let mut child = Command::new(packfs_bin())
+        .args(["pack", src.to_str().unwrap(), "-o", "s3://stream/x.sqfs"])
+        .args(["--mtime", "1000", "-c", "xz", "-j", "2"])
+        .envs(moto.env())
+        .env("TMPDIR", &tmp)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The most bytes the temporary image file was short of its size.
+    let mut freed = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        let mut stack = vec![tmp.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                if m.is_dir() {
+                    stack.push(e.path());
+                } else {
+                    use std::os::unix::fs::MetadataExt;
+                    freed = freed.max(m.len().saturating_sub(m.blocks() * 512));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("sent while packing"), "{err}");
+    assert!(
+        freed >= 32 << 20,
+        "the temporary image never had two sent parts freed ({freed} bytes)"
+    );
+    let got = t.path().join("got.sqfs");
+    moto.py(&format!(
+        "s3.download_file('stream', 'x.sqfs', '{}')",
+        got.display()
+    ));
+    assert!(
+        std::fs::read(&got).unwrap() == std::fs::read(&local).unwrap(),
+        "the object sent while packing differs from the local pack"
+    );
+    assert_eq!(moto.open_uploads("stream"), 0);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in $TMPDIR: {left:?}");
+}
+
 /// Bug: SIGINT during `pack --shards -o s3://...` died of the signal
 /// without aborting the shards' multipart uploads or removing the shards
 /// packed into $TMPDIR (a single image did both).

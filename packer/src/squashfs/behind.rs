@@ -224,6 +224,12 @@ impl WriteBehind {
     pub fn resolve(&self, mark: Mark) -> u64 {
         self.base + mark.data + self.frag_end[mark.frags as usize]
     }
+
+    /// [`WriteBehind::resolve`], if the fragment blocks before `mark` are
+    /// written (their sizes known).
+    pub fn try_resolve(&self, mark: Mark) -> Option<u64> {
+        Some(self.base + mark.data + self.frag_end.get(mark.frags as usize)?)
+    }
 }
 
 #[cfg(test)]

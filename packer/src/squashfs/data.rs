@@ -711,6 +711,17 @@ pub(crate) fn write_batches(
         w.behind.flush(w.img, opts, false)?;
         w.behind.bound(w.img, opts)?;
         w.img.start_writeback();
+        if opts.follow.is_some() {
+            // A rewind goes back at most to the start of the file in
+            // progress; everything written before it is final.
+            let safe = match &w.cur {
+                None => Some(w.img.pos()),
+                Some(c) => w.behind.try_resolve(c.start),
+            };
+            if let Some(safe) = safe {
+                w.img.publish_final(safe)?;
+            }
+        }
     }
     if !w.frag_buf.is_empty() {
         let buf = std::mem::take(&mut w.frag_buf);

@@ -85,7 +85,7 @@ pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
         xz: opts.xz,
         ..Encoder::new(opts.compressor, opts.level, opts.block_size).map_err(codec_err)?
     };
-    let mut img = ImageWriter::new(file, path);
+    let mut img = ImageWriter::new(file, path).followed(opts.follow.clone());
     let mut flags = start_image(&mut img, enc, opts).map_err(|e| e.into_pack(path))?;
 
     let t = std::time::Instant::now();

@@ -14,6 +14,7 @@ pub struct ImageWriter<'f> {
     pos: u64,
     /// The final output name, for messages (see [`PackError::Output`]).
     path: PathBuf,
+    follow: Option<std::sync::Arc<crate::follow::Follow>>,
 }
 
 impl<'f> ImageWriter<'f> {
@@ -22,7 +23,30 @@ impl<'f> ImageWriter<'f> {
             out: BufWriter::with_capacity(1 << 20, file),
             pos: 0,
             path: path.to_path_buf(),
+            follow: None,
         }
+    }
+
+    /// Tells `follow` which bytes are final as the image is written.
+    pub fn followed(mut self, follow: Option<std::sync::Arc<crate::follow::Follow>>) -> Self {
+        if let Some(f) = &follow {
+            f.start(self.out.get_ref());
+        }
+        self.follow = follow;
+        self
+    }
+
+    /// Nothing before `pos` will be written again (but the superblock):
+    /// flushed to the file and told to the follower, if any.
+    pub fn publish_final(&mut self, pos: u64) -> Result<(), PackError> {
+        let Some(f) = &self.follow else {
+            return Ok(());
+        };
+        self.out
+            .flush()
+            .map_err(PackError::output(&self.path, "writing the image"))?;
+        f.publish(pos.min(self.pos));
+        Ok(())
     }
 
     pub fn pos(&self) -> u64 {
