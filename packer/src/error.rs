@@ -116,6 +116,21 @@ fn archive_message(
 }
 
 impl PackError {
+    /// [`PackError::Archive`] for `member` (bytes, shown lossily) of
+    /// `archive`, at no particular offset.
+    pub(crate) fn archive(
+        archive: &std::path::Path,
+        member: Option<&[u8]>,
+        message: String,
+    ) -> PackError {
+        PackError::Archive {
+            path: archive.to_path_buf(),
+            member: member.map(|m| String::from_utf8_lossy(m).into_owned()),
+            offset: None,
+            message,
+        }
+    }
+
     /// Adapter for `map_err`: wraps an I/O error with the path it concerns.
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> PackError {
         let path = path.into();

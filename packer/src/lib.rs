@@ -20,6 +20,7 @@ pub mod shards;
 mod squashfs;
 #[cfg(test)]
 mod test_data;
+mod tree;
 pub mod venv;
 mod walk;
 mod xattrs;
@@ -156,7 +157,7 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
 
 /// Writes `tree` as a SquashFS image into `tmp` and commits it to `target`.
 pub(crate) fn write_squashfs(
-    tree: &walk::Tree,
+    tree: &tree::Tree,
     target: output::Target,
     tmp: tempfile::NamedTempFile,
     opts: &PackOptions,
@@ -189,7 +190,7 @@ pub(crate) fn commit_squashfs(
     tmp: tempfile::NamedTempFile,
     opts: &PackOptions,
     w: &squashfs::Written,
-    tree: &walk::Tree,
+    tree: &tree::Tree,
     source_bytes: u64,
     started: Instant,
 ) -> Result<PackSummary, PackError> {

@@ -28,7 +28,8 @@
 //! write the same bytes. [`finalize`] does the same on demand.
 
 use crate::output::{self, Target};
-use crate::walk::{self, Kind, Tree};
+use crate::tree::{Kind, Tree};
+use crate::walk;
 use crate::{validate, PackError, PackOptions, PackSummary};
 use packfs_format::shards::{
     encode_path, manifest_name, shard_name, Manifest, Range, Shard, Split, MANIFEST_VERSION,
@@ -571,48 +572,6 @@ fn shard_indices(spec: &ShardSpec, only: Option<u32>) -> Result<Vec<u32>, PackEr
     }
 }
 
-/// The manifest record of an image packed whole from `tree` (a shard of
-/// sources): all its entries, its regular files (hard links once) and
-/// their bytes, and its range from its first leaf (the first entry that is
-/// not a directory leading to the next: those sort before it and are held
-/// as its ancestors) to its last entry, in tree order.
-pub fn tree_record(tree: &Tree) -> Shard {
-    let order = tree.pre_order();
-    let mut files = 0;
-    let mut bytes = 0;
-    let mut seen = std::collections::HashSet::new();
-    for &node in &order {
-        let ino = tree.nodes[node as usize].inode;
-        let i = &tree.inodes[ino as usize];
-        if i.kind == Kind::File && seen.insert(ino) {
-            files += 1;
-            bytes += i.size;
-        }
-    }
-    let first_leaf = order
-        .iter()
-        .enumerate()
-        .find(|&(i, _)| {
-            order
-                .get(i + 1)
-                .is_none_or(|&next| tree.nodes[next as usize].parent != order[i])
-        })
-        .map(|(_, &n)| n);
-    Shard {
-        index: 0,
-        file: String::new(),
-        size: 0,
-        blake3: String::new(),
-        entries: order.len() as u64,
-        files,
-        bytes,
-        range: first_leaf.zip(order.last()).map(|(first, &last)| Range {
-            first: encode_path(&rel_bytes(tree, first)),
-            last: encode_path(&rel_bytes(tree, last)),
-        }),
-    }
-}
-
 /// For one task of a job array (`--shard K`): fails, naming the
 /// parameters, when a sidecar of another shard of this split's range of
 /// indices records a different split: the manifest would never be written,
@@ -1112,7 +1071,7 @@ mod tests {
             std::fs::write(p.join("a/b/c.txt"), b"12345").unwrap();
             std::fs::write(p.join("z.txt"), b"678").unwrap();
         });
-        let r = tree_record(&t);
+        let r = t.whole_record();
         assert_eq!((r.entries, r.files, r.bytes), (5, 2, 8));
         let range = r.range.unwrap();
         // `a` and `a/b` lead to the first leaf and are held as its ancestors.
@@ -1131,9 +1090,9 @@ mod tests {
             std::fs::create_dir_all(p.join("a/empty")).unwrap();
             std::fs::write(p.join("b"), b"").unwrap();
         });
-        assert_eq!(tree_record(&t).range.unwrap().first, "a/empty");
+        assert_eq!(t.whole_record().range.unwrap().first, "a/empty");
         let (_d, t) = tree_of(|_| {});
-        assert_eq!(tree_record(&t).range, None);
+        assert_eq!(t.whole_record().range, None);
     }
 
     #[test]

@@ -1,13 +1,10 @@
-//! Scanning the source tree into a compact in-memory description.
-//!
-//! Memory is the constraint (millions of entries): names live in one byte
-//! arena, entries and inodes are small fixed-size structs, and the children of
-//! a directory are contiguous in [`Tree::nodes`], sorted by name bytes, so a
-//! directory only stores a range.
+//! Scanning the source tree into a [`Tree`], the write side's data model
+//! (`crate::tree`).
 
 use crate::exclude::Excludes;
 use crate::io::{self, WALK_WINDOW};
-use crate::xattrs::{self, Xattr, XattrSets};
+use crate::tree::{Inode, Kind, Tree};
+use crate::xattrs::{self, Xattr};
 use crate::{PackError, PackOptions};
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::{INVALID_XATTR, MAX_NAME_LEN};
@@ -20,370 +17,6 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Dir,
-    File,
-    Symlink,
-    BlockDev,
-    CharDev,
-    Fifo,
-    Socket,
-}
-
-/// A directory entry. Node 0 is the root (its own parent, empty name).
-#[derive(Clone, Debug)]
-pub struct Node {
-    pub parent: u32,
-    pub inode: u32,
-    name_off: u64,
-    name_len: u16,
-    /// Directories only: children are `first_child..first_child + child_count`.
-    pub first_child: u32,
-    pub child_count: u32,
-}
-
-/// An inode; hard links make several nodes share one.
-#[derive(Clone, Debug)]
-pub struct Inode {
-    pub kind: Kind,
-    /// Permission bits incl. suid/sgid/sticky (`st_mode & 0o7777`). The type
-    /// comes from the inode type; mksquashfs stores only these bits and
-    /// recent kernels reject inodes whose mode carries type bits.
-    pub mode: u16,
-    /// Indexes into [`Tree::ids`].
-    pub uid_idx: u16,
-    pub gid_idx: u16,
-    pub mtime: u32,
-    /// Files: size in bytes. Symlinks: target length.
-    pub size: u64,
-    /// Devices: `encode_dev(major, minor)`.
-    pub rdev: u32,
-    /// Links inside the image (dirs: 2 + subdirectories).
-    pub nlink: u32,
-    /// Index into [`Tree::xattrs`] or `INVALID_XATTR`.
-    pub xattr: u32,
-    /// First node naming this inode, to rebuild its source path.
-    pub node: u32,
-    /// Symlinks: arena offset of the target.
-    pub target_off: u64,
-    /// Files with fewer allocated blocks than their size: worth probing for holes.
-    pub maybe_sparse: bool,
-    /// Found in [`Tree::overlay`] rather than the source: its data is read there.
-    pub from_overlay: bool,
-    /// The source file's `st_ino` at the walk: a file opened for its data
-    /// must still be this one, not one renamed over it since. 0: unknown
-    /// (a filesystem whose inode numbers may change, `stable_inodes`).
-    pub src_ino: u64,
-}
-
-pub struct Tree {
-    pub root: PathBuf,
-    /// [`PackOptions::overlay`]: a tree laid over `root`.
-    pub overlay: Option<PathBuf>,
-    pub nodes: Vec<Node>,
-    pub inodes: Vec<Inode>,
-    arena: Vec<u8>,
-    /// uid/gid values in first-seen order.
-    pub ids: Vec<u32>,
-    pub xattrs: XattrSets,
-    /// The superblock's time when `--mtime` does not set it; `None`: the
-    /// time of the pack. An archive's image takes its newest mtime, so that
-    /// it depends on the archive alone.
-    pub image_time: Option<u32>,
-}
-
-impl Tree {
-    pub fn name(&self, node: u32) -> &[u8] {
-        let n = &self.nodes[node as usize];
-        &self.arena[n.name_off as usize..n.name_off as usize + n.name_len as usize]
-    }
-
-    pub fn children(&self, node: u32) -> std::ops::Range<u32> {
-        let n = &self.nodes[node as usize];
-        n.first_child..n.first_child + n.child_count
-    }
-
-    pub fn symlink_target(&self, ino: u32) -> &[u8] {
-        let i = &self.inodes[ino as usize];
-        &self.arena[i.target_off as usize..(i.target_off + i.size) as usize]
-    }
-
-    /// Path relative to the source root.
-    pub fn rel_path(&self, mut node: u32) -> PathBuf {
-        let mut parts = Vec::new();
-        while node != 0 {
-            parts.push(node);
-            node = self.nodes[node as usize].parent;
-        }
-        let mut p = PathBuf::new();
-        for n in parts.into_iter().rev() {
-            p.push(OsStr::from_bytes(self.name(n)));
-        }
-        p
-    }
-
-    /// The directory an inode's data and metadata were read under: the
-    /// source root, or the overlay for entries the overlay supplied.
-    pub fn data_root(&self, ino: u32) -> &Path {
-        match &self.overlay {
-            Some(o) if self.inodes[ino as usize].from_overlay => o,
-            _ => &self.root,
-        }
-    }
-
-    /// Where an inode's data is read from.
-    pub fn data_path(&self, ino: u32) -> PathBuf {
-        self.data_root(ino)
-            .join(self.rel_path(self.inodes[ino as usize].node))
-    }
-
-    /// Nodes in post-order: every directory after all of its descendants,
-    /// siblings in name order. This is the order inodes are numbered and
-    /// written in, so a listing always knows its children's inode refs.
-    pub fn post_order(&self) -> Vec<u32> {
-        let mut out = Vec::with_capacity(self.nodes.len());
-        // (node, next child to visit)
-        let mut stack: Vec<(u32, u32)> = vec![(0, self.nodes[0].first_child)];
-        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
-            let end = self.children(node).end;
-            if self.inodes[self.nodes[node as usize].inode as usize].kind == Kind::Dir
-                && *next < end
-            {
-                let child = *next;
-                *next += 1;
-                stack.push((child, self.nodes[child as usize].first_child));
-            } else {
-                out.push(node);
-                stack.pop();
-            }
-        }
-        out
-    }
-
-    /// Regular-file inodes in depth-first pre-order (name order), each once:
-    /// the order their data is written in.
-    pub fn files_in_data_order(&self) -> Vec<u32> {
-        let mut seen = vec![false; self.inodes.len()];
-        let mut out = Vec::new();
-        let mut stack = vec![0u32];
-        while let Some(node) = stack.pop() {
-            let ino = self.nodes[node as usize].inode;
-            match self.inodes[ino as usize].kind {
-                Kind::Dir => stack.extend(self.children(node).rev()),
-                Kind::File if !seen[ino as usize] => {
-                    seen[ino as usize] = true;
-                    out.push(ino);
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-}
-
-impl Tree {
-    /// A tree holding only its root node (whose inode is 0, to be pushed),
-    /// for inputs other than a directory walk to fill in order: each
-    /// directory's children added together, sorted by name bytes.
-    pub(crate) fn with_root(root: PathBuf) -> Tree {
-        Tree {
-            root,
-            overlay: None,
-            nodes: vec![Node {
-                parent: 0,
-                inode: 0,
-                name_off: 0,
-                name_len: 0,
-                first_child: 0,
-                child_count: 0,
-            }],
-            inodes: Vec::new(),
-            arena: Vec::new(),
-            ids: Vec::new(),
-            xattrs: XattrSets::default(),
-            image_time: None,
-        }
-    }
-
-    /// Appends a node named `name` under `parent`; the caller keeps each
-    /// directory's children contiguous and sorted ([`Tree::set_children`]).
-    pub(crate) fn push_node(&mut self, parent: u32, name: &[u8], inode: u32) -> u32 {
-        let name_off = self.arena.len() as u64;
-        self.arena.extend_from_slice(name);
-        self.nodes.push(Node {
-            parent,
-            inode,
-            name_off,
-            name_len: name.len() as u16,
-            first_child: 0,
-            child_count: 0,
-        });
-        self.nodes.len() as u32 - 1
-    }
-
-    /// Records that `node`'s children are `first..first + count`.
-    pub(crate) fn set_children(&mut self, node: u32, first: u32, count: u32) {
-        let n = &mut self.nodes[node as usize];
-        n.first_child = first;
-        n.child_count = count;
-    }
-
-    /// Stores a symlink target; its arena offset, for [`Inode::target_off`].
-    pub(crate) fn push_target(&mut self, target: &[u8]) -> u64 {
-        let off = self.arena.len() as u64;
-        self.arena.extend_from_slice(target);
-        off
-    }
-
-    /// The index of uid/gid `id` in [`Tree::ids`] (`index` maps ids to
-    /// indexes); `None` when the table is full (id_count is a u16 in the
-    /// superblock).
-    pub(crate) fn id_index(&mut self, index: &mut HashMap<u32, u16>, id: u32) -> Option<u16> {
-        if let Some(&i) = index.get(&id) {
-            return Some(i);
-        }
-        if self.ids.len() >= u16::MAX as usize {
-            return None;
-        }
-        let i = self.ids.len() as u16;
-        self.ids.push(id);
-        index.insert(id, i);
-        Some(i)
-    }
-}
-
-impl Tree {
-    /// Nodes in depth-first pre-order (siblings by name bytes), the root
-    /// left out: the order the ZIP writer writes entries and the order
-    /// shards are cut in (`crate::shards`).
-    pub fn pre_order(&self) -> Vec<u32> {
-        let mut out = Vec::with_capacity(self.nodes.len().saturating_sub(1));
-        let mut stack: Vec<u32> = self.children(0).rev().collect();
-        while let Some(node) = stack.pop() {
-            out.push(node);
-            if self.inodes[self.nodes[node as usize].inode as usize].kind == Kind::Dir {
-                stack.extend(self.children(node).rev());
-            }
-        }
-        out
-    }
-
-    /// The tree restricted to the nodes marked in `keep`, which must hold
-    /// the root, every ancestor of a kept node and every name of a kept
-    /// hard-linked inode. Nodes keep their relative order (so children stay
-    /// contiguous and sorted), the arena, uid/gid table and xattr sets are
-    /// rebuilt with only what the kept nodes use. Inodes keep their link
-    /// counts, directories included: a directory's count stays the source's
-    /// (2 + all its subdirectories), which overstates it in a shard that
-    /// holds only some of them. That is the safe direction (`find`'s leaf
-    /// optimisation only skips work when the count is *lower*), and it makes
-    /// the union of the shards show the source's counts.
-    pub fn subset(&self, keep: &[bool]) -> Tree {
-        debug_assert!(keep[0]);
-        let mut new_node = vec![u32::MAX; self.nodes.len()];
-        let mut count = 0u32;
-        for (n, k) in keep.iter().enumerate() {
-            if *k {
-                new_node[n] = count;
-                count += 1;
-            }
-        }
-        let mut new_ino = vec![u32::MAX; self.inodes.len()];
-        let mut inode_order = Vec::new();
-        for (node, _) in self.nodes.iter().zip(keep).filter(|(_, k)| **k) {
-            let ino = node.inode as usize;
-            if new_ino[ino] == u32::MAX {
-                new_ino[ino] = 0;
-                inode_order.push(ino);
-            }
-        }
-        // Inodes in their original order: deterministic, and the order
-        // the writers number them in is decided by the nodes anyway.
-        inode_order.sort_unstable();
-        for (i, &ino) in inode_order.iter().enumerate() {
-            new_ino[ino] = i as u32;
-        }
-        let mut used_ids = vec![false; self.ids.len()];
-        let mut used_sets = vec![false; self.xattrs.sets.len()];
-        for &ino in &inode_order {
-            let i = &self.inodes[ino];
-            used_ids[i.uid_idx as usize] = true;
-            used_ids[i.gid_idx as usize] = true;
-            if i.xattr != INVALID_XATTR {
-                used_sets[i.xattr as usize] = true;
-            }
-        }
-        let remap = |used: &[bool]| -> Vec<u32> {
-            let mut next = 0;
-            used.iter()
-                .map(|&u| {
-                    let v = next;
-                    next += u as u32;
-                    if u {
-                        v
-                    } else {
-                        u32::MAX
-                    }
-                })
-                .collect()
-        };
-        let (id_map, set_map) = (remap(&used_ids), remap(&used_sets));
-        let mut xattrs = XattrSets::default();
-        for (s, set) in self.xattrs.sets.iter().enumerate() {
-            if used_sets[s] {
-                xattrs.intern(set.clone());
-            }
-        }
-        let mut t = Tree {
-            root: self.root.clone(),
-            overlay: self.overlay.clone(),
-            nodes: Vec::with_capacity(count as usize),
-            inodes: Vec::with_capacity(inode_order.len()),
-            arena: Vec::new(),
-            ids: (0..self.ids.len())
-                .filter(|&i| used_ids[i])
-                .map(|i| self.ids[i])
-                .collect(),
-            xattrs,
-            image_time: self.image_time,
-        };
-        for n in (0..self.nodes.len()).filter(|&n| keep[n]) {
-            let old = &self.nodes[n];
-            let name_off = t.arena.len() as u64;
-            t.arena.extend_from_slice(self.name(n as u32));
-            let kept: Vec<u32> = self
-                .children(n as u32)
-                .filter(|&c| keep[c as usize])
-                .collect();
-            t.nodes.push(Node {
-                parent: new_node[old.parent as usize],
-                inode: new_ino[old.inode as usize],
-                name_off,
-                name_len: old.name_len,
-                first_child: kept.first().map_or(0, |&c| new_node[c as usize]),
-                child_count: kept.len() as u32,
-            });
-        }
-        for &ino in &inode_order {
-            let mut i = self.inodes[ino].clone();
-            if i.kind == Kind::Symlink {
-                let off = t.arena.len() as u64;
-                t.arena.extend_from_slice(self.symlink_target(ino as u32));
-                i.target_off = off;
-            }
-            i.node = new_node[i.node as usize];
-            i.uid_idx = id_map[i.uid_idx as usize] as u16;
-            i.gid_idx = id_map[i.gid_idx as usize] as u16;
-            if i.xattr != INVALID_XATTR {
-                i.xattr = set_map[i.xattr as usize];
-            }
-            t.inodes.push(i);
-        }
-        t
-    }
-}
 
 struct Walker<'a> {
     opts: &'a PackOptions,
@@ -555,12 +188,11 @@ pub fn walk_skipping(
     opts: &PackOptions,
     skip: Option<(u64, u64)>,
 ) -> Result<Tree, PackError> {
+    let mut tree = Tree::with_root(root.to_path_buf());
+    tree.overlay = opts.overlay.clone();
     let mut w = Walker {
         opts,
-        tree: Tree {
-            overlay: opts.overlay.clone(),
-            ..Tree::with_root(root.to_path_buf())
-        },
+        tree,
         id_index: HashMap::new(),
         links: HashMap::new(),
         stable_ino: stable_inodes(root),
@@ -701,8 +333,7 @@ impl Walker<'_> {
             });
         }
         let first = self.tree.nodes.len() as u32;
-        self.tree.nodes[node as usize].first_child = first;
-        self.tree.nodes[node as usize].child_count = entries.len() as u32;
+        self.tree.set_children(node, first, entries.len() as u32);
         let mut subdirs = Vec::new();
         for e in entries {
             let Scanned {
@@ -712,17 +343,7 @@ impl Walker<'_> {
                 xattrs,
                 from_overlay,
             } = e;
-            let idx = self.tree.nodes.len() as u32;
-            let name_off = self.tree.arena.len() as u64;
-            self.tree.arena.extend_from_slice(name.as_bytes());
-            self.tree.nodes.push(Node {
-                parent: node,
-                inode: 0,
-                name_off,
-                name_len: name.as_bytes().len() as u16,
-                first_child: 0,
-                child_count: 0,
-            });
+            let idx = self.tree.push_node(node, name.as_bytes(), 0);
             let key = (meta.dev(), meta.ino());
             let shared = (!meta.is_dir() && meta.nlink() > 1)
                 .then(|| self.links.get(&key).copied())
@@ -812,8 +433,7 @@ impl Walker<'_> {
             Kind::File => size = meta.len(),
             Kind::Symlink => {
                 let t = target.unwrap_or_default();
-                target_off = self.tree.arena.len() as u64;
-                self.tree.arena.extend_from_slice(t.as_bytes());
+                target_off = self.tree.push_target(t.as_bytes());
                 size = t.len() as u64;
             }
             _ => {}

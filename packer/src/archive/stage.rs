@@ -12,7 +12,7 @@
 //! unless both are directories (they merge) or [`OnConflict`] says which
 //! wins.
 
-use crate::walk::{Inode, Kind, Tree};
+use crate::tree::{Inode, Kind, Tree};
 use crate::xattrs::{Xattr, XattrSets};
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::INVALID_XATTR;

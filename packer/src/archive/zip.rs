@@ -6,11 +6,12 @@
 //! so a ZIP is read from a source that allows reads at any offset
 //! ([`RandomAccess`]: a file, an object in object storage), never from a
 //! pipe. The central directory is walked once, front to back, through a
-//! bounded window, and its members join the namespace in its order (a later
-//! record of a path replaces an earlier one, as `unzip -o` leaves it); then
-//! the regular files' data is read in the order it lies in the archive (so
-//! reads move forward) and decoded, CRC-checked and sent to the writer as a
-//! tar member's is. Names, types, permissions and times follow unzip 6.0
+//! bounded window ([`Central`]), and its members join the namespace in its
+//! order (a later record of a path replaces an earlier one, as `unzip -o`
+//! leaves it); then the regular files' data is read in the order it lies in
+//! the archive (so reads move forward), decoded and CRC-checked
+//! ([`MemberData`]), and sent to the writer as a tar member's is (the
+//! driving is `super::reader`'s). Names, types, permissions and times follow unzip 6.0
 //! (`packfs_format::zip::unzip`, the rules the ZIP mount follows); owners
 //! come from Info-ZIP's uid/gid extra, else root, as unzip run by root
 //! leaves them.
@@ -19,23 +20,15 @@
 //! a few words per regular file until its data is read, besides the
 //! namespace every source shares.
 
-use super::{stage_error, Notes, Reader};
-use crate::squashfs::data::{piece_spans, Piece, PieceData};
-use crate::walk::Kind;
 use crate::PackError;
 use packfs_format::zip::entry::{parse_central, CentralEntry};
 use packfs_format::zip::local::LocalHeader;
-use packfs_format::zip::unzip::{
-    decode_name, entry_mtime, kind_and_perm, locate, member_decoder, LocateError,
-};
+use packfs_format::zip::unzip::{locate, member_decoder, LocateError};
 use packfs_format::zip::{method_name, CENTRAL_LEN, LOCAL_LEN};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use super::stage::{Added, Entry};
 
 /// An archive that can be read at any offset.
 pub trait RandomAccess: Send + Sync {
@@ -78,24 +71,23 @@ pub fn looks_like_zip(head: &[u8]) -> bool {
 const CD_WINDOW: usize = 1 << 20;
 
 /// A symlink's target is its member's data: at most this long (PATH_MAX).
-const MAX_TARGET: u64 = 4096;
+pub const MAX_TARGET: u64 = 4096;
 
 /// Member data is read from the archive in reads of this size.
 const READ_STEP: u64 = 256 << 10;
 
-/// A regular file waiting for its data: the namespace's inode and what the
-/// central record says of the data.
-struct Pending {
-    inode: u32,
-    local_offset: u64,
+/// Where a member's data is and how it is stored, as its central record
+/// says.
+pub struct Member {
+    pub local_offset: u64,
     method: u16,
     flags: u16,
     crc: u32,
-    csize: u64,
-    size: u64,
+    pub csize: u64,
+    pub size: u64,
     /// Index of the record in the central directory, to name it again.
     record: u64,
-    name: Box<[u8]>,
+    pub name: Box<[u8]>,
 }
 
 /// The bytes of `start..end` of the archive, as a stream.
@@ -132,31 +124,39 @@ impl Read for Failing<'_> {
     }
 }
 
-impl Reader<'_> {
-    /// The ZIP archive `src` (source number `k`, named `name`).
-    pub(super) fn zip(
-        &mut self,
-        k: u16,
-        name: &Path,
-        src: &dyn RandomAccess,
-    ) -> Result<(), PackError> {
-        let bad = |member: Option<&[u8]>, message: String| PackError::Archive {
-            path: name.to_path_buf(),
-            member: member.map(|m| String::from_utf8_lossy(m).into_owned()),
-            offset: None,
-            message,
-        };
+/// The central directory of a ZIP, read record by record through a
+/// bounded window.
+pub struct Central<'s> {
+    src: &'s dyn RandomAccess,
+    name: &'s Path,
+    cd_offset: u64,
+    cd_size: u64,
+    /// Bytes prepended to the archive: added to every offset it records.
+    shift: u64,
+    /// Entries the end record counts.
+    entries: u64,
+    window: Window,
+    at: u64,
+    record: u64,
+}
+
+impl<'s> Central<'s> {
+    /// Locates the central directory of `src` (named `name` in errors).
+    pub fn open(name: &'s Path, src: &'s dyn RandomAccess) -> Result<Central<'s>, PackError> {
         let len = src.size();
         let eocd = locate(len, |at, buf| src.read_exact_at(buf, at)).map_err(|e| match e {
             LocateError::Read(e) => PackError::io(name)(e),
-            LocateError::Corrupt(m) | LocateError::Unsupported(m) => bad(None, m),
+            LocateError::Corrupt(m) | LocateError::Unsupported(m) => {
+                PackError::archive(name, None, m)
+            }
         })?;
         if eocd
             .cd_offset
             .checked_add(eocd.cd_size)
             .is_none_or(|e| e > len)
         {
-            return Err(bad(
+            return Err(PackError::archive(
+                name,
                 None,
                 format!(
                     "the central directory ({} bytes at byte {}) runs past the end of the archive",
@@ -164,90 +164,54 @@ impl Reader<'_> {
                 ),
             ));
         }
-        let mut notes = Notes::default();
-        let mut pending = Vec::new();
-        let mut window = Window::default();
-        let (mut at, mut record) = (0u64, 0u64);
-        while at < eocd.cd_size {
-            self.cancelled()?;
-            let where_ = eocd.cd_offset + at;
-            let bytes = window
-                .record(src, eocd.cd_offset, eocd.cd_size, at)
-                .map_err(PackError::io(name))?;
-            let (e, n) = parse_central(bytes).map_err(|err| {
-                bad(
-                    None,
-                    format!("central directory record {record} (at byte {where_}): {err}"),
-                )
-            })?;
-            at += n as u64;
-            if let Some(p) = self.zip_record(k, name, src, &e, eocd.shift, record, &mut notes)? {
-                pending.push(p);
-            }
-            record += 1;
-        }
-        if record != eocd.entries {
-            log::warn!(
-                "{}: the end record counts {} entries, the central directory holds {record}",
-                name.display(),
-                eocd.entries
-            );
-        }
-        // In archive order: reads move forward through the file.
-        pending.sort_by_key(|p| p.local_offset);
-        let mut reported = 0u64;
-        for p in pending {
-            self.cancelled()?;
-            // Progress: the archive's bytes up to the end of this member's data.
-            let upto = (p.local_offset + p.csize).min(len);
-            self.zip_data(name, src, p)?;
-            if upto > reported {
-                self.unreported += upto - reported;
-                reported = upto;
-            }
-        }
-        self.unreported += len - reported.min(len);
-        self.input_bytes += len;
-        Ok(())
+        Ok(Central {
+            src,
+            name,
+            cd_offset: eocd.cd_offset,
+            cd_size: eocd.cd_size,
+            shift: eocd.shift,
+            entries: eocd.entries,
+            window: Window::default(),
+            at: 0,
+            record: 0,
+        })
     }
 
-    /// One central record into the namespace; a regular file comes back
-    /// to have its data read.
-    #[allow(clippy::too_many_arguments)]
-    fn zip_record(
-        &mut self,
-        k: u16,
-        name: &Path,
-        src: &dyn RandomAccess,
-        e: &CentralEntry,
-        shift: u64,
-        record: u64,
-        notes: &mut Notes,
-    ) -> Result<Option<Pending>, PackError> {
-        let raw = decode_name(e);
-        let bad = |message: String| PackError::Archive {
-            path: name.to_path_buf(),
-            member: Some(String::from_utf8_lossy(&raw).into_owned()),
-            offset: None,
-            message,
-        };
-        let is_dir_name = raw.ends_with(b"/");
-        let Some(comps) = self.member_path(&raw, name, notes, true)? else {
-            return Ok(None);
-        };
-        if comps.is_empty() {
-            // `/` or `./`: the root itself, whose metadata a ZIP does not carry.
+    /// The next record and its number; `None` after the last (then a count
+    /// that differs from the end record's is noted).
+    pub fn next_record(&mut self) -> Result<Option<(CentralEntry, u64)>, PackError> {
+        if self.at >= self.cd_size {
+            if self.record != self.entries {
+                log::warn!(
+                    "{}: the end record counts {} entries, the central directory holds {}",
+                    self.name.display(),
+                    self.entries,
+                    self.record
+                );
+            }
             return Ok(None);
         }
-        let (kind, perm) = kind_and_perm(e, is_dir_name);
-        let kind = match kind {
-            k if k == libc::S_IFDIR => Kind::Dir,
-            k if k == libc::S_IFLNK => Kind::Symlink,
-            _ => Kind::File,
-        };
-        if self.excluded(&comps, kind == Kind::Dir) {
-            return Ok(None);
-        }
+        let where_ = self.cd_offset + self.at;
+        let bytes = self
+            .window
+            .record(self.src, self.cd_offset, self.cd_size, self.at)
+            .map_err(PackError::io(self.name))?;
+        let record = self.record;
+        let (e, n) = parse_central(bytes).map_err(|err| {
+            PackError::archive(
+                self.name,
+                None,
+                format!("central directory record {record} (at byte {where_}): {err}"),
+            )
+        })?;
+        self.at += n as u64;
+        self.record += 1;
+        Ok(Some((e, record)))
+    }
+
+    /// A regular file or symlink member's data as record `record` gives it.
+    pub fn member(&self, e: &CentralEntry, name: &[u8], record: u64) -> Result<Member, PackError> {
+        let bad = |m: String| PackError::archive(self.name, Some(name), m);
         if e.encrypted() {
             return Err(bad(
                 "encrypted: packfs cannot decrypt members (extract it with the password)".into(),
@@ -258,21 +222,15 @@ impl Reader<'_> {
         }
         let local_offset = e
             .local_offset
-            .checked_add(shift)
-            .filter(|&o| o < src.size())
+            .checked_add(self.shift)
+            .filter(|&o| o < self.src.size())
             .ok_or_else(|| {
                 bad(format!(
                     "its local header offset {} is past the end of the archive",
                     e.local_offset
                 ))
             })?;
-        let mut entry = Entry::new(kind, k);
-        entry.mode = perm as u16;
-        (entry.uid, entry.gid) = e.uid_gid.unwrap_or((0, 0));
-        entry.mtime = entry_mtime(e);
-        entry.size = if kind == Kind::File { e.size } else { 0 };
-        let mut pending = Pending {
-            inode: 0,
+        Ok(Member {
             local_offset,
             method: e.method,
             flags: e.flags,
@@ -280,79 +238,13 @@ impl Reader<'_> {
             csize: e.csize,
             size: e.size,
             record,
-            name: raw.clone().into_boxed_slice(),
-        };
-        if kind == Kind::Symlink {
-            if e.size > MAX_TARGET {
-                return Err(bad(format!(
-                    "a symlink whose target is {} bytes (at most {MAX_TARGET})",
-                    e.size
-                )));
-            }
-            let target = read_target(name, src, &pending)?;
-            if target.contains(&0) {
-                return Err(bad("a symlink target holding a NUL byte".into()));
-            }
-            entry.target = target;
-        }
-        let added = self
-            .stage
-            .add(&comps, entry)
-            .map_err(|err| stage_error(name, Some(&raw), err, &self.names))?;
-        match (added, kind) {
-            (Added::Inode(si), Kind::File) => {
-                pending.inode = si;
-                Ok(Some(pending))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// A regular file's data, decoded and checked, to the writer.
-    fn zip_data(
-        &mut self,
-        name: &Path,
-        src: &dyn RandomAccess,
-        p: Pending,
-    ) -> Result<(), PackError> {
-        let id = self.next_id()?;
-        self.stage.entry_mut(p.inode).data = id;
-        let path: Arc<Path> = Arc::from(
-            PathBuf::from(format!(
-                "{}:{}",
-                name.display(),
-                String::from_utf8_lossy(&p.name)
-            ))
-            .as_path(),
-        );
-        self.file_bytes += p.size;
-        let failed = AtomicBool::new(false);
-        let mut m = MemberData::open(name, src, &p, &failed)?;
-        for (first_block, nblocks, last) in piece_spans(p.size, self.bs) {
-            self.cancelled()?;
-            let mut data = Vec::with_capacity(nblocks as usize);
-            for b in first_block..first_block + nblocks {
-                let start = b * self.bs;
-                let mut buf = vec![0u8; (p.size.min(start + self.bs) - start) as usize];
-                m.read_exact(&mut buf)?;
-                data.push(Some(buf));
-            }
-            self.emit(Piece {
-                ino: id,
-                path: path.clone(),
-                size: p.size,
-                first_block,
-                nblocks,
-                last,
-                data: PieceData::Blocks(data),
-            })?;
-        }
-        m.finish()
+            name: name.to_vec().into_boxed_slice(),
+        })
     }
 }
 
 /// A symlink member's target: its data, decoded and checked.
-fn read_target(name: &Path, src: &dyn RandomAccess, p: &Pending) -> Result<Vec<u8>, PackError> {
+pub fn read_target(name: &Path, src: &dyn RandomAccess, p: &Member) -> Result<Vec<u8>, PackError> {
     let failed = AtomicBool::new(false);
     let mut m = MemberData::open(name, src, p, &failed)?;
     let mut target = vec![0u8; p.size as usize];
@@ -363,7 +255,7 @@ fn read_target(name: &Path, src: &dyn RandomAccess, p: &Pending) -> Result<Vec<u
 
 /// A member's decoded data, read from its local header on; its size and
 /// CRC-32 are checked by [`MemberData::finish`].
-struct MemberData<'s> {
+pub struct MemberData<'s> {
     dec: Box<dyn Read + Send + 's>,
     failed: &'s AtomicBool,
     crc: crc32fast::Hasher,
@@ -376,14 +268,14 @@ struct MemberData<'s> {
 }
 
 impl<'s> MemberData<'s> {
-    fn open(
+    pub fn open(
         name: &'s Path,
         src: &'s dyn RandomAccess,
-        p: &Pending,
+        p: &Member,
         failed: &'s AtomicBool,
     ) -> Result<Self, PackError> {
         let member = String::from_utf8_lossy(&p.name).into_owned();
-        let bad = |message: String| archive_error(name, &member, message);
+        let bad = |message: String| PackError::archive(name, Some(member.as_bytes()), message);
         let mut h = [0u8; LOCAL_LEN];
         src.read_exact_at(&mut h, p.local_offset)
             .map_err(|e| match e.kind() {
@@ -447,17 +339,17 @@ impl<'s> MemberData<'s> {
         if self.failed.load(Ordering::Relaxed) {
             return PackError::io(self.archive)(e);
         }
-        archive_error(
+        PackError::archive(
             self.archive,
-            &self.member,
+            Some(self.member.as_bytes()),
             format!("{} data: {e}", method_name(self.method)),
         )
     }
 
     fn short(&self) -> PackError {
-        archive_error(
+        PackError::archive(
             self.archive,
-            &self.member,
+            Some(self.member.as_bytes()),
             format!(
                 "decodes to {} bytes, its record gives {} (truncated or damaged)",
                 self.got, self.size
@@ -466,7 +358,7 @@ impl<'s> MemberData<'s> {
     }
 
     /// Fills `buf` with the next bytes of the member.
-    fn read_exact(&mut self, mut buf: &mut [u8]) -> Result<(), PackError> {
+    pub fn read_exact(&mut self, mut buf: &mut [u8]) -> Result<(), PackError> {
         while !buf.is_empty() {
             match self.dec.read(buf) {
                 Ok(0) => return Err(self.short()),
@@ -484,15 +376,15 @@ impl<'s> MemberData<'s> {
 
     /// After the last byte: the data ends where its record says, with the
     /// CRC-32 it gives.
-    fn finish(mut self) -> Result<(), PackError> {
+    pub fn finish(mut self) -> Result<(), PackError> {
         let mut one = [0u8; 1];
         loop {
             match self.dec.read(&mut one) {
                 Ok(0) => break,
                 Ok(_) => {
-                    return Err(archive_error(
+                    return Err(PackError::archive(
                         self.archive,
-                        &self.member,
+                        Some(self.member.as_bytes()),
                         format!(
                             "decodes to more than the {} bytes its record gives",
                             self.size
@@ -505,9 +397,9 @@ impl<'s> MemberData<'s> {
         }
         let crc = std::mem::take(&mut self.crc).finalize();
         if crc != self.expect_crc {
-            return Err(archive_error(
+            return Err(PackError::archive(
                 self.archive,
-                &self.member,
+                Some(self.member.as_bytes()),
                 format!(
                     "CRC-32 mismatch (the record gives {:08x}, the data {crc:08x}): damaged",
                     self.expect_crc
@@ -515,15 +407,6 @@ impl<'s> MemberData<'s> {
             ));
         }
         Ok(())
-    }
-}
-
-fn archive_error(archive: &Path, member: &str, message: String) -> PackError {
-    PackError::Archive {
-        path: archive.to_path_buf(),
-        member: Some(member.to_string()),
-        offset: None,
-        message,
     }
 }
 

@@ -16,7 +16,7 @@
 mod profile;
 mod similarity;
 
-use crate::walk::Tree;
+use crate::tree::Tree;
 use crate::PackError;
 pub use profile::Profile;
 use std::path::Path;

@@ -8,7 +8,7 @@
 //! that are not regular files, are ignored: a profile recorded against an
 //! older image still orders what it can.
 
-use crate::walk::{Kind, Tree};
+use crate::tree::{Kind, Tree};
 use crate::PackError;
 use std::path::Path;
 

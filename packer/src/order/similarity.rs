@@ -27,7 +27,7 @@
 //! a cold tree is not read one file per compression thread at a time.
 
 use crate::io::{open_source, Hint, Prefetcher, PREFETCH_BATCHES};
-use crate::walk::Tree;
+use crate::tree::Tree;
 use rayon::prelude::*;
 use std::os::unix::fs::FileExt;
 

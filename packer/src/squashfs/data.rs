@@ -19,7 +19,7 @@ use super::behind::{Mark, SealedFragment, WriteBehind};
 use super::writer::ImageWriter;
 use crate::detach;
 use crate::io::{changed_size, check_empty, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
-use crate::walk::Tree;
+use crate::tree::Tree;
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
 use packfs_format::codec::{CodecError, Encoder};

@@ -13,7 +13,8 @@ mod writer;
 mod xattr;
 
 use crate::metadata::MetadataWriter;
-use crate::walk::{cancelled, Kind, Tree};
+use crate::tree::{Kind, Tree};
+use crate::walk::cancelled;
 use crate::{PackError, PackOptions};
 use packfs_format::codec::{CodecError, Encoder};
 use packfs_format::squashfs::metadata::make_ref;
