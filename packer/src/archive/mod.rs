@@ -30,6 +30,7 @@
 //! thread count, and whether read from a file or from stdin.
 
 pub mod decompress;
+mod parallel;
 mod reader;
 pub mod remote;
 mod source;

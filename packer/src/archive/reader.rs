@@ -119,10 +119,11 @@ fn open_tar<'a>(
     mut input: Box<dyn Read + Send + 'a>,
     failed: &std::sync::atomic::AtomicBool,
     nested: bool,
+    threads: usize,
 ) -> Result<(Compression, TarStream<Box<dyn Read + Send + 'a>>), PackError> {
     let head = decompress::peek(&mut input, 6).map_err(PackError::io(name))?;
     let c = Compression::sniff(&head);
-    let mut dec = decompress::decoder(c, Cursor::new(head).chain(input), nested)
+    let mut dec = decompress::decoder(c, Cursor::new(head).chain(input), nested, threads)
         .map_err(PackError::io(name))?;
     let archive_err = |offset: Option<u64>, message: String| PackError::Archive {
         path: name.to_path_buf(),
@@ -332,7 +333,7 @@ impl<'a> Reader<'a> {
     fn archive(&mut self, k: u16, name: &Path, input: impl Read + Send) -> Result<(), PackError> {
         let input = Counted::new(input);
         let (read, failed) = (input.read.clone(), input.failed.clone());
-        let (c, mut stream) = open_tar(name, Box::new(input), &failed, false)?;
+        let (c, mut stream) = open_tar(name, Box::new(input), &failed, false, self.opts.threads)?;
         let cx = StreamCx {
             name: name.to_path_buf(),
             compression: c,
@@ -431,8 +432,13 @@ impl<'a> Reader<'a> {
                     ));
                     let inner_prefix: Vec<Vec<u8>> = dir_comps.iter().map(|c| c.to_vec()).collect();
                     let failed = cx.failed.clone();
-                    let (c, mut inner) =
-                        open_tar(&inner_name, Box::new(MemberData(stream)), &failed, true)?;
+                    let (c, mut inner) = open_tar(
+                        &inner_name,
+                        Box::new(MemberData(stream)),
+                        &failed,
+                        true,
+                        self.opts.threads,
+                    )?;
                     let inner_cx = StreamCx {
                         name: inner_name,
                         compression: c,
