@@ -8,7 +8,8 @@
 //!
 //! Where a stream's frames can be found without decoding them, they are
 //! decoded in parallel (`super::parallel`): zstd frames (`pzstd`, seekable
-//! zstd, `zstd -c a b`; `zstd -T0` writes one frame). The other formats, and a stream that holds one large frame,
+//! zstd, `zstd -c a b`; `zstd -T0` writes one frame) and BGZF blocks
+//! (`bgzip`). The other formats, and a stream that holds one large frame,
 //! are decoded as they come.
 
 use super::parallel::{Codec, Cutter, Frame, Limits, Parallel, Room, Src};
@@ -113,7 +114,7 @@ pub fn peek(r: &mut impl Read, n: usize) -> io::Result<Vec<u8>> {
 
 /// The decoder of `c` over `r`. A `nested` stream (an archive inside an
 /// archive, several of which are open at once) gets a smaller zstd window.
-/// zstd frames are decoded on up to `threads` threads
+/// zstd frames and BGZF blocks are decoded on up to `threads` threads
 /// (0: one per core; see [`decode_threads`]).
 pub fn decoder<'a>(
     c: Compression,
@@ -152,7 +153,7 @@ fn decoder_with<'a>(
     let r = io::BufReader::with_capacity(256 << 10, r);
     Ok(match c {
         Compression::None => Box::new(r),
-        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
+        Compression::Gzip => Box::new(bgzf(Box::new(r), threads, limits)),
         Compression::Zstd => Box::new(zstd(Box::new(r), nested, threads, limits)),
         // xz2 0.1 binds liblzma 5.2's API, which has no multi-threaded
         // decoder (lzma_stream_decoder_mt came with 5.4).
@@ -301,6 +302,75 @@ fn zstd_frame(src: &mut Src, job: &mut Vec<u8>, room: Room) -> io::Result<Frame>
     Ok(Frame::Whole { out: fcs })
 }
 
+/// A gzip stream: its BGZF blocks (`bgzip`'s members, which say their
+/// length) decoded on `threads` threads; from the first member that is
+/// not one, sequentially. A plain gzip stream costs its first header.
+fn bgzf<'a>(r: Box<dyn BufRead + Send + 'a>, threads: usize, limits: Limits) -> Parallel<'a> {
+    let decode = |data: &[u8], out: Option<u64>| -> Option<Vec<u8>> {
+        let n = out.expect("BGZF blocks declare their size");
+        let mut v = Vec::with_capacity(n as usize);
+        // The sequential decoder's own code, to the job's end: it checks
+        // each member's CRC-32 and size, and that the bytes are whole
+        // members.
+        flate2::bufread::MultiGzDecoder::new(data)
+            .take(n + 1)
+            .read_to_end(&mut v)
+            .ok()?;
+        (v.len() as u64 == n).then_some(v)
+    };
+    let codec = Codec {
+        name: "packfs-ungzip",
+        decode: Arc::new(decode),
+        sequential: Box::new(|r| Ok(Box::new(flate2::bufread::MultiGzDecoder::new(r)))),
+    };
+    Parallel::new(Cutter::new(r, bgzf_block, limits), codec, threads)
+}
+
+/// Reads one BGZF block (SAM/BAM specification, 4.1): a gzip member whose
+/// extra field has a `BC` subfield holding the member's length less one.
+/// Its last 4 bytes are its output's size.
+fn bgzf_block(src: &mut Src, job: &mut Vec<u8>, room: Room) -> io::Result<Frame> {
+    let start = job.len();
+    if let Some(f) = src.head(12, job)? {
+        return Ok(f);
+    }
+    let h = &job[start..];
+    // ID1 ID2, deflate, FEXTRA set and no reserved flag.
+    if h[..3] != [0x1f, 0x8b, 8] || h[3] & 0x04 == 0 || h[3] & 0xe0 != 0 {
+        return Ok(Frame::Rest);
+    }
+    let xlen = usize::from(u16::from_le_bytes([h[10], h[11]]));
+    if src.take(xlen, job)? < xlen {
+        return Ok(Frame::Rest);
+    }
+    let mut extra = &job[start + 12..];
+    let mut bsize = None;
+    while extra.len() >= 4 {
+        let len = usize::from(u16::from_le_bytes([extra[2], extra[3]]));
+        if extra[..2] == *b"BC" && len == 2 && extra.len() >= 6 {
+            bsize = Some(usize::from(u16::from_le_bytes([extra[4], extra[5]])));
+        }
+        extra = &extra[(4 + len).min(extra.len())..];
+    }
+    // Not BGZF, or a length shorter than its own header and trailer.
+    let Some(rest) = bsize.and_then(|b| (b + 1).checked_sub(12 + xlen + 8)) else {
+        return Ok(Frame::Rest);
+    };
+    if src.take(rest + 8, job)? < rest + 8 {
+        return Ok(Frame::Rest);
+    }
+    let isize = u64::from(u32::from_le_bytes(
+        job[job.len() - 4..].try_into().expect("4 bytes"),
+    ));
+    if isize > room.limits.job_out {
+        return Ok(Frame::Rest);
+    }
+    if isize > room.out {
+        return Ok(Frame::Later);
+    }
+    Ok(Frame::Whole { out: Some(isize) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,6 +486,7 @@ mod tests {
         let r: Box<dyn BufRead + Send> = Box::new(data);
         let d = match c {
             Compression::Zstd => zstd_sequential(r, nested).unwrap(),
+            Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(r)),
             _ => unreachable!(),
         };
         let (out, e) = read_all(d);
@@ -432,6 +503,7 @@ mod tests {
         let r: Box<dyn BufRead + Send> = Box::new(data);
         let mut d = match c {
             Compression::Zstd => zstd(r, nested, 3, limits),
+            Compression::Gzip => bgzf(r, 3, limits),
             _ => unreachable!(),
         };
         let (out, e) = read_all(&mut d);
@@ -743,6 +815,97 @@ mod tests {
     fn a_read_error_of_the_input_stays_the_inputs() {
         let (parts, whole) = parts(60, 4, 300_000);
         read_error_is_the_inputs(Compression::Zstd, &frames_with_size(&parts), &whole);
+        read_error_is_the_inputs(Compression::Gzip, &bgzf_blocks(&whole), &whole);
+    }
+
+    /// `data` as BGZF blocks of up to 65280 bytes, as `bgzip` writes
+    /// them, and its empty end-of-file block.
+    fn bgzf_blocks(data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for chunk in data.chunks(65280).chain([&[][..]]) {
+            let mut e =
+                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(chunk).unwrap();
+            let deflated = e.finish().unwrap();
+            let bsize = (18 + deflated.len() + 8 - 1) as u16;
+            out.extend([
+                0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff, 6, 0, b'B', b'C', 2, 0,
+            ]);
+            out.extend(bsize.to_le_bytes());
+            out.extend(deflated);
+            out.extend(crc32fast::hash(chunk).to_le_bytes());
+            out.extend((chunk.len() as u32).to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn bgzf_blocks_are_decoded_in_parallel_as_sequentially() {
+        let data = text(70, 1 << 20);
+        let gz = bgzf_blocks(&data);
+        // 18 blocks: 17 of data, the end-of-file one.
+        let s = same(Compression::Gzip, &gz, FRAME_JOBS, (&data, false));
+        assert_eq!((s.jobs, s.sequential), (18, false), "{s:?}");
+        // Grouped by output: 3 blocks of 65280 bytes per 200000, the
+        // last 3 (4096 bytes, then none) with the 16th.
+        let limits = Limits {
+            job_bytes: usize::MAX,
+            frame_bytes: 16 << 20,
+            job_out: 200_000,
+        };
+        let s = same(Compression::Gzip, &gz, limits, (&data, false));
+        assert_eq!((s.jobs, s.sequential), (6, false), "{s:?}");
+        // Damage, a truncation.
+        let mut bad = gz.clone();
+        bad[gz.len() / 2] ^= 0x55;
+        let s = same(Compression::Gzip, &bad, FRAME_JOBS, (&data, true));
+        assert!(s.sequential, "{s:?}");
+        let s = same(
+            Compression::Gzip,
+            &gz[..gz.len() / 2],
+            FRAME_JOBS,
+            (&data, true),
+        );
+        assert!(s.sequential, "{s:?}");
+        // A plain gzip member after BGZF blocks: read sequentially.
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&data).unwrap();
+        let mixed = [gz.clone(), e.finish().unwrap()].concat();
+        let s = same(
+            Compression::Gzip,
+            &mixed,
+            FRAME_JOBS,
+            (&[&data[..], &data].concat(), false),
+        );
+        assert_eq!((s.jobs, s.sequential), (18, true), "{s:?}");
+    }
+
+    #[test]
+    fn bgzip_output_is_decoded_in_parallel() {
+        // bgzip (Debian's tabix) is not among the tools CI installs: the
+        // BGZF writer above stands in for it there.
+        let have = std::process::Command::new("bgzip")
+            .arg("--version")
+            .output()
+            .is_ok();
+        if !have {
+            eprintln!("skipped: needs `bgzip` on PATH");
+            return;
+        }
+        let data = text(71, 1 << 20);
+        let gz = cli("bgzip", &["-c"], &data).expect("bgzip");
+        let s = same(Compression::Gzip, &gz, FRAME_JOBS, (&data, false));
+        assert!(s.jobs > 10 && !s.sequential, "{s:?}");
+    }
+
+    #[test]
+    fn a_plain_gzip_stream_costs_its_first_header() {
+        let data = text(72, 300_000);
+        let Some(gz) = cli("gzip", &["-c", "-n"], &data) else {
+            return;
+        };
+        let s = same(Compression::Gzip, &gz, Limits::DEFAULT, (&data, false));
+        assert_eq!((s.jobs, s.sequential), (0, true), "{s:?}");
     }
 
     #[test]

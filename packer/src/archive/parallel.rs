@@ -1,6 +1,6 @@
 //! Decoding a compressed stream's independent frames on several threads,
 //! for the formats whose frames can be found without decompressing them
-//! (zstd frames: see `decompress`).
+//! (zstd frames, BGZF blocks: see `decompress`).
 //!
 //! # Design note
 //!
