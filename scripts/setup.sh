@@ -4,12 +4,12 @@
 # libarchive-tools (bsdtar): the reference writers/readers the tests compare
 # against; attr: setfattr/getfattr. man-db, groff-base: `man -l` renders the
 # generated pages in tests; file, musl-tools: scripts/release.sh (static musl build);
-# busybox, git, xz-utils, zstd, bzip2, lz4: archive writers and compressors whose output
-# the archive-packing tests read.
+# busybox, git, xz-utils, zstd, bzip2, lz4, tabix (bgzip): archive writers and compressors
+# whose output the archive-packing tests read.
 set -euo pipefail
 pkgs=(fuse3 squashfs-tools zip unzip libarchive-tools p7zip-full attr python3 kmod procps
       slurm-wlm munge bubblewrap squashfuse strace python3-venv python3-pip
-      man-db groff-base file musl-tools busybox git xz-utils zstd bzip2 lz4)
+      man-db groff-base file musl-tools busybox git xz-utils zstd bzip2 lz4 tabix)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -660,6 +660,15 @@ fn compressed_archives_give_the_plain_archives_image() {
         ]
         .concat(),
     ));
+    // Parallel compressors' framings, which packfs decodes in parallel:
+    // pzstd's skippable-frame-led frames, bgzip's BGZF blocks.
+    if require_tool("pzstd") && require_tool("bgzip") {
+        cases.push((
+            "pzstd".into(),
+            filter("pzstd", &["-q", "-c", "-p", "2", "-1"], &data),
+        ));
+        cases.push(("bgzf".into(), filter("bgzip", &["-c"], &data)));
+    }
     for (name, wrapped) in cases {
         let file = t.path().join(format!("archive-{name}"));
         std::fs::write(&file, wrapped).unwrap();

@@ -69,8 +69,6 @@ pub fn local_data_offset(src: &dyn ImageSource, local: u64) -> Result<u64> {
 mod tests {
     use super::*;
     use crate::source::MemSource;
-    use packfs_format::zip::entry::apply_extras;
-    use packfs_format::zip::time::{dos_as_utc, DOS_1980_01_01};
 
     fn eocd(entries: u16, cd_size: u32, cd_off: u32, comment: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
