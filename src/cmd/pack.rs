@@ -590,19 +590,46 @@ fn pack_image(
     };
     let uploading = || format!("uploading the image to {}", output.display());
     let t = std::time::Instant::now();
+    // An upload that fails stops the pack (through the cancel flag), and its
+    // error, not an interruption, is what is reported.
+    let upload_failed = AtomicBool::new(false);
     let (packed, streamer) = match (numbered, &follow) {
         (Some(up), Some(f)) => {
             let done = AtomicBool::new(false);
             std::thread::scope(|s| {
-                let h =
-                    s.spawn(|| super::stream_upload::Streamer::new(up).follow(f, &done, cancel));
+                let h = s.spawn(|| {
+                    let r = super::stream_upload::Streamer::new(up).follow(f, &done, cancel);
+                    if matches!(&r, Err(e) if !matches!(e, packfs_objstore::RemoteError::Interrupted))
+                    {
+                        upload_failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                        cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    r
+                });
+                // Raised however the pack ends, a panic included: the
+                // follower must not wait for it forever.
+                struct Done<'a>(&'a AtomicBool);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                let guard = Done(&done);
                 let packed = pack(&local);
-                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(guard);
                 let st = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
                 (packed, Some(st))
             })
         }
         _ => (pack(&local), None),
+    };
+    let packed = match (packed, &streamer) {
+        (Err(packer::PackError::Interrupted), Some(Err(e)))
+            if upload_failed.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            return Err(anyhow::anyhow!("{e}")).with_context(uploading);
+        }
+        (p, _) => p,
     };
     let summary = match packed {
         Err(packer::PackError::Interrupted) => {
@@ -617,7 +644,12 @@ fn pack_image(
             let file = std::fs::File::open(&local).map_err(|e| {
                 packfs_objstore::RemoteError::Config(format!("{}: {e}", local.display()))
             })?;
-            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let len = file
+                .metadata()
+                .map_err(|e| {
+                    packfs_objstore::RemoteError::Config(format!("{}: {e}", local.display()))
+                })?
+                .len();
             let parts = st.finish(&file, len, cancel)?;
             if !args.quiet {
                 say!(

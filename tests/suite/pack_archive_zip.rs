@@ -387,3 +387,20 @@ fn a_zip_and_a_tar_merge_at_the_root() {
     assert_eq!(cat("t/two"), "2\n");
     assert_eq!(cat("same"), "tar\n");
 }
+
+/// Regression: a member a later record of its path replaced was still
+/// read, so damage in it failed the pack (and its bytes went into the
+/// image unreferenced). As `unzip -o` leaves it, the later one is the file.
+#[test]
+fn a_replaced_member_is_not_read() {
+    let t = scratch();
+    let mut z = stored_zip(&[("x", b"first, damaged"), ("x", b"second\n")]);
+    let at = z.windows(5).position(|w| w == b"first").unwrap();
+    z[at] ^= 1;
+    let p = t.path().join("twice.zip");
+    std::fs::write(&p, z).unwrap();
+    let img = t.path().join("twice.sqfs");
+    run(&mut pack_cmd(&[&p], &img, &[]));
+    let got = run(Command::new(packfs_bin()).arg("cat").arg(&img).arg("x"));
+    assert_eq!(got, "second\n");
+}

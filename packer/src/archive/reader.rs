@@ -786,18 +786,32 @@ impl Reader<'_> {
         let mut pending = Vec::new();
         while let Some((e, record)) = central.next_record()? {
             self.cancelled()?;
-            if let Some(p) = self.zip_record(k, name, src, &central, &e, record, &mut notes)? {
+            if let Some(p) = self.zip_record(k, name, &central, &e, record, &mut notes)? {
                 pending.push(p);
             }
         }
-        // In archive order: reads move forward through the file.
-        pending.sort_by_key(|(_, m): &(u32, zip::Member)| m.local_offset);
+        // In archive order: reads move forward through the file. A member a
+        // later record of its path replaced is not read: it is not in the
+        // image (and damage in it is no reason to fail).
+        pending.sort_by_key(|(_, m)| m.local_offset);
         let mut reported = 0u64;
-        for p in pending {
+        for (si, m) in pending {
             self.cancelled()?;
+            if !self.stage.is_named(si) {
+                continue;
+            }
             // Progress: the archive's bytes up to the end of this member's data.
-            let upto = (p.1.local_offset + p.1.csize).min(len);
-            self.zip_data(name, src, p)?;
+            let upto = m.local_offset.saturating_add(m.csize).min(len);
+            if self.stage.entry_mut(si).kind == Kind::Symlink {
+                let target = zip::read_target(name, src, &m)?;
+                if target.contains(&0) {
+                    let message = "a symlink target holding a NUL byte".into();
+                    return Err(PackError::archive(name, Some(&m.name), message));
+                }
+                self.stage.entry_mut(si).target = target;
+            } else {
+                self.zip_data(name, src, (si, m))?;
+            }
             if upto > reported {
                 self.unreported += upto - reported;
                 reported = upto;
@@ -808,14 +822,14 @@ impl Reader<'_> {
         Ok(())
     }
 
-    /// One central record into the namespace; a regular file comes back,
-    /// with its inode, to have its data read.
+    /// One central record into the namespace; a regular file or a symlink
+    /// comes back, with its inode, to have its data (the symlink's target)
+    /// read once the walk is over, in archive order.
     #[allow(clippy::too_many_arguments)]
     fn zip_record(
         &mut self,
         k: u16,
         name: &Path,
-        src: &dyn zip::RandomAccess,
         central: &zip::Central,
         e: &CentralEntry,
         record: u64,
@@ -856,20 +870,14 @@ impl Reader<'_> {
                 );
                 return Err(PackError::archive(name, Some(&raw), message));
             }
-            let target = zip::read_target(name, src, m)?;
-            if target.contains(&0) {
-                let message = "a symlink target holding a NUL byte".into();
-                return Err(PackError::archive(name, Some(&raw), message));
-            }
-            entry.target = target;
         }
         entry.size = if kind == Kind::File { e.size } else { 0 };
         let added = self
             .stage
             .add(&comps, entry)
             .map_err(|err| stage_error(name, Some(&raw), err, &self.names))?;
-        match (added, kind, member) {
-            (Added::Inode(si), Kind::File, Some(m)) => Ok(Some((si, m))),
+        match (added, member) {
+            (Added::Inode(si), Some(m)) => Ok(Some((si, m))),
             _ => Ok(None),
         }
     }

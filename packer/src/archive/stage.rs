@@ -144,6 +144,12 @@ impl Stage {
         &mut self.entries[inode as usize]
     }
 
+    /// Whether `inode` still has a name (a later member may have replaced
+    /// its only one).
+    pub fn is_named(&self, inode: u32) -> bool {
+        self.entries[inode as usize].names > 0
+    }
+
     /// Directory entries, the root included.
     pub fn names(&self) -> usize {
         self.nodes.len()

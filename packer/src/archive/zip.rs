@@ -291,7 +291,7 @@ impl<'s> MemberData<'s> {
                 p.local_offset, p.record
             ))
         })?;
-        let data = p.local_offset + h.data_offset();
+        let data = p.local_offset.saturating_add(h.data_offset());
         let end = data
             .checked_add(p.csize)
             .filter(|&e| e <= src.size())
