@@ -11,13 +11,12 @@
 
 use crate::client::{classify, Remote};
 use crate::error::RemoteError;
-use crate::upload::IN_FLIGHT;
+use crate::upload::{wait_part, IN_FLIGHT};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::MultipartId;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 type Flying = tokio::task::JoinHandle<object_store::Result<PartId>>;
 
@@ -112,31 +111,9 @@ impl NumberedUpload {
         };
         let url = self.remote.url().to_string();
         let secs = self.remote.opts.timeout.as_secs();
-        loop {
-            if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                h.abort();
-                return Err(RemoteError::Interrupted);
-            }
-            let r = self
-                .remote
-                .handle()
-                .block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut h).await });
-            match r {
-                Err(_) => continue,
-                Ok(Err(join)) => {
-                    return Err(RemoteError::Transport {
-                        url,
-                        what: "uploading a part".into(),
-                        detail: join.to_string(),
-                    })
-                }
-                Ok(Ok(r)) => {
-                    let part = r.map_err(|e| classify(&url, secs, "uploading a part", e))?;
-                    self.done.insert(idx, part);
-                    return Ok(());
-                }
-            }
-        }
+        let part = wait_part(self.remote.handle(), &mut h, cancel, &url, secs)?;
+        self.done.insert(idx, part);
+        Ok(())
     }
 
     /// Waits for every part and completes the upload: the parts must be

@@ -87,30 +87,7 @@ impl Upload {
         // Waits for the oldest part, checking for cancellation meanwhile.
         let wait_one = |flying: &mut std::collections::VecDeque<Part>| {
             let mut h = flying.pop_front().expect("a part in flight");
-            loop {
-                if cancelled() {
-                    h.abort();
-                    return Err(RemoteError::Interrupted);
-                }
-                let r = rt.block_on(async {
-                    tokio::time::timeout(Duration::from_millis(100), &mut h).await
-                });
-                match r {
-                    Err(_) => continue,
-                    Ok(Err(join)) => {
-                        return Err(RemoteError::Transport {
-                            url: url.clone(),
-                            what: "uploading a part".into(),
-                            detail: join.to_string(),
-                        })
-                    }
-                    Ok(Ok(r)) => {
-                        return r.map_err(|e: object_store::Error| {
-                            classify(&url, secs, "uploading a part", e)
-                        })
-                    }
-                }
-            }
+            wait_part(&rt, &mut h, cancel, &url, secs)
         };
         while sent < len {
             if cancelled() {
@@ -169,6 +146,36 @@ impl Upload {
 impl Drop for Upload {
     fn drop(&mut self) {
         self.abort();
+    }
+}
+
+/// Waits for the part being sent by `h`, checking `cancel` every 100 ms
+/// (the task is aborted then); its error names `url`.
+pub(crate) fn wait_part<T>(
+    rt: &tokio::runtime::Handle,
+    h: &mut tokio::task::JoinHandle<object_store::Result<T>>,
+    cancel: Option<&AtomicBool>,
+    url: &str,
+    secs: u64,
+) -> Result<T, RemoteError> {
+    loop {
+        if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            h.abort();
+            return Err(RemoteError::Interrupted);
+        }
+        let r =
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut *h).await });
+        match r {
+            Err(_) => continue,
+            Ok(Err(join)) => {
+                return Err(RemoteError::Transport {
+                    url: url.to_string(),
+                    what: "uploading a part".into(),
+                    detail: join.to_string(),
+                })
+            }
+            Ok(Ok(r)) => return r.map_err(|e| classify(url, secs, "uploading a part", e)),
+        }
     }
 }
 

@@ -83,10 +83,8 @@ impl Streamer {
         len: u64,
         cancel: &AtomicBool,
     ) -> Result<(), RemoteError> {
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, at)
-            .map_err(|e| RemoteError::Config(format!("reading the image being sent: {e}")))?;
-        self.up.put((at / PART) as usize, buf, Some(cancel))?;
+        self.up
+            .put((at / PART) as usize, read(file, at, len)?, Some(cancel))?;
         if self.punch && at > 0 {
             self.punch = punch_hole(file, at, len);
         }
@@ -112,21 +110,24 @@ impl Streamer {
             let mut idx = self.next;
             while at < len {
                 let n = part.min(len - at);
-                let mut buf = vec![0u8; n as usize];
-                file.read_exact_at(&mut buf, at).map_err(|e| {
-                    RemoteError::Config(format!("reading the image being sent: {e}"))
-                })?;
-                self.up.put(idx as usize, buf, Some(cancel))?;
+                self.up
+                    .put(idx as usize, read(file, at, n)?, Some(cancel))?;
                 at += n;
                 idx += 1;
             }
         }
-        let mut first = vec![0u8; len.min(PART) as usize];
-        file.read_exact_at(&mut first, 0)
-            .map_err(|e| RemoteError::Config(format!("reading the image being sent: {e}")))?;
-        self.up.put(0, first, Some(cancel))?;
+        self.up
+            .put(0, read(file, 0, len.min(PART))?, Some(cancel))?;
         self.up.complete(Some(cancel))
     }
+}
+
+/// `len` bytes of the image at `at`.
+fn read(file: &File, at: u64, len: u64) -> Result<Vec<u8>, RemoteError> {
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, at)
+        .map_err(|e| RemoteError::Config(format!("reading the image being sent: {e}")))?;
+    Ok(buf)
 }
 
 /// Frees the file's blocks of `len` bytes at `at` (the file keeps its
