@@ -29,6 +29,10 @@ def test_wheel_is_abi3_and_carries_the_extension_and_the_fsspec_entry_point():
         assert "packfs/_native.abi3.so" in names, names
         for module in ("__init__", "_image", "_file", "_budget", "fsspec", "torch"):
             assert f"packfs/{module}.py" in names, names
+        # PEP 561: users' type checkers read the package's annotations and
+        # the extension's stub.
+        assert "packfs/py.typed" in names, names
+        assert "packfs/_native.pyi" in names, names
         meta_dir = f"packfs-{version}.dist-info"
         entry_points = z.read(f"{meta_dir}/entry_points.txt").decode()
         metadata = z.read(f"{meta_dir}/METADATA").decode()
