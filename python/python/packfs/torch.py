@@ -23,11 +23,13 @@ from __future__ import annotations
 import io
 import operator
 import os
+import sys
 from collections.abc import Sequence as SequenceABC
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import _sampler
 from ._image import Image
 
 #: torchvision's ``IMG_EXTENSIONS``.
@@ -233,3 +235,164 @@ class ImageFolder:
             f"packfs.torch.ImageFolder({self.image.location!r}, root={self.root!r}: "
             f"{len(self)} samples, {len(self.classes)} classes)"
         )
+
+
+class ShuffleSampler:
+    """A deterministic, resumable, rank-split shuffle for a DataLoader.
+
+    ``DataLoader(ds, sampler=ShuffleSampler(ds, seed=...), batch_size=B)``;
+    call ``set_epoch(e)`` before each epoch, as with torch's
+    ``DistributedSampler``. One global order per ``(seed, epoch)`` is split
+    round-robin among ranks, so the samples of each global step
+    (``B * world_size`` of them) are the same whatever the world size;
+    ``rank`` and ``world_size`` default to torch.distributed's when it is
+    initialised, else 0 and 1. ``len()`` and the padding (or ``drop_last``)
+    are DistributedSampler's.
+
+    ``state_dict(samples_seen)`` saves where the epoch is;
+    ``load_state_dict(state)`` continues it from there, at this world size
+    or another: every sample the epoch has not given yet then comes once
+    across the new ranks. ``samples_seen`` is what each rank has consumed
+    (steps times batch size); left out, it is what this sampler has
+    yielded, which runs ahead of training when DataLoader workers prefetch.
+
+    ``locality=True`` orders samples by where their bytes lie in the image
+    (the dataset's ``layout()``; :class:`ImageFolder` has one): groups of
+    about ``group_bytes`` of neighbouring samples are shuffled and
+    ``window`` groups at a time interleaved at random, so that batches stay
+    mixed while reads move forward through a few regions of the image. A
+    dataset without ``layout()`` is grouped by index, 64 samples a group.
+    ``locality=False`` is a uniform shuffle. docs/PYTHON.md ("Shuffling")
+    says what locality trades.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        locality: bool = True,
+        drop_last: bool = False,
+        group_bytes: int = 4 << 20,
+        window: int = 64,
+    ) -> None:
+        if rank is None or world_size is None:
+            dist_rank, dist_world = _distributed()
+            rank = dist_rank if rank is None else rank
+            world_size = dist_world if world_size is None else world_size
+        rank, world_size = operator.index(rank), operator.index(world_size)
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
+        if group_bytes < 1 or window < 1:
+            raise ValueError("group_bytes and window must be positive")
+        self.dataset = dataset
+        self.seed = operator.index(seed)
+        self.rank = rank
+        self.world_size = world_size
+        self.locality = bool(locality)
+        self.drop_last = bool(drop_last)
+        self.group_bytes = operator.index(group_bytes)
+        self.window = operator.index(window)
+        self.epoch = 0
+        self._size = len(dataset)
+        self._layout: _sampler.Layout | None = None
+        # Global position where the next iteration starts (set by
+        # load_state_dict), and what the current one has yielded.
+        self._start = 0
+        self._yielded = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next iteration gives, from its start."""
+        self.epoch = operator.index(epoch)
+        self._start = 0
+        self._yielded = 0
+
+    def order(self) -> np.ndarray:
+        """The global order of this epoch (every rank's samples interleaved)."""
+        if not self.locality:
+            return _sampler.uniform_order(self._size, self.seed, self.epoch)
+        if self._layout is None:
+            self._layout = self._make_layout()
+        return _sampler.local_order(self._layout, self.window, self.seed, self.epoch)
+
+    def _make_layout(self) -> _sampler.Layout:
+        layout = getattr(self.dataset, "layout", None)
+        if layout is None:
+            n = self._size
+            return _sampler.Layout(
+                np.arange(n), np.full(n, max(self.group_bytes // 64, 1)), None, self.group_bytes
+            )
+        keys, sizes, parts = layout()
+        if len(keys) != self._size:
+            raise ValueError(f"the dataset's layout has {len(keys)} samples, the dataset {self._size}")
+        return _sampler.Layout(keys, sizes, parts, self.group_bytes)
+
+    def __iter__(self) -> Iterator[int]:
+        share = _sampler.rank_share(
+            self.order(), self._start, self.rank, self.world_size, self.drop_last
+        )
+        self._yielded = 0
+        for i in share.tolist():
+            self._yielded += 1
+            yield i
+        # A finished epoch: the next iteration (without set_epoch) gives it
+        # again from its start, as DistributedSampler does.
+        self._start = 0
+        self._yielded = 0
+
+    def __len__(self) -> int:
+        return _sampler.share_len(self._size - self._start, self.world_size, self.drop_last)
+
+    def state_dict(self, samples_seen: int | None = None) -> dict:
+        """Where this epoch is, after each rank consumed ``samples_seen``."""
+        seen = self._yielded if samples_seen is None else operator.index(samples_seen)
+        if seen < 0:
+            raise ValueError(f"samples_seen is negative: {seen}")
+        return {
+            "version": _sampler.STATE_VERSION,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": min(self._start + seen * self.world_size, self._size),
+            "size": self._size,
+            "locality": self.locality,
+            "group_bytes": self.group_bytes,
+            "window": self.window,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the epoch ``state`` was saved in, where it was left."""
+        if state.get("version") != _sampler.STATE_VERSION:
+            raise ValueError(f"a sampler state of version {state.get('version')!r}, not {_sampler.STATE_VERSION}")
+        if state["size"] != self._size:
+            raise ValueError(
+                f"the state was saved for a dataset of {state['size']} samples, this one has {self._size}"
+            )
+        for key in ("locality", "group_bytes", "window"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"the state was saved with {key}={state[key]!r}, this sampler has "
+                    f"{getattr(self, key)!r}: the order would not be the same"
+                )
+        self.seed = state["seed"]
+        self.epoch = state["epoch"]
+        self._start = state["position"]
+        self._yielded = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"packfs.torch.ShuffleSampler({self._size} samples, seed={self.seed}, epoch={self.epoch}, "
+            f"rank {self.rank} of {self.world_size}, locality={self.locality})"
+        )
+
+
+def _distributed() -> tuple[int, int]:
+    """torch.distributed's rank and world size when it is initialised; this
+    module imports torch only when the program already has."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    return 0, 1

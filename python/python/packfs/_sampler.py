@@ -1,0 +1,146 @@
+"""The order in which :class:`packfs.torch.ShuffleSampler` gives samples.
+
+Design
+------
+One global order per ``(seed, epoch)``, the same on every rank: a
+permutation of the dataset's indices drawn from numpy's PCG64 seeded with
+both numbers, so every process computes it alone and no rank has to send
+it to another. Ranks take it round-robin (rank ``r`` gets positions
+``r, r + W, r + 2W, ...``): step ``s`` of every rank together covers
+positions ``s*B*W .. (s+1)*B*W`` of the global order, which is why the
+samples of a global step do not depend on how many ranks share it.
+
+A position in the global order is all a checkpoint needs: ranks move in
+lockstep (DDP keeps them so), so after every rank has taken ``k`` samples
+the first ``start + k*W`` positions are consumed, whatever ``W`` was, and a
+job resumed at another world size splits the rest among its own ranks.
+
+With locality the permutation is built from where samples lie in the image
+instead of uniformly. Samples sorted by position are cut into *groups* of
+about ``group_bytes`` (what one storage request should fetch); the groups
+are shuffled and read by ``window`` slots at once, each slot taking the
+next group when its own is done; the order takes one sample from every
+slot in turn, the slots in a new random order each round. Any ``window``
+consecutive samples therefore come from ``window`` different regions of
+the image (a batch of that size is as mixed as a uniform shuffle's when the
+regions are), while the reads in each region move forward through it, so
+that one fetched range or read-ahead serves the samples after it. What is
+traded: a group's samples are spread over the time its slot holds it, in
+the image's order, and which samples can meet in a batch depends on which
+groups share the slots; docs/PYTHON.md says when to turn it off.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+#: Version of the state a sampler saves; a state of another version is refused.
+STATE_VERSION = 1
+
+
+class Layout:
+    """Samples grouped by where their bytes lie: ``members`` lists the
+    dataset's indices sorted by position in the image, and group ``g`` is
+    ``members[bounds[g]:bounds[g + 1]]``.
+
+    ``keys`` order samples by position (an integer per sample: the byte
+    offset, with the shard number above it for a sharded image); ``sizes``
+    are the bytes each sample occupies there. A group ends before the
+    sample that would take it past ``group_bytes`` (a group has at least
+    one sample) and wherever ``parts`` changes (two shards are never one
+    request)."""
+
+    def __init__(
+        self,
+        keys: np.ndarray,
+        sizes: np.ndarray,
+        parts: np.ndarray | None,
+        group_bytes: int,
+    ) -> None:
+        n = len(keys)
+        members = np.argsort(keys, kind="stable")
+        sizes = np.asarray(sizes, dtype=np.int64)[members]
+        starts = np.zeros(n, dtype=bool)
+        if n:
+            starts[0] = True
+            # Greedy cut: a running sum restarted at each cut. Vectorised
+            # cuts by `cumsum // group_bytes` drift over long runs of tiny
+            # samples; this loop is over groups, not samples, and ends in
+            # O(groups * log n).
+            cum = np.cumsum(sizes)
+            base = 0
+            i = 0
+            while i < n:
+                # The first sample past the budget that started at `i`.
+                j = int(np.searchsorted(cum, base + group_bytes, side="right"))
+                j = max(j, i + 1)
+                if j < n:
+                    starts[j] = True
+                    base = int(cum[j - 1])
+                i = j
+            if parts is not None:
+                p = np.asarray(parts)[members]
+                starts[1:] |= p[1:] != p[:-1]
+        self.members = members.astype(np.int64)
+        self.bounds = np.append(np.flatnonzero(starts), n).astype(np.int64)
+
+    @property
+    def groups(self) -> int:
+        return len(self.bounds) - 1
+
+
+def uniform_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """A uniform random permutation of ``range(n)`` for ``(seed, epoch)``."""
+    return _rng(seed, epoch).permutation(n).astype(np.int64)
+
+
+def local_order(layout: Layout, window: int, seed: int, epoch: int) -> np.ndarray:
+    """The locality order (see the module doc) for ``(seed, epoch)``."""
+    rng = _rng(seed, epoch)
+    n = len(layout.members)
+    lo, hi = layout.bounds[:-1], layout.bounds[1:]
+    shuffled = rng.permutation(layout.groups)
+    # `window` slots each read groups one after another; a group goes to
+    # the slot that frees first, so the slots stay busy together until the
+    # epoch's last groups. Its k-th sample is read in round start + k.
+    start = np.empty(layout.groups, dtype=np.int64)
+    free = [(0, slot) for slot in range(min(window, layout.groups))]
+    heapq.heapify(free)
+    for g in shuffled.tolist():
+        at, slot = heapq.heappop(free)
+        start[g] = at
+        heapq.heappush(free, (at + int(hi[g] - lo[g]), slot))
+    group_of = np.repeat(np.arange(layout.groups), hi - lo)
+    rounds = start[group_of] + (np.arange(n) - lo[group_of])
+    # Each round takes one sample of every busy slot, in random order: any
+    # `window` consecutive samples come from `window` different regions.
+    return layout.members[np.lexsort((rng.random(n), rounds))]
+
+
+def rank_share(
+    order: np.ndarray, start: int, rank: int, world_size: int, drop_last: bool
+) -> np.ndarray:
+    """What ``rank`` takes of ``order[start:]``: every ``world_size``-th
+    position from its own, the rest padded with its first positions (as
+    torch's DistributedSampler pads) or cut (``drop_last``) to a multiple of
+    ``world_size``."""
+    rest = order[start:]
+    if drop_last:
+        rest = rest[: len(rest) // world_size * world_size]
+    elif len(rest) % world_size:
+        pad = world_size - len(rest) % world_size
+        rest = np.concatenate([rest, np.resize(rest, pad)]) if len(rest) else rest
+    return rest[rank::world_size]
+
+
+def share_len(remaining: int, world_size: int, drop_last: bool) -> int:
+    """``len(rank_share(...))`` without building it."""
+    if drop_last:
+        return remaining // world_size
+    return -(-remaining // world_size)
+
+
+def _rng(seed: int, epoch: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch])))

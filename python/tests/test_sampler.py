@@ -1,0 +1,293 @@
+"""packfs.torch.ShuffleSampler: one order per (seed, epoch), split by rank
+so that a global step holds the same samples at any world size, resumed
+exactly (at the same or another world size), with a locality order that
+keeps batches mixed; then in real DataLoaders and a real two-process
+torch.distributed job that is killed mid-epoch and resumed at one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import packfs
+import packfs.torch
+from conftest import need, pack
+from packfs.torch import ShuffleSampler
+
+try:
+    import torch
+    from torch.utils.data import DataLoader
+except ImportError:  # scripts/python_tests.sh installs torch
+    torch = None
+
+
+class Laid:
+    """A dataset of ``n`` samples in ``classes`` classes, class after class
+    in the image, ``size`` bytes each (a shard per ``per_part`` samples)."""
+
+    def __init__(self, n: int, classes: int = 10, size: int = 20_000, per_part: int | None = None):
+        self.n, self.size, self.per_part = n, size, per_part
+        self.targets = np.arange(n) * classes // n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def layout(self):
+        keys = np.arange(self.n, dtype=np.int64) * self.size
+        parts = None if self.per_part is None else np.arange(self.n) // self.per_part
+        return keys, np.full(self.n, self.size), parts
+
+
+def take(sampler) -> list[int]:
+    return list(iter(sampler))
+
+
+@pytest.mark.parametrize("locality", [True, False])
+def test_one_order_per_seed_and_epoch_with_every_sample_once(locality):
+    ds = Laid(5_000)
+    a = ShuffleSampler(ds, seed=3, locality=locality)
+    b = ShuffleSampler(ds, seed=3, locality=locality)
+    first = take(a)
+    assert sorted(first) == list(range(5_000))
+    assert first == take(b) == take(a)  # and again without set_epoch
+    a.set_epoch(1)
+    second = take(a)
+    assert sorted(second) == list(range(5_000)) and second != first
+    assert take(ShuffleSampler(ds, seed=4, locality=locality)) != first
+    # A shuffle, not the identity or a rotation of it.
+    assert sum(x + 1 == y for x, y in zip(first, first[1:])) < 500
+
+
+@pytest.mark.parametrize("locality", [True, False])
+def test_a_global_step_holds_the_same_samples_at_every_world_size(locality):
+    ds, step = Laid(4_096), 64  # batch size times world size
+    steps = {}
+    for world in (1, 2, 4):
+        shares = [take(ShuffleSampler(ds, seed=9, rank=r, world_size=world, locality=locality)) for r in range(world)]
+        batch = step // world
+        steps[world] = [
+            sorted(x for share in shares for x in share[s * batch : (s + 1) * batch]) for s in range(4_096 // step)
+        ]
+    assert steps[1] == steps[2] == steps[4]
+
+
+def test_len_and_padding_as_distributed_sampler():
+    ds = Laid(10)
+    shares = [take(ShuffleSampler(ds, rank=r, world_size=4, locality=False)) for r in range(4)]
+    assert [len(s) for s in shares] == [3, 3, 3, 3] == [len(ShuffleSampler(ds, rank=r, world_size=4)) for r in range(4)]
+    counts = Counter(x for s in shares for x in s)
+    assert set(counts) == set(range(10)) and sum(counts.values()) == 12
+    dropped = [take(ShuffleSampler(ds, rank=r, world_size=4, drop_last=True)) for r in range(4)]
+    assert [len(s) for s in dropped] == [2] * 4 and len({x for s in dropped for x in s}) == 8
+    assert len(ShuffleSampler(ds, rank=0, world_size=4, drop_last=True)) == 2
+
+
+@pytest.mark.parametrize("locality", [True, False])
+def test_a_loaded_state_continues_the_epoch_exactly(locality):
+    ds = Laid(3_000)
+    s = ShuffleSampler(ds, seed=1, locality=locality)
+    s.set_epoch(5)
+    it = iter(s)
+    head = [next(it) for _ in range(1_234)]
+    state = json.loads(json.dumps(s.state_dict()))  # a checkpoint is plain data
+    rest = list(it)
+    r = ShuffleSampler(ds, locality=locality)
+    r.load_state_dict(state)
+    assert r.epoch == 5 and r.seed == 1 and len(r) == 3_000 - 1_234
+    assert take(r) == rest and head + rest == take(s)
+    # After the resumed epoch, the sampler starts the next one whole.
+    r.set_epoch(6)
+    assert len(take(r)) == 3_000
+
+
+@pytest.mark.parametrize("locality", [True, False])
+@pytest.mark.parametrize("before, after", [(2, 3), (4, 1), (1, 2), (3, 3)])
+def test_a_state_saved_at_one_world_size_loads_at_another(locality, before, after):
+    n, seen = 6_000, 500  # samples each old rank consumed
+    ds = Laid(n)
+    old = [ShuffleSampler(ds, seed=2, rank=r, world_size=before, locality=locality) for r in range(before)]
+    consumed = [x for s in old for x in take(s)[:seen]]
+    states = [s.state_dict(samples_seen=seen) for s in old]
+    assert all(st == states[0] for st in states)  # every rank saves the same
+    new = [ShuffleSampler(ds, rank=r, world_size=after, locality=locality) for r in range(after)]
+    for s in new:
+        s.load_state_dict(states[0])
+    rest = [x for s in new for x in take(s)]
+    counts = Counter(consumed + rest)
+    assert set(counts) == set(range(n))
+    # Each sample once, but the padding to a multiple of the new world size.
+    assert sum(counts.values()) - n == len(rest) - (n - before * seen) < after
+
+
+def test_a_state_of_another_dataset_or_order_is_refused():
+    s = ShuffleSampler(Laid(100))
+    with pytest.raises(ValueError, match="100 samples, this one has 99"):
+        ShuffleSampler(Laid(99)).load_state_dict(s.state_dict())
+    with pytest.raises(ValueError, match="locality=True"):
+        ShuffleSampler(Laid(100), locality=False).load_state_dict(s.state_dict())
+    with pytest.raises(ValueError, match="rank 2 is not in 0..1"):
+        ShuffleSampler(Laid(100), rank=2, world_size=2)
+
+
+def test_locality_keeps_batches_mixed_and_reads_moving_forward():
+    ds = Laid(30_000, classes=100, size=19_000)  # the JPEG set's shape
+    window, group = 64, 4 << 20
+    order = np.array(take(ShuffleSampler(ds, seed=5, window=window, group_bytes=group)))
+    uniform = np.array(take(ShuffleSampler(ds, seed=5, locality=False)))
+
+    def mixing(o):
+        b = ds.targets[o[: len(o) // 64 * 64]].reshape(-1, 64)
+        return np.mean([len(np.unique(r)) for r in b])
+
+    assert mixing(order) >= 0.9 * mixing(uniform), (mixing(order), mixing(uniform))
+    # Each round of `window` samples takes one of every slot: `window`
+    # different groups (the last rounds of an epoch, with fewer groups
+    # left, aside).
+    sampler = ShuffleSampler(ds, seed=5, window=window, group_bytes=group)
+    sampler.order()
+    layout = sampler._layout
+    group_of = np.empty(len(ds), dtype=np.int64)
+    for g in range(layout.groups):
+        group_of[layout.members[layout.bounds[g] : layout.bounds[g + 1]]] = g
+        assert ds.size * (layout.bounds[g + 1] - layout.bounds[g]) <= group
+    groups = group_of[order]
+    # Slots run out within a group's length of each other.
+    body = groups[: len(groups) - int(np.diff(layout.bounds).max()) * window]
+    assert len(body) > len(ds) // 3
+    for i in range(0, len(body) - window, window):
+        assert len(set(body[i : i + window])) == window
+    # Within a group, samples come in the image's order.
+    last = {}
+    for x, g in zip(order.tolist(), groups.tolist()):
+        assert last.get(g, -1) < x
+        last[g] = x
+    # A uniform order has neither property.
+    ugroups = group_of[uniform]
+    assert any(len(set(ugroups[i : i + window])) < window for i in range(0, 10 * window, window))
+
+
+def test_groups_never_span_two_shards():
+    ds = Laid(1_000, per_part=250, size=1 << 20)
+    s = ShuffleSampler(ds, group_bytes=10 << 20)
+    s.order()
+    layout = s._layout
+    parts = ds.layout()[2]
+    for g in range(layout.groups):
+        members = layout.members[layout.bounds[g] : layout.bounds[g + 1]]
+        assert len(set(parts[members].tolist())) == 1
+        assert len(members) <= 10
+
+
+# --- with torch ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, packfs_bin):
+    need(torch is not None, "torch is not installed (scripts/python_tests.sh installs it)")
+    root = tmp_path_factory.mktemp("sampled")
+    tree = root / "tree"
+    for c in range(5):
+        (tree / f"c{c}").mkdir(parents=True)
+        for i in range(40):
+            (tree / f"c{c}" / f"{i:03d}.bin").write_bytes(os.urandom(3_000 + 97 * i) + f"{c}/{i}".encode())
+    return pack(packfs_bin, tree, root / "sampled.sqfs")
+
+
+def collate(batch):
+    return batch
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_in_a_dataloader_with_workers(folder, method):
+    ds = packfs.torch.ImageFolder(packfs.Image(folder))
+    sampler = ShuffleSampler(ds, seed=11)
+    dl = DataLoader(
+        ds, batch_size=16, sampler=sampler, num_workers=2, multiprocessing_context=method, collate_fn=collate
+    )
+    sampler.set_epoch(1)
+    got = [data for batch in dl for data, _ in batch]
+    assert len(got) == len(ds) == 200
+    assert sorted(got) == sorted(ds[i][0] for i in range(len(ds)))
+    # The loader follows the sampler's order.
+    assert got == [ds[i][0] for i in sampler.order().tolist()]
+
+
+DDP_RANK = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import torch.distributed as dist
+    import packfs, packfs.torch
+    image, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    dist.init_process_group("gloo")
+    ds = packfs.torch.ImageFolder(packfs.Image(image))
+    sampler = packfs.torch.ShuffleSampler(ds, seed=7)  # rank and world from torch.distributed
+    assert (sampler.rank, sampler.world_size) == (dist.get_rank(), dist.get_world_size())
+    state = os.environ.get("STATE")
+    if state:
+        sampler.load_state_dict(json.load(open(state)))
+    else:
+        sampler.set_epoch(3)
+    seen, batch = 0, 8
+    with open(f"{out}.{dist.get_rank()}", "w") as f:
+        it = iter(sampler)
+        while True:
+            idx = [i for _, i in zip(range(batch), it)]
+            if not idx:
+                break
+            ds.__getitems__(idx)
+            f.write("".join(f"{i}\\n" for i in idx))
+            f.flush()
+            seen += len(idx)
+            dist.barrier()  # ranks in lockstep, as DDP's gradient all-reduce keeps them
+            if seen == steps * batch and dist.get_rank() == 0:
+                json.dump(sampler.state_dict(samples_seen=seen), open(f"{out}.state.tmp", "w"))
+                os.rename(f"{out}.state.tmp", f"{out}.state")
+            if seen == steps * batch and os.environ.get("DIE_AFTER_CHECKPOINT"):
+                dist.barrier()
+                print("checkpointed", flush=True)
+                time.sleep(600)  # killed here
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_two_process_job_killed_mid_epoch_resumes_at_one_process(folder, tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(DDP_RANK)
+    out = tmp_path / "seen"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE="2", DIE_AFTER_CHECKPOINT="1")
+    env["MASTER_PORT"] = str(29_500 + os.getpid() % 1_000)
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(folder), str(out), "5"],
+            env=dict(env, RANK=str(r)),
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for r in range(2)
+    ]
+    try:
+        for p in ranks:
+            assert p.stdout.readline().strip() == "checkpointed"
+    finally:
+        for p in ranks:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    state = json.loads((tmp_path / "seen.state").read_text())
+    before = [int(x) for r in range(2) for x in (tmp_path / f"seen.{r}").read_text().split()]
+    assert len(before) == 2 * 5 * 8 and state["position"] == 80
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE="1", RANK="0", STATE=str(tmp_path / "seen.state"))
+    env["MASTER_PORT"] = str(30_500 + os.getpid() % 1_000)
+    out2 = tmp_path / "resumed"
+    subprocess.run([sys.executable, str(script), str(folder), str(out2), "0"], env=env, check=True, timeout=300)
+    after = [int(x) for x in (tmp_path / "resumed.0").read_text().split()]
+    assert sorted(before + after) == list(range(200))
