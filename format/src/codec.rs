@@ -88,100 +88,110 @@ pub fn decompress(
 ) -> Result<(), CodecError> {
     out.clear();
     match codec {
-        Compressor::Gzip => {
-            let mut d = flate2::Decompress::new(true);
-            out.reserve(limit + 1);
-            loop {
-                let before_in = d.total_in();
-                let st = d
-                    .decompress_vec(
-                        &input[d.total_in() as usize..],
-                        out,
-                        flate2::FlushDecompress::Finish,
-                    )
-                    .map_err(|e| corrupt(codec, e))?;
-                if out.len() > limit {
-                    return Err(CodecError::TooLarge {
-                        codec: codec.name(),
-                        limit,
-                    });
-                }
-                match st {
-                    flate2::Status::StreamEnd => break,
-                    _ if out.len() == out.capacity() => out.reserve(4096),
-                    _ if d.total_in() == before_in => {
-                        return Err(corrupt(codec, "truncated deflate stream"))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Compressor::Xz | Compressor::Lzma => {
-            let mut s = if codec == Compressor::Xz {
-                xz2::stream::Stream::new_stream_decoder(u64::MAX, 0)
-            } else {
-                xz2::stream::Stream::new_lzma_decoder(u64::MAX)
-            }
-            .map_err(|e| corrupt(codec, e))?;
-            out.reserve(limit + 1);
-            loop {
-                let consumed = s.total_in() as usize;
-                let st = s
-                    .process_vec(&input[consumed..], out, xz2::stream::Action::Finish)
-                    .map_err(|e| corrupt(codec, e))?;
-                if out.len() > limit {
-                    return Err(CodecError::TooLarge {
-                        codec: codec.name(),
-                        limit,
-                    });
-                }
-                match st {
-                    xz2::stream::Status::StreamEnd => break,
-                    _ if out.len() == out.capacity() => out.reserve(4096),
-                    _ if s.total_in() as usize == consumed => {
-                        return Err(corrupt(codec, "truncated stream"))
-                    }
-                    _ => {}
-                }
-            }
-        }
+        Compressor::Gzip => inflate(input, out, limit),
+        Compressor::Xz | Compressor::Lzma => unxz(codec, input, out, limit),
         Compressor::Lz4 => {
             out.resize(limit, 0);
             let n = lz4_flex::block::decompress_into(input, out).map_err(|e| corrupt(codec, e))?;
             out.truncate(n);
+            Ok(())
         }
-        Compressor::Zstd => {
-            // Decode into spare capacity: no zero-fill of a block we are about
-            // to overwrite. zstd never writes past the capacity, and a result
-            // beyond `limit` (capacity may round up) is rejected below.
-            if out.capacity() < limit {
-                out.reserve_exact(limit);
+        Compressor::Zstd => unzstd(input, out, limit),
+        Compressor::Lzo => crate::lzo::decompress(input, limit, out).map_err(|e| match e {
+            crate::lzo::LzoError::TooLong { limit } => too_large(codec, limit),
+            e => corrupt(codec, e),
+        }),
+    }
+}
+
+fn too_large(codec: Compressor, limit: usize) -> CodecError {
+    CodecError::TooLarge {
+        codec: codec.name(),
+        limit,
+    }
+}
+
+/// [`decompress`] for gzip: a zlib stream.
+fn inflate(input: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), CodecError> {
+    let codec = Compressor::Gzip;
+    let mut d = flate2::Decompress::new(true);
+    out.reserve(limit + 1);
+    loop {
+        let before_in = d.total_in();
+        let st = d
+            .decompress_vec(
+                &input[d.total_in() as usize..],
+                out,
+                flate2::FlushDecompress::Finish,
+            )
+            .map_err(|e| corrupt(codec, e))?;
+        if out.len() > limit {
+            return Err(too_large(codec, limit));
+        }
+        match st {
+            flate2::Status::StreamEnd => return Ok(()),
+            _ if out.len() == out.capacity() => out.reserve(4096),
+            _ if d.total_in() == before_in => {
+                return Err(corrupt(codec, "truncated deflate stream"))
             }
-            let n = ZSTD_D.with(|cell| {
-                let mut slot = cell.borrow_mut();
-                if slot.is_none() {
-                    *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| corrupt(codec, e))?);
-                }
-                let d = slot.as_mut().expect("just set");
-                d.decompress_to_buffer(input, out)
-                    .map_err(|e| corrupt(codec, e))
-            })?;
-            if n > limit {
-                return Err(CodecError::TooLarge {
-                    codec: codec.name(),
-                    limit,
-                });
+            _ => {}
+        }
+    }
+}
+
+/// [`decompress`] for xz and lzma (`codec`).
+fn unxz(
+    codec: Compressor,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(), CodecError> {
+    let mut s = if codec == Compressor::Xz {
+        xz2::stream::Stream::new_stream_decoder(u64::MAX, 0)
+    } else {
+        xz2::stream::Stream::new_lzma_decoder(u64::MAX)
+    }
+    .map_err(|e| corrupt(codec, e))?;
+    out.reserve(limit + 1);
+    loop {
+        let consumed = s.total_in() as usize;
+        let st = s
+            .process_vec(&input[consumed..], out, xz2::stream::Action::Finish)
+            .map_err(|e| corrupt(codec, e))?;
+        if out.len() > limit {
+            return Err(too_large(codec, limit));
+        }
+        match st {
+            xz2::stream::Status::StreamEnd => return Ok(()),
+            _ if out.len() == out.capacity() => out.reserve(4096),
+            _ if s.total_in() as usize == consumed => {
+                return Err(corrupt(codec, "truncated stream"))
             }
+            _ => {}
         }
-        Compressor::Lzo => {
-            crate::lzo::decompress(input, limit, out).map_err(|e| match e {
-                crate::lzo::LzoError::TooLong { limit } => CodecError::TooLarge {
-                    codec: codec.name(),
-                    limit,
-                },
-                e => corrupt(codec, e),
-            })?;
+    }
+}
+
+/// [`decompress`] for zstd, with a per-thread context.
+fn unzstd(input: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), CodecError> {
+    let codec = Compressor::Zstd;
+    // Decode into spare capacity: no zero-fill of a block we are about
+    // to overwrite. zstd never writes past the capacity, and a result
+    // beyond `limit` (capacity may round up) is rejected below.
+    if out.capacity() < limit {
+        out.reserve_exact(limit);
+    }
+    let n = ZSTD_D.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| corrupt(codec, e))?);
         }
+        let d = slot.as_mut().expect("just set");
+        d.decompress_to_buffer(input, out)
+            .map_err(|e| corrupt(codec, e))
+    })?;
+    if n > limit {
+        return Err(too_large(codec, limit));
     }
     Ok(())
 }
@@ -284,101 +294,124 @@ impl Encoder {
         if input.is_empty() {
             return Ok(false);
         }
-        match self.codec {
-            Compressor::Gzip => {
-                // libdeflate, not zlib: the same zlib stream format, faster
-                // and no larger at level 9 (docs/BENCHMARKS.md).
-                let fitted = LIBDEFLATE_C.with(|cell| {
-                    let level = self.level.clamp(1, 12);
-                    let mut slots = cell.borrow_mut();
-                    let slot = &mut slots[level as usize];
-                    if slot.is_none() {
-                        let lvl = libdeflater::CompressionLvl::new(level)
-                            .map_err(|e| corrupt(self.codec, format!("{e:?}")))?;
-                        *slot = Some(libdeflater::Compressor::new(lvl));
-                    }
-                    let Some(c) = slot.as_mut() else {
-                        return Ok(None);
-                    };
-                    // Only a result smaller than the input is useful.
-                    out.resize(input.len(), 0);
-                    Ok::<_, CodecError>(c.zlib_compress(input, out).ok())
-                })?;
-                match fitted {
-                    Some(n) => out.truncate(n),
-                    None => return Ok(false), // did not fit: incompressible
-                }
-            }
-            Compressor::Zstd => {
-                out.reserve(zstd::zstd_safe::compress_bound(input.len()));
-                ZSTD_C.with(|cell| {
-                    let mut slot = cell.borrow_mut();
-                    if slot.as_ref().map(|(l, _)| *l) != Some(self.level) {
-                        let c = zstd::bulk::Compressor::new(self.level)
-                            .map_err(|e| corrupt(self.codec, e))?;
-                        *slot = Some((self.level, c));
-                    }
-                    let (_, c) = slot.as_mut().expect("just set");
-                    c.compress_to_buffer(input, out)
-                        .map_err(|e| corrupt(self.codec, e))?;
-                    Ok::<(), CodecError>(())
-                })?;
-            }
+        let complete = match self.codec {
+            Compressor::Gzip => self.deflate(input, out)?,
+            Compressor::Zstd => self.zstd(input, out)?,
             Compressor::Lz4 => {
                 out.resize(lz4_flex::block::get_maximum_output_size(input.len()), 0);
                 let n = lz4_flex::block::compress_into(input, out)
                     .map_err(|e| corrupt(self.codec, e))?;
                 out.truncate(n);
+                true
             }
-            Compressor::Xz => {
-                let x = &self.xz;
-                let preset = self.level as u32 | if x.extreme { LZMA_PRESET_EXTREME } else { 0 };
-                let mut opts = xz2::stream::LzmaOptions::new_preset(preset)
-                    .map_err(|e| corrupt(self.codec, e))?;
-                opts.dict_size(self.block_size.max(8192));
-                if let Some(v) = x.lc {
-                    opts.literal_context_bits(v);
-                }
-                if let Some(v) = x.lp {
-                    opts.literal_position_bits(v);
-                }
-                if let Some(v) = x.pb {
-                    opts.position_bits(v);
-                }
-                if let Some(v) = x.nice_len {
-                    opts.nice_len(v);
-                }
-                if let Some(v) = x.depth {
-                    opts.depth(v);
-                }
-                let mut filters = xz2::stream::Filters::new();
-                filters.lzma2(&opts);
-                let mut s =
-                    xz2::stream::Stream::new_stream_encoder(&filters, xz2::stream::Check::Crc32)
-                        .map_err(|e| corrupt(self.codec, e))?;
-                out.reserve(input.len() + 128);
-                loop {
-                    let st = s
-                        .process_vec(
-                            &input[s.total_in() as usize..],
-                            out,
-                            xz2::stream::Action::Finish,
-                        )
-                        .map_err(|e| corrupt(self.codec, e))?;
-                    if st == xz2::stream::Status::StreamEnd {
-                        break;
-                    }
-                    if out.len() >= input.len() {
-                        return Ok(false);
-                    }
-                    out.reserve(4096);
-                }
-            }
+            Compressor::Xz => self.xz(input, out)?,
             Compressor::Lzo | Compressor::Lzma => {
                 return Err(CodecError::Unsupported(self.codec.name()))
             }
+        };
+        Ok(complete && out.len() < input.len())
+    }
+
+    /// [`Encoder::compress`] for gzip, with libdeflate: the same zlib stream
+    /// format as zlib's, faster and no larger at level 9
+    /// (docs/BENCHMARKS.md). Returns false, `out` unfinished, when the
+    /// stream would not be smaller than the input.
+    fn deflate(&self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, CodecError> {
+        let fitted = LIBDEFLATE_C.with(|cell| {
+            let level = self.level.clamp(1, 12);
+            let mut slots = cell.borrow_mut();
+            let slot = &mut slots[level as usize];
+            if slot.is_none() {
+                let lvl = libdeflater::CompressionLvl::new(level)
+                    .map_err(|e| corrupt(self.codec, format!("{e:?}")))?;
+                *slot = Some(libdeflater::Compressor::new(lvl));
+            }
+            let Some(c) = slot.as_mut() else {
+                return Ok(None);
+            };
+            // Only a result smaller than the input is useful.
+            out.resize(input.len(), 0);
+            Ok::<_, CodecError>(c.zlib_compress(input, out).ok())
+        })?;
+        match fitted {
+            Some(n) => {
+                out.truncate(n);
+                Ok(true)
+            }
+            None => Ok(false), // did not fit: incompressible
         }
-        Ok(out.len() < input.len())
+    }
+
+    /// [`Encoder::compress`] for zstd, with a per-thread context kept for
+    /// its level. Always complete.
+    fn zstd(&self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, CodecError> {
+        out.reserve(zstd::zstd_safe::compress_bound(input.len()));
+        ZSTD_C.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.as_ref().map(|(l, _)| *l) != Some(self.level) {
+                let c =
+                    zstd::bulk::Compressor::new(self.level).map_err(|e| corrupt(self.codec, e))?;
+                *slot = Some((self.level, c));
+            }
+            let (_, c) = slot.as_mut().expect("just set");
+            c.compress_to_buffer(input, out)
+                .map_err(|e| corrupt(self.codec, e))?;
+            Ok::<(), CodecError>(())
+        })?;
+        Ok(true)
+    }
+
+    /// [`Encoder::compress`] for xz: one LZMA2 stream with a CRC32 check.
+    /// Returns false, `out` unfinished, once the output has grown as large
+    /// as the input.
+    fn xz(&self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, CodecError> {
+        let mut filters = xz2::stream::Filters::new();
+        filters.lzma2(&self.lzma_options()?);
+        let mut s = xz2::stream::Stream::new_stream_encoder(&filters, xz2::stream::Check::Crc32)
+            .map_err(|e| corrupt(self.codec, e))?;
+        out.reserve(input.len() + 128);
+        loop {
+            let st = s
+                .process_vec(
+                    &input[s.total_in() as usize..],
+                    out,
+                    xz2::stream::Action::Finish,
+                )
+                .map_err(|e| corrupt(self.codec, e))?;
+            if st == xz2::stream::Status::StreamEnd {
+                return Ok(true);
+            }
+            if out.len() >= input.len() {
+                return Ok(false);
+            }
+            out.reserve(4096);
+        }
+    }
+
+    /// The LZMA2 settings of the xz encoder: the level's preset, the
+    /// dictionary bounded by the block size, then [`XzOptions`].
+    fn lzma_options(&self) -> Result<xz2::stream::LzmaOptions, CodecError> {
+        let x = &self.xz;
+        let preset = self.level as u32 | if x.extreme { LZMA_PRESET_EXTREME } else { 0 };
+        let mut opts =
+            xz2::stream::LzmaOptions::new_preset(preset).map_err(|e| corrupt(self.codec, e))?;
+        opts.dict_size(self.block_size.max(8192));
+        if let Some(v) = x.lc {
+            opts.literal_context_bits(v);
+        }
+        if let Some(v) = x.lp {
+            opts.literal_position_bits(v);
+        }
+        if let Some(v) = x.pb {
+            opts.position_bits(v);
+        }
+        if let Some(v) = x.nice_len {
+            opts.nice_len(v);
+        }
+        if let Some(v) = x.depth {
+            opts.depth(v);
+        }
+        Ok(opts)
     }
 
     /// Compressor options metadata payload, when the codec needs one.

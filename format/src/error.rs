@@ -1,3 +1,6 @@
+//! The error of a record that does not decode, shared by every decoder in
+//! this crate.
+
 /// A record that does not decode. The readers turn it into their own error
 /// (`mountfs::FsError::Corrupt`, EIO at the FUSE edge); the message says
 /// what was wrong in terms a user can act on.

@@ -9,8 +9,7 @@
 //! returns at once, its temporary file is removed, and the tasks still
 //! running find the flag raised before their next block and end.
 
-use crate::walk::cancelled;
-use crate::{PackError, PackOptions};
+use crate::{cancelled, PackError, PackOptions};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 

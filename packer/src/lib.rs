@@ -11,13 +11,15 @@ mod detach;
 mod error;
 pub mod exclude;
 pub mod follow;
-mod io;
+mod io_pool;
 pub mod lustre;
-mod metadata;
 pub mod order;
 mod output;
+mod prefetch;
 pub mod shards;
+mod source_check;
 mod squashfs;
+mod statfs;
 #[cfg(test)]
 mod test_data;
 mod tree;
@@ -137,6 +139,13 @@ fn validate(opts: &PackOptions) -> Result<(), PackError> {
     Ok(())
 }
 
+/// Whether the pack was asked to stop ([`PackOptions::cancel`] raised).
+pub(crate) fn cancelled(opts: &PackOptions) -> bool {
+    opts.cancel
+        .as_ref()
+        .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Packs the directory `src` into the SquashFS image `out`.
 pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackSummary, PackError> {
     let started = Instant::now();
@@ -164,7 +173,7 @@ pub(crate) fn write_squashfs(
     started: Instant,
 ) -> Result<PackSummary, PackError> {
     let pool = worker_pool(opts)?;
-    if walk::cancelled(opts) {
+    if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
     // The data's size (plus symlink targets): the image's size within the
@@ -194,7 +203,7 @@ pub(crate) fn commit_squashfs(
     source_bytes: u64,
     started: Instant,
 ) -> Result<PackSummary, PackError> {
-    if walk::cancelled(opts) {
+    if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
     let t = Instant::now();

@@ -114,7 +114,7 @@ pub fn plan(policy: StripeCount, estimate: u64) -> Option<Layout> {
 
 /// Whether `dir` is on a Lustre filesystem. An error (no statfs) is "no".
 pub fn is_lustre(dir: &Path) -> bool {
-    crate::io::fs_type(dir) == Some(LL_SUPER_MAGIC)
+    crate::statfs::fs_type(dir) == Some(LL_SUPER_MAGIC)
 }
 
 /// `lfs setstripe -c COUNT -S SIZE PATH`.

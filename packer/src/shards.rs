@@ -383,7 +383,7 @@ pub fn pack_shards(
         .map(|&k| output::prepare(src, &spec.image_path(k), opts.force))
         .collect::<Result<_, _>>()?;
     let tree = walk::walk(src, opts)?;
-    if walk::cancelled(opts) {
+    if crate::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
     let plan = plan(&tree, spec.shards, spec.entry_cost);

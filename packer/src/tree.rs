@@ -276,54 +276,11 @@ impl Tree {
     /// the union of the shards show the source's counts.
     pub fn subset(&self, keep: &[bool]) -> Tree {
         debug_assert!(keep[0]);
-        let mut new_node = vec![u32::MAX; self.nodes.len()];
-        let mut count = 0u32;
-        for (n, k) in keep.iter().enumerate() {
-            if *k {
-                new_node[n] = count;
-                count += 1;
-            }
-        }
-        let mut new_ino = vec![u32::MAX; self.inodes.len()];
-        let mut inode_order = Vec::new();
-        for (node, _) in self.nodes.iter().zip(keep).filter(|(_, k)| **k) {
-            let ino = node.inode as usize;
-            if new_ino[ino] == u32::MAX {
-                new_ino[ino] = 0;
-                inode_order.push(ino);
-            }
-        }
-        // Inodes in their original order: deterministic, and the order
-        // the writers number them in is decided by the nodes anyway.
-        inode_order.sort_unstable();
-        for (i, &ino) in inode_order.iter().enumerate() {
-            new_ino[ino] = i as u32;
-        }
-        let mut used_ids = vec![false; self.ids.len()];
-        let mut used_sets = vec![false; self.xattrs.sets.len()];
-        for &ino in &inode_order {
-            let i = &self.inodes[ino];
-            used_ids[i.uid_idx as usize] = true;
-            used_ids[i.gid_idx as usize] = true;
-            if i.xattr != INVALID_XATTR {
-                used_sets[i.xattr as usize] = true;
-            }
-        }
-        let remap = |used: &[bool]| -> Vec<u32> {
-            let mut next = 0;
-            used.iter()
-                .map(|&u| {
-                    let v = next;
-                    next += u as u32;
-                    if u {
-                        v
-                    } else {
-                        u32::MAX
-                    }
-                })
-                .collect()
-        };
-        let (id_map, set_map) = (remap(&used_ids), remap(&used_sets));
+        let new_node = renumber(keep);
+        let count = keep.iter().filter(|&&k| k).count();
+        let (new_ino, inode_order) = self.kept_inodes(keep);
+        let (used_ids, used_sets) = self.ids_and_sets_used(&inode_order);
+        let (id_map, set_map) = (renumber(&used_ids), renumber(&used_sets));
         let mut xattrs = XattrSets::default();
         for (s, set) in self.xattrs.sets.iter().enumerate() {
             if used_sets[s] {
@@ -333,7 +290,7 @@ impl Tree {
         let mut t = Tree {
             root: self.root.clone(),
             overlay: self.overlay.clone(),
-            nodes: Vec::with_capacity(count as usize),
+            nodes: Vec::with_capacity(count),
             inodes: Vec::with_capacity(inode_order.len()),
             arena: Vec::new(),
             ids: (0..self.ids.len())
@@ -377,6 +334,59 @@ impl Tree {
         }
         t
     }
+
+    /// The inodes of the nodes marked in `keep`: their new numbers (by old
+    /// inode; `u32::MAX` for one not kept) and the kept old inodes in order.
+    fn kept_inodes(&self, keep: &[bool]) -> (Vec<u32>, Vec<usize>) {
+        let mut new_ino = vec![u32::MAX; self.inodes.len()];
+        let mut inode_order = Vec::new();
+        for (node, _) in self.nodes.iter().zip(keep).filter(|(_, k)| **k) {
+            let ino = node.inode as usize;
+            if new_ino[ino] == u32::MAX {
+                new_ino[ino] = 0;
+                inode_order.push(ino);
+            }
+        }
+        // Inodes in their original order: deterministic, and the order
+        // the writers number them in is decided by the nodes anyway.
+        inode_order.sort_unstable();
+        for (i, &ino) in inode_order.iter().enumerate() {
+            new_ino[ino] = i as u32;
+        }
+        (new_ino, inode_order)
+    }
+
+    /// Which uid/gid table entries and which xattr sets `inodes` use.
+    fn ids_and_sets_used(&self, inodes: &[usize]) -> (Vec<bool>, Vec<bool>) {
+        let mut used_ids = vec![false; self.ids.len()];
+        let mut used_sets = vec![false; self.xattrs.sets.len()];
+        for &ino in inodes {
+            let i = &self.inodes[ino];
+            used_ids[i.uid_idx as usize] = true;
+            used_ids[i.gid_idx as usize] = true;
+            if i.xattr != INVALID_XATTR {
+                used_sets[i.xattr as usize] = true;
+            }
+        }
+        (used_ids, used_sets)
+    }
+}
+
+/// New numbers for the entries marked `used`, in order from 0; `u32::MAX`
+/// for the others.
+fn renumber(used: &[bool]) -> Vec<u32> {
+    let mut next = 0;
+    used.iter()
+        .map(|&u| {
+            let v = next;
+            next += u as u32;
+            if u {
+                v
+            } else {
+                u32::MAX
+            }
+        })
+        .collect()
 }
 
 impl Tree {

@@ -1,11 +1,12 @@
-//! Scanning the source tree into a [`Tree`], the write side's data model
-//! (`crate::tree`).
+//! The directory walk: scans a source directory (with an overlay laid over
+//! it, if any) into a [`Tree`], the write side's data model (`crate::tree`).
+//! Directories are read on the I/O pool, their entries added to the tree
+//! in a fixed breadth-first order.
 
 use crate::exclude::Excludes;
-use crate::io::{self, WALK_WINDOW};
 use crate::tree::{Inode, Kind, Tree};
 use crate::xattrs::{self, Xattr};
-use crate::{PackError, PackOptions};
+use crate::{io_pool, statfs, PackError, PackOptions};
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::{INVALID_XATTR, MAX_NAME_LEN};
 use rayon::prelude::*;
@@ -38,7 +39,7 @@ struct Walker<'a> {
 /// time the kernel looks it up again (sshfs, s3fs). An error is "no".
 fn stable_inodes(root: &Path) -> bool {
     const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-    io::fs_type(root).is_some_and(|t| t != FUSE_SUPER_MAGIC)
+    statfs::fs_type(root).is_some_and(|t| t != FUSE_SUPER_MAGIC)
 }
 
 /// One directory entry as read by an I/O thread, before it joins the tree.
@@ -51,6 +52,11 @@ struct Scanned {
     /// Read from the overlay, not the source.
     from_overlay: bool,
 }
+
+/// Directories being read (or read and waiting to be added to the tree) at
+/// most during the walk: a few per I/O thread, so one slow directory does not
+/// idle the others, while the scanned-but-unassembled entries stay bounded.
+pub const WALK_WINDOW: usize = 4 * io_pool::IO_THREADS;
 
 /// Directories with more entries than this have them `lstat`ed by several
 /// I/O threads (a flat directory of a million files must not serialise the
@@ -66,6 +72,19 @@ struct DirAt {
     in_overlay: bool,
 }
 
+impl DirAt {
+    /// Where the subdirectory `name` of this directory is read. A source
+    /// directory is merged with the overlay's of the same path (if any); one
+    /// the overlay added is read there only.
+    fn child(&self, name: &OsStr, from_overlay: bool, overlay: bool) -> DirAt {
+        DirAt {
+            rel: self.rel.join(name),
+            in_source: !from_overlay,
+            in_overlay: overlay && (from_overlay || self.in_overlay),
+        }
+    }
+}
+
 /// Lists `dir` for a merge; a directory the overlay does not have is empty.
 fn list(dir: &Path, optional: bool) -> Result<Vec<fs::DirEntry>, PackError> {
     match fs::read_dir(dir) {
@@ -74,6 +93,37 @@ fn list(dir: &Path, optional: bool) -> Result<Vec<fs::DirEntry>, PackError> {
             .map_err(PackError::io(dir)),
         Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(PackError::io(dir)(e)),
+    }
+}
+
+/// Merges the overlay's listing `over` of a directory into the source's,
+/// `listed` (each entry with whether it is the overlay's): an overlay entry
+/// replaces the source entry of the same name, unless both are
+/// directories; the others are added.
+fn merge_overlay(listed: &mut Vec<(fs::DirEntry, bool)>, over: Vec<fs::DirEntry>) {
+    if over.is_empty() {
+        return;
+    }
+    let mut by_name: HashMap<OsString, usize> = listed
+        .iter()
+        .enumerate()
+        .map(|(i, (e, _))| (e.file_name(), i))
+        .collect();
+    for e in over {
+        let name = e.file_name();
+        match by_name.get(&name) {
+            Some(&i) => {
+                let both_dirs = listed[i].0.file_type().is_ok_and(|t| t.is_dir())
+                    && e.file_type().is_ok_and(|t| t.is_dir());
+                if !both_dirs {
+                    listed[i] = (e, true);
+                }
+            }
+            None => {
+                by_name.insert(name, listed.len());
+                listed.push((e, true));
+            }
+        }
     }
 }
 
@@ -98,31 +148,8 @@ fn scan_dir(
         listed.extend(list(&dir, false)?.into_iter().map(|e| (e, false)));
     }
     if let (Some(o), true) = (overlay, at.in_overlay) {
-        let odir = o.join(rel);
-        let over = list(&odir, at.in_source)?;
-        if !over.is_empty() {
-            let mut by_name: HashMap<OsString, usize> = listed
-                .iter()
-                .enumerate()
-                .map(|(i, (e, _))| (e.file_name(), i))
-                .collect();
-            for e in over {
-                let name = e.file_name();
-                match by_name.get(&name) {
-                    Some(&i) => {
-                        let both_dirs = listed[i].0.file_type().is_ok_and(|t| t.is_dir())
-                            && e.file_type().is_ok_and(|t| t.is_dir());
-                        if !both_dirs {
-                            listed[i] = (e, true);
-                        }
-                    }
-                    None => {
-                        by_name.insert(name, listed.len());
-                        listed.push((e, true));
-                    }
-                }
-            }
-        }
+        let over = list(&o.join(rel), at.in_source)?;
+        merge_overlay(&mut listed, over);
     }
     let mut names = Vec::new();
     for (e, from_overlay) in listed {
@@ -172,7 +199,7 @@ fn scan_dir(
 
 /// Scans `root` (lstat only, never following symlinks below the root).
 ///
-/// Directories are read on the I/O pool (see [`crate::io`]) in breadth-first
+/// Directories are read on the I/O pool (see [`crate::io_pool`]) in breadth-first
 /// order, up to [`WALK_WINDOW`] ahead, and added to the tree strictly in that
 /// order by this thread, so the tree (node order, id and xattr numbering,
 /// which name of a hard link comes first, the first error reported) is the
@@ -204,113 +231,124 @@ pub fn walk_skipping(
     let xattrs = xattrs::read(root).map_err(PackError::io(root))?;
     let ino = w.add_inode(root, &meta, None, xattrs, 0, false)?;
     w.tree.nodes[0].inode = ino;
-
-    // Breadth-first: appending a directory's sorted children in one go keeps
-    // them contiguous. `todo` holds the directories found but not yet sent
-    // to the pool, `pending` those sent, both in breadth-first order.
-    let pool = io::pool()?;
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<(u64, Result<Vec<Scanned>, PackError>)>();
-    let overlay = opts.overlay.as_deref();
-    let top = DirAt {
-        rel: PathBuf::new(),
-        in_source: true,
-        in_overlay: overlay.is_some(),
-    };
-    let mut todo: VecDeque<(u32, DirAt)> = VecDeque::from([(0, top)]);
-    let mut pending: VecDeque<(u32, DirAt)> = VecDeque::new();
-    let mut done: HashMap<u64, Result<Vec<Scanned>, PackError>> = HashMap::new();
-    let (mut sent, mut added) = (0u64, 0u64);
-    let r = pool.in_place_scope(|s| -> Result<(), PackError> {
-        // Whatever happens, queued scans stop early once this returns.
-        struct StopOnExit<'a>(&'a AtomicBool);
-        impl Drop for StopOnExit<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let _stop = StopOnExit(&stop);
-        loop {
-            while pending.len() < WALK_WINDOW {
-                let Some((node, at)) = todo.pop_front() else {
-                    break;
-                };
-                let (tx, stop, excludes) = (tx.clone(), &stop, &excludes);
-                let (task_at, seq) = (at.clone(), sent);
-                s.spawn(move |_| {
-                    let r = if stop.load(Ordering::Relaxed) {
-                        Err(PackError::Interrupted)
-                    } else {
-                        scan_dir(root, overlay, &task_at, excludes)
-                    };
-                    let _ = tx.send((seq, r));
-                });
-                pending.push_back((node, at));
-                sent += 1;
-            }
-            let Some((node, at)) = pending.pop_front() else {
-                return Ok(());
-            };
-            if cancelled(opts) {
-                return Err(PackError::Interrupted);
-            }
-            let entries = loop {
-                if let Some(r) = done.remove(&added) {
-                    break r;
-                }
-                match rx.recv() {
-                    Ok((seq, r)) => {
-                        done.insert(seq, r);
-                    }
-                    Err(_) => unreachable!("a sender is held by this thread"),
-                }
-            }?;
-            added += 1;
-            for (c, from_overlay) in w.add_children(node, &at.rel, entries)? {
-                let rel = at.rel.join(OsStr::from_bytes(w.tree.name(c)));
-                // A source directory is merged with the overlay's of the
-                // same path (if any); one the overlay added is read there only.
-                let child = DirAt {
-                    rel,
-                    in_source: !from_overlay,
-                    in_overlay: overlay.is_some() && (from_overlay || at.in_overlay),
-                };
-                todo.push_back((c, child));
-            }
-        }
-    });
-    r?;
+    w.add_directories(root, &excludes)?;
     for p in excludes.unmatched() {
         log::warn!(
             "{}: --exclude {p:?} matched nothing (see `packfs pack --help` for how patterns match)",
             root.display()
         );
     }
-    // Directory link counts: 2 + subdirectories.
-    for n in 0..w.tree.nodes.len() {
-        let node = &w.tree.nodes[n];
-        let ino = node.inode as usize;
-        if w.tree.inodes[ino].kind == Kind::Dir {
-            let subdirs = w
-                .tree
-                .children(n as u32)
-                .filter(|&c| {
-                    w.tree.inodes[w.tree.nodes[c as usize].inode as usize].kind == Kind::Dir
-                })
-                .count() as u32;
-            w.tree.inodes[ino].nlink = 2 + subdirs;
-        }
-    }
+    count_dir_links(&mut w.tree);
     Ok(w.tree)
 }
 
-pub fn cancelled(opts: &PackOptions) -> bool {
-    opts.cancel
-        .as_ref()
-        .is_some_and(|c| c.load(Ordering::Relaxed))
+/// Sets every directory's link count: 2 + its subdirectories.
+fn count_dir_links(tree: &mut Tree) {
+    for n in 0..tree.nodes.len() {
+        let node = &tree.nodes[n];
+        let ino = node.inode as usize;
+        if tree.inodes[ino].kind == Kind::Dir {
+            let subdirs = tree
+                .children(n as u32)
+                .filter(|&c| tree.inodes[tree.nodes[c as usize].inode as usize].kind == Kind::Dir)
+                .count() as u32;
+            tree.inodes[ino].nlink = 2 + subdirs;
+        }
+    }
+}
+
+/// A directory's scan, as an I/O thread sends it back: its number in
+/// breadth-first order and its entries.
+type ScanDone = (u64, Result<Vec<Scanned>, PackError>);
+
+/// The scan of the `seq`th directory sent to the pool, waiting for it if
+/// need be; scans that finish out of order wait in `done` for their turn.
+fn scan_in_order(
+    done: &mut HashMap<u64, Result<Vec<Scanned>, PackError>>,
+    rx: &mpsc::Receiver<ScanDone>,
+    seq: u64,
+) -> Result<Vec<Scanned>, PackError> {
+    loop {
+        if let Some(r) = done.remove(&seq) {
+            return r;
+        }
+        match rx.recv() {
+            Ok((seq, r)) => {
+                done.insert(seq, r);
+            }
+            Err(_) => unreachable!("a sender is held by the walking thread"),
+        }
+    }
+}
+
+/// Raises its flag when dropped, however the walk ends, so that the scans
+/// still queued stop early.
+struct StopOnExit<'a>(&'a AtomicBool);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Walker<'_> {
+    /// Reads every directory below the root (whose inode is added) and adds
+    /// their entries to the tree. Breadth-first: appending a directory's
+    /// sorted children in one go keeps them contiguous. Directories are
+    /// scanned on the I/O pool up to [`WALK_WINDOW`] ahead, and added by this
+    /// thread in the order they were sent.
+    fn add_directories(&mut self, root: &Path, excludes: &Excludes) -> Result<(), PackError> {
+        let pool = io_pool::pool()?;
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel::<ScanDone>();
+        let overlay = self.opts.overlay.as_deref();
+        let top = DirAt {
+            rel: PathBuf::new(),
+            in_source: true,
+            in_overlay: overlay.is_some(),
+        };
+        // `todo` holds the directories found but not yet sent to the pool,
+        // `pending` those sent, both in breadth-first order.
+        let mut todo: VecDeque<(u32, DirAt)> = VecDeque::from([(0, top)]);
+        let mut pending: VecDeque<(u32, DirAt)> = VecDeque::new();
+        let mut done = HashMap::new();
+        let (mut sent, mut added) = (0u64, 0u64);
+        pool.in_place_scope(|s| -> Result<(), PackError> {
+            let _stop = StopOnExit(&stop);
+            loop {
+                while pending.len() < WALK_WINDOW {
+                    let Some((node, at)) = todo.pop_front() else {
+                        break;
+                    };
+                    let (tx, stop) = (tx.clone(), &stop);
+                    let (task_at, seq) = (at.clone(), sent);
+                    s.spawn(move |_| {
+                        let r = if stop.load(Ordering::Relaxed) {
+                            Err(PackError::Interrupted)
+                        } else {
+                            scan_dir(root, overlay, &task_at, excludes)
+                        };
+                        let _ = tx.send((seq, r));
+                    });
+                    pending.push_back((node, at));
+                    sent += 1;
+                }
+                let Some((node, at)) = pending.pop_front() else {
+                    return Ok(());
+                };
+                if crate::cancelled(self.opts) {
+                    return Err(PackError::Interrupted);
+                }
+                let entries = scan_in_order(&mut done, &rx, added)?;
+                added += 1;
+                for (c, from_overlay) in self.add_children(node, &at.rel, entries)? {
+                    let name = OsStr::from_bytes(self.tree.name(c));
+                    todo.push_back((c, at.child(name, from_overlay, overlay.is_some())));
+                }
+            }
+        })
+    }
+
     /// Adds a directory's scanned entries as its children; returns the new
     /// nodes that are directories, and whether each came from the overlay.
     fn add_children(

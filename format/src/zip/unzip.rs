@@ -77,40 +77,12 @@ pub fn locate<E>(
     let mut zip64 = false;
     let mut end_of_cd = pos;
 
-    // Zip64 locator right before the EOCD.
-    if pos >= EOCD64_LOCATOR_LEN as u64 {
-        let mut loc = [0u8; EOCD64_LOCATOR_LEN];
-        read_at(pos - EOCD64_LOCATOR_LEN as u64, &mut loc).map_err(LocateError::Read)?;
-        if let Ok(loc) = Zip64Locator::decode(&loc) {
-            let rec_off = loc.record_offset;
-            if loc.total_disks > 1 {
-                return Err(spanned());
-            }
-            // The record sits right before the locator; its recorded offset
-            // may be shifted by prepended data.
-            let expected = pos - EOCD64_LOCATOR_LEN as u64;
-            let z = [rec_off, expected.saturating_sub(EOCD64_LEN as u64)]
-                .into_iter()
-                .filter(|&o| o.checked_add(EOCD64_LEN as u64).is_some_and(|e| e <= len))
-                .find_map(|o| {
-                    let mut rec = [0u8; EOCD64_LEN];
-                    read_at(o, &mut rec).ok()?;
-                    Some((o, Zip64EndRecord::decode(&rec).ok()?))
-                });
-            let Some((rec_at, z)) = z else {
-                return Err(corrupt(format!(
-                    "Zip64 end of central directory locator points to {rec_off}, where no Zip64 record is"
-                )));
-            };
-            if z.disk != 0 || z.cd_disk != 0 {
-                return Err(spanned());
-            }
-            entries = z.entries;
-            cd_size = z.cd_size;
-            cd_offset = z.cd_offset;
-            zip64 = true;
-            end_of_cd = rec_at;
-        }
+    if let Some((rec_at, z)) = zip64_end(pos, len, &mut read_at)? {
+        entries = z.entries;
+        cd_size = z.cd_size;
+        cd_offset = z.cd_offset;
+        zip64 = true;
+        end_of_cd = rec_at;
     }
     if !zip64 && (disk != 0 || cd_disk != 0) {
         return Err(spanned());
@@ -140,6 +112,48 @@ pub fn locate<E>(
         shift,
         comment_len,
     })
+}
+
+/// The Zip64 end record, and where it is, when a Zip64 locator lies right
+/// before the EOCD at `pos` in an archive of `len` bytes.
+fn zip64_end<E>(
+    pos: u64,
+    len: u64,
+    read_at: &mut impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+) -> Result<Option<(u64, Zip64EndRecord)>, LocateError<E>> {
+    let spanned = || LocateError::Unsupported("multi-disk (spanned) ZIP archives".into());
+    if pos < EOCD64_LOCATOR_LEN as u64 {
+        return Ok(None);
+    }
+    let mut loc = [0u8; EOCD64_LOCATOR_LEN];
+    read_at(pos - EOCD64_LOCATOR_LEN as u64, &mut loc).map_err(LocateError::Read)?;
+    let Ok(loc) = Zip64Locator::decode(&loc) else {
+        return Ok(None);
+    };
+    let rec_off = loc.record_offset;
+    if loc.total_disks > 1 {
+        return Err(spanned());
+    }
+    // The record sits right before the locator; its recorded offset
+    // may be shifted by prepended data.
+    let expected = pos - EOCD64_LOCATOR_LEN as u64;
+    let z = [rec_off, expected.saturating_sub(EOCD64_LEN as u64)]
+        .into_iter()
+        .filter(|&o| o.checked_add(EOCD64_LEN as u64).is_some_and(|e| e <= len))
+        .find_map(|o| {
+            let mut rec = [0u8; EOCD64_LEN];
+            read_at(o, &mut rec).ok()?;
+            Some((o, Zip64EndRecord::decode(&rec).ok()?))
+        });
+    let Some((rec_at, z)) = z else {
+        return Err(LocateError::Corrupt(format!(
+            "Zip64 end of central directory locator points to {rec_off}, where no Zip64 record is"
+        )));
+    };
+    if z.disk != 0 || z.cd_disk != 0 {
+        return Err(spanned());
+    }
+    Ok(Some((rec_at, z)))
 }
 
 /// What a central record extracts as: `(kind, permissions)`, the kind one

@@ -38,7 +38,8 @@ pub mod stage;
 pub mod tar;
 pub mod zip;
 
-use crate::squashfs::data::{Batch, FileLoc};
+use crate::squashfs::data::{Batch, DataOutput, FileLoc};
+use crate::tree::Tree;
 use crate::{output, PackError, PackOptions, PackSummary};
 use reader::Reader;
 use source::Input;
@@ -67,24 +68,7 @@ pub(crate) fn pack_sources_recorded(
     so: &SourceOptions,
 ) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
     let started = Instant::now();
-    crate::validate(opts)?;
-    if opts.order != crate::order::DataOrder::Path {
-        return Err(PackError::InvalidOption(
-            "--order: an archive's data is written in the order it is read (orders need a \
-             directory as the only source)"
-                .into(),
-        ));
-    }
-    if opts.overlay.is_some() {
-        return Err(PackError::InvalidOption(
-            "a Python environment is packed from its directory alone".into(),
-        ));
-    }
-    if sources.iter().filter(|s| **s == Source::Stdin).count() > 1 {
-        return Err(PackError::InvalidOption(
-            "stdin (-) can be given once".into(),
-        ));
-    }
+    check(sources, opts)?;
     let dirs: Vec<&Path> = sources
         .iter()
         .filter_map(|s| match s {
@@ -95,24 +79,7 @@ pub(crate) fn pack_sources_recorded(
     let target = output::prepare_output(out, opts.force, &dirs)?;
     let tmp = target.create_temp()?;
     let pool = crate::worker_pool(opts)?;
-    // Opened now: a missing archive fails before anything is written.
-    let mut inputs = Vec::with_capacity(sources.len());
-    let mut known_total = 0u64;
-    for s in sources {
-        inputs.push(match s {
-            Source::Archive(p) => {
-                let f = std::fs::File::open(p).map_err(PackError::io(p))?;
-                known_total += f.metadata().map(|m| m.len()).unwrap_or(0);
-                Some(Input::File(f))
-            }
-            Source::Remote(url) => {
-                let r = remote::RemoteArchive::open(url, &so.client)?;
-                known_total += r.size();
-                Some(Input::Remote(Box::new(r)))
-            }
-            _ => None,
-        });
-    }
+    let (inputs, known_total) = open_inputs(sources, so)?;
     // The archives' sizes: what the progress bar counts, and the image's
     // size for the striping rule. A directory among the sources adds its
     // files' bytes, unknown until it is walked: the bar then shows only
@@ -133,20 +100,7 @@ pub(crate) fn pack_sources_recorded(
                     .name("packfs-read".into())
                     .spawn_scoped(s, || {
                         let names = sources.iter().map(Source::display).collect();
-                        let mut r = Reader::new(opts, so, tx, bs, skip, names)?;
-                        for (k, (src, file)) in sources.iter().zip(inputs).enumerate() {
-                            r.source(k as u16, src, file)?;
-                        }
-                        r.flush()?;
-                        // Dropping the reader closes the channel: the writer
-                        // sees the end of the batches.
-                        let Reader {
-                            stage,
-                            input_bytes,
-                            file_bytes,
-                            ..
-                        } = r;
-                        Ok::<_, PackError>((stage, input_bytes, file_bytes))
+                        Reader::new(opts, so, tx, bs, skip, names)?.read_all(sources, inputs)
                     })
                     .map_err(|e| PackError::Threads(format!("the archive reader: {e}")))?;
                 let next = move |_| match rx.recv() {
@@ -161,27 +115,89 @@ pub(crate) fn pack_sources_recorded(
                 let read = reader
                     .join()
                     .unwrap_or_else(|p| std::panic::resume_unwind(p));
-                let mut data = written?;
-                let (stage, input_bytes, files_bytes) = read?;
-                bytes_read = input_bytes;
+                let data = written?;
+                let read = read?;
+                bytes_read = read.input_bytes;
                 let root = sources.first().map(Source::display).unwrap_or_default();
-                let (tree, data_of) = stage
-                    .into_tree(root.clone(), opts.all_root, opts.mtime)
-                    .map_err(|_| PackError::TooManyIds { path: root })?;
-                // The writer numbered files as they came; the tree numbers inodes.
-                let locs = data_of
-                    .iter()
-                    .map(|&d| match d {
-                        stage::NO_DATA => FileLoc::default(),
-                        d => data.locs.get(d as usize).cloned().unwrap_or_default(),
-                    })
-                    .collect();
-                data.locs = locs;
-                data.bytes_in = files_bytes;
-                Ok((tree, data))
+                laid_out(read, data, root, opts)
             })
         })?;
     let record = tree.whole_record();
     let summary = crate::commit_squashfs(target, tmp, opts, &w, &tree, bytes_read, started)?;
     Ok((summary, record))
+}
+
+/// Refuses options that a pack from sources cannot follow.
+fn check(sources: &[Source], opts: &PackOptions) -> Result<(), PackError> {
+    crate::validate(opts)?;
+    if opts.order != crate::order::DataOrder::Path {
+        return Err(PackError::InvalidOption(
+            "--order: an archive's data is written in the order it is read (orders need a \
+             directory as the only source)"
+                .into(),
+        ));
+    }
+    if opts.overlay.is_some() {
+        return Err(PackError::InvalidOption(
+            "a Python environment is packed from its directory alone".into(),
+        ));
+    }
+    if sources.iter().filter(|s| **s == Source::Stdin).count() > 1 {
+        return Err(PackError::InvalidOption(
+            "stdin (-) can be given once".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the archives among `sources` (`None` for a directory or stdin),
+/// so that a missing one fails before anything is written. Returns them
+/// with the sum of their sizes.
+fn open_inputs(
+    sources: &[Source],
+    so: &SourceOptions,
+) -> Result<(Vec<Option<Input>>, u64), PackError> {
+    let mut inputs = Vec::with_capacity(sources.len());
+    let mut known_total = 0u64;
+    for s in sources {
+        inputs.push(match s {
+            Source::Archive(p) => {
+                let f = std::fs::File::open(p).map_err(PackError::io(p))?;
+                known_total += f.metadata().map(|m| m.len()).unwrap_or(0);
+                Some(Input::File(f))
+            }
+            Source::Remote(url) => {
+                let r = remote::RemoteArchive::open(url, &so.client)?;
+                known_total += r.size();
+                Some(Input::Remote(Box::new(r)))
+            }
+            _ => None,
+        });
+    }
+    Ok((inputs, known_total))
+}
+
+/// The tree of what was read, and the data written for it: the writer
+/// numbered files as they came, the tree numbers inodes. `root` names the
+/// image's root in messages.
+fn laid_out(
+    read: reader::SourcesRead,
+    mut data: DataOutput,
+    root: std::path::PathBuf,
+    opts: &PackOptions,
+) -> Result<(Tree, DataOutput), PackError> {
+    let (tree, data_of) = read
+        .stage
+        .into_tree(root.clone(), opts.all_root, opts.mtime)
+        .map_err(|_| PackError::TooManyIds { path: root })?;
+    let locs = data_of
+        .iter()
+        .map(|&d| match d {
+            stage::NO_DATA => FileLoc::default(),
+            d => data.locs.get(d as usize).cloned().unwrap_or_default(),
+        })
+        .collect();
+    data.locs = locs;
+    data.bytes_in = read.file_bytes;
+    Ok((tree, data))
 }

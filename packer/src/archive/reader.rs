@@ -50,6 +50,15 @@ pub(super) struct Reader<'a> {
     expand: Option<globset::GlobSet>,
 }
 
+/// What the reader read: the namespace, and the bytes it took in.
+pub(super) struct SourcesRead {
+    pub stage: Stage,
+    /// Bytes of the archives, as stored.
+    pub input_bytes: u64,
+    /// Bytes of the files read.
+    pub file_bytes: u64,
+}
+
 /// Bytes of a batch read from a stream. A directory's batches hold paths
 /// and are read on the pool; a stream's hold the bytes, and up to four are
 /// alive at once (being filled, queued, two being compressed), so they are
@@ -66,10 +75,18 @@ const ARCHIVE_EXTENSIONS: [&str; 12] = [
     ".tbz", ".tar", ".tlz4",
 ];
 
-/// The stream an archive's members come from, for messages.
+/// The stream an archive's members come from: where in the image they go
+/// and, for messages, what it is.
 struct StreamCx {
     /// The archive (`OUTER:MEMBER` for a nested one).
     name: PathBuf,
+    /// The directory its members go under (a nested archive's, with
+    /// `--expand-nested`; empty for a source).
+    prefix: Vec<Vec<u8>>,
+    /// How deep it is nested in the source.
+    depth: u32,
+    /// The source's number, `k` of [`Reader::source`].
+    source: u16,
     compression: Compression,
     /// Whether a read of the file (not the decoder) failed.
     failed: Arc<std::sync::atomic::AtomicBool>,
@@ -78,6 +95,15 @@ struct StreamCx {
 }
 
 impl StreamCx {
+    /// The path of a member whose own path is `own`: under [`Self::prefix`].
+    fn joined(&self, own: Vec<&[u8]>) -> Vec<Vec<u8>> {
+        self.prefix
+            .iter()
+            .cloned()
+            .chain(own.into_iter().map(<[u8]>::to_vec))
+            .collect()
+    }
+
     fn error(&self, e: TarError) -> PackError {
         let archive = |offset, member: Option<Vec<u8>>, message| PackError::Archive {
             path: self.name.clone(),
@@ -207,6 +233,25 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Reads `sources` in order, each from its input (see [`Self::source`]),
+    /// and sends the last batch. Dropping the reader then closes the
+    /// channel: the writer sees the end of the batches.
+    pub(super) fn read_all(
+        mut self,
+        sources: &[Source],
+        inputs: Vec<Option<Input>>,
+    ) -> Result<SourcesRead, PackError> {
+        for (k, (src, input)) in sources.iter().zip(inputs).enumerate() {
+            self.source(k as u16, src, input)?;
+        }
+        self.flush()?;
+        Ok(SourcesRead {
+            stage: self.stage,
+            input_bytes: self.input_bytes,
+            file_bytes: self.file_bytes,
+        })
+    }
+
     pub(super) fn flush(&mut self) -> Result<(), PackError> {
         if self.batch.is_empty() && self.unreported == 0 {
             return Ok(());
@@ -229,7 +274,7 @@ impl<'a> Reader<'a> {
     }
 
     fn cancelled(&self) -> Result<(), PackError> {
-        match walk::cancelled(self.opts) {
+        match crate::cancelled(self.opts) {
             true => Err(PackError::Interrupted),
             false => Ok(()),
         }
@@ -336,55 +381,40 @@ impl<'a> Reader<'a> {
         let (c, mut stream) = open_tar(name, Box::new(input), &failed, false, self.opts.threads)?;
         let cx = StreamCx {
             name: name.to_path_buf(),
+            prefix: Vec::new(),
+            depth: 0,
+            source: k,
             compression: c,
             failed,
             read: Some(read),
         };
-        self.members(k, &mut stream, &cx, &[], 0)?;
+        self.members(&mut stream, &cx)?;
         let now = cx.read.as_ref().map_or(0, |r| r.load(Ordering::Relaxed));
         self.input_bytes += now;
         Ok(())
     }
 
-    /// Adds the members of `stream` under the directory `prefix` (nested
-    /// archives, `--expand-nested`, are `depth` deep).
+    /// Adds the members of `stream` under the directory `cx.prefix`.
     fn members<R: Read + Send>(
         &mut self,
-        k: u16,
         stream: &mut TarStream<R>,
         cx: &StreamCx,
-        prefix: &[Vec<u8>],
-        depth: u32,
     ) -> Result<(), PackError> {
-        let name = cx.name.as_path();
-        let tar_err = |e: TarError| cx.error(e);
+        let (name, k) = (cx.name.as_path(), cx.source);
+        let top = cx.depth == 0;
         let mut notes = Notes::default();
         let mut reported = 0u64;
-        let progress = |r: &mut Reader, reported: &mut u64| {
-            if let Some(read) = &cx.read {
-                let now = read.load(Ordering::Relaxed);
-                r.unreported += now - *reported;
-                *reported = now;
-            }
-        };
         loop {
             self.cancelled()?;
-            progress(self, &mut reported);
-            let Some(m) = stream.next_member().map_err(tar_err)? else {
+            self.progress(cx, &mut reported);
+            let Some(m) = stream.next_member().map_err(|e| cx.error(e))? else {
                 break;
             };
             let member = |e: StageError| stage_error(name, Some(&m.path), e, &self.names);
-            let Some(own) = self.member_path(&m.path, name, &mut notes, depth == 0)? else {
+            let Some(own) = self.member_path(&m.path, name, &mut notes, top)? else {
                 continue;
             };
-            let joined = |own: Vec<&[u8]>| -> Vec<Vec<u8>> {
-                prefix
-                    .iter()
-                    .cloned()
-                    .chain(own.into_iter().map(<[u8]>::to_vec))
-                    .collect()
-            };
-            let full = joined(own);
+            let full = cx.joined(own);
             let comps: Vec<&[u8]> = full.iter().map(Vec::as_slice).collect();
             if let Some(t) = m.unknown_type {
                 notes.unknown_type(t, name, &m.path);
@@ -393,10 +423,10 @@ impl<'a> Reader<'a> {
                 continue;
             }
             if m.kind == MemberKind::HardLink {
-                let Some(target) = self.member_path(&m.link, name, &mut notes, depth == 0)? else {
+                let Some(target) = self.member_path(&m.link, name, &mut notes, top)? else {
                     continue;
                 };
-                let target = joined(target);
+                let target = cx.joined(target);
                 let target: Vec<&[u8]> = target.iter().map(Vec::as_slice).collect();
                 if self.excluded(&target, false) {
                     // Its target was left out: so is the link (tar -x would
@@ -409,43 +439,7 @@ impl<'a> Reader<'a> {
             }
             if m.kind == MemberKind::File && m.sparse.is_none() {
                 if let Some(dir) = self.expands(&comps) {
-                    if depth >= MAX_NESTING {
-                        return Err(cx.error(TarError {
-                            offset: m.offset,
-                            member: Some(m.path.clone()),
-                            kind: TarErrorKind::Bad(format!(
-                                "archives nested more than {MAX_NESTING} deep"
-                            )),
-                        }));
-                    }
-                    let mut d = self.entry(&m, k, name, &mut notes)?;
-                    d.kind = Kind::Dir;
-                    d.mode = 0o755;
-                    d.size = 0;
-                    let mut dir_comps = comps.clone();
-                    *dir_comps.last_mut().expect("a member has a name") = &dir;
-                    self.stage.add(&dir_comps, d).map_err(member)?;
-                    let inner_name = PathBuf::from(format!(
-                        "{}:{}",
-                        name.display(),
-                        String::from_utf8_lossy(&m.path)
-                    ));
-                    let inner_prefix: Vec<Vec<u8>> = dir_comps.iter().map(|c| c.to_vec()).collect();
-                    let failed = cx.failed.clone();
-                    let (c, mut inner) = open_tar(
-                        &inner_name,
-                        Box::new(MemberData(stream)),
-                        &failed,
-                        true,
-                        self.opts.threads,
-                    )?;
-                    let inner_cx = StreamCx {
-                        name: inner_name,
-                        compression: c,
-                        failed,
-                        read: None,
-                    };
-                    self.members(k, &mut inner, &inner_cx, &inner_prefix, depth + 1)?;
+                    self.nested(stream, cx, &m, &comps, dir, &mut notes)?;
                     continue;
                 }
             }
@@ -454,42 +448,119 @@ impl<'a> Reader<'a> {
             let (Added::Inode(si), MemberKind::File) = (added, m.kind) else {
                 continue;
             };
-            let id = self.next_id()?;
-            self.stage.entry_mut(si).data = id;
-            let path: Arc<Path> = Arc::from(
-                PathBuf::from(format!(
-                    "{}:{}",
-                    name.display(),
-                    String::from_utf8_lossy(&m.path)
-                ))
-                .as_path(),
-            );
-            self.file_bytes += m.size;
-            let mut segs = SegmentCursor::new(m.sparse.as_deref());
-            for (first_block, nblocks, last) in piece_spans(m.size, self.bs) {
-                self.cancelled()?;
-                let mut data = Vec::with_capacity(nblocks as usize);
-                for b in first_block..first_block + nblocks {
-                    let start = b * self.bs;
-                    let end = m.size.min(start + self.bs);
-                    data.push(segs.read(stream, start, end).map_err(tar_err)?);
-                }
-                self.emit(Piece {
-                    ino: id,
-                    path: path.clone(),
-                    size: m.size,
-                    first_block,
-                    nblocks,
-                    last,
-                    data: PieceData::Blocks(data),
-                })?;
-                progress(self, &mut reported);
-            }
+            self.member_data(stream, cx, &m, si, &mut reported)?;
         }
         // To the stream's end: a compressed stream's checks (CRC-32,
         // checksum) run there.
-        stream.finish().map_err(tar_err)?;
-        progress(self, &mut reported);
+        stream.finish().map_err(|e| cx.error(e))?;
+        self.progress(cx, &mut reported);
+        Ok(())
+    }
+
+    /// Moves the progress bar by the bytes of `cx`'s archive file read
+    /// since `reported` (a top-level archive's; a nested one counts in its
+    /// outer's).
+    fn progress(&mut self, cx: &StreamCx, reported: &mut u64) {
+        if let Some(read) = &cx.read {
+            let now = read.load(Ordering::Relaxed);
+            self.unreported += now - *reported;
+            *reported = now;
+        }
+    }
+
+    /// Adds the member archive `m` at `comps`, which `--expand-nested`
+    /// expands, as the directory `dir` holding its members.
+    fn nested<R: Read + Send>(
+        &mut self,
+        stream: &mut TarStream<R>,
+        cx: &StreamCx,
+        m: &tar::Member,
+        comps: &[&[u8]],
+        dir: Vec<u8>,
+        notes: &mut Notes,
+    ) -> Result<(), PackError> {
+        let name = cx.name.as_path();
+        if cx.depth >= MAX_NESTING {
+            return Err(cx.error(TarError {
+                offset: m.offset,
+                member: Some(m.path.clone()),
+                kind: TarErrorKind::Bad(format!("archives nested more than {MAX_NESTING} deep")),
+            }));
+        }
+        let mut d = self.entry(m, cx.source, name, notes)?;
+        d.kind = Kind::Dir;
+        d.mode = 0o755;
+        d.size = 0;
+        let mut dir_comps = comps.to_vec();
+        *dir_comps.last_mut().expect("a member has a name") = &dir;
+        self.stage
+            .add(&dir_comps, d)
+            .map_err(|e| stage_error(name, Some(&m.path), e, &self.names))?;
+        let inner_name = PathBuf::from(format!(
+            "{}:{}",
+            name.display(),
+            String::from_utf8_lossy(&m.path)
+        ));
+        let failed = cx.failed.clone();
+        let (c, mut inner) = open_tar(
+            &inner_name,
+            Box::new(MemberData(stream)),
+            &failed,
+            true,
+            self.opts.threads,
+        )?;
+        let inner_cx = StreamCx {
+            name: inner_name,
+            prefix: dir_comps.iter().map(|c| c.to_vec()).collect(),
+            depth: cx.depth + 1,
+            source: cx.source,
+            compression: c,
+            failed,
+            read: None,
+        };
+        self.members(&mut inner, &inner_cx)
+    }
+
+    /// Reads the data of file member `m`, staged as `si`, into pieces.
+    fn member_data<R: Read + Send>(
+        &mut self,
+        stream: &mut TarStream<R>,
+        cx: &StreamCx,
+        m: &tar::Member,
+        si: u32,
+        reported: &mut u64,
+    ) -> Result<(), PackError> {
+        let id = self.next_id()?;
+        self.stage.entry_mut(si).data = id;
+        let path: Arc<Path> = Arc::from(
+            PathBuf::from(format!(
+                "{}:{}",
+                cx.name.display(),
+                String::from_utf8_lossy(&m.path)
+            ))
+            .as_path(),
+        );
+        self.file_bytes += m.size;
+        let mut segs = SegmentCursor::new(m.sparse.as_deref());
+        for (first_block, nblocks, last) in piece_spans(m.size, self.bs) {
+            self.cancelled()?;
+            let mut data = Vec::with_capacity(nblocks as usize);
+            for b in first_block..first_block + nblocks {
+                let start = b * self.bs;
+                let end = m.size.min(start + self.bs);
+                data.push(segs.read(stream, start, end).map_err(|e| cx.error(e))?);
+            }
+            self.emit(Piece {
+                ino: id,
+                path: path.clone(),
+                size: m.size,
+                first_block,
+                nblocks,
+                last,
+                data: PieceData::Blocks(data),
+            })?;
+            self.progress(cx, reported);
+        }
         Ok(())
     }
 

@@ -362,8 +362,55 @@ impl Stage {
         all_root: bool,
         mtime: Option<u32>,
     ) -> Result<(Tree, Vec<u32>), String> {
-        // Children come after their parents: one backward pass carries the
-        // newest mtime up through implied directories.
+        self.date_implied_dirs();
+        let mut b = TreeBuilder {
+            tree: Tree::with_root(root),
+            ids: HashMap::new(),
+            data_of: Vec::new(),
+            xattrs: XattrSets::default(),
+            clamped: 0,
+            all_root,
+            mtime,
+        };
+        let mut tree_ino = vec![u32::MAX; self.entries.len()];
+        let root_ino = b.add_inode(&self.entries[0], 0)?;
+        b.tree.nodes[0].inode = root_ino;
+        tree_ino[0] = root_ino;
+        // Breadth-first: (stage node, tree node).
+        let mut queue = std::collections::VecDeque::from([(0u32, 0u32)]);
+        while let Some((sn, tn)) = queue.pop_front() {
+            let children = self.nodes[sn as usize].children.take().unwrap_or_default();
+            let first = b.tree.nodes.len() as u32;
+            let mut subdirs = 0;
+            for (_, c) in children.iter() {
+                let node = &self.nodes[*c as usize];
+                let si = node.inode as usize;
+                let tnode = b.tree.push_node(tn, &node.name, 0);
+                let ti = match tree_ino[si] {
+                    u32::MAX => {
+                        let ti = b.add_inode(&self.entries[si], tnode)?;
+                        tree_ino[si] = ti;
+                        ti
+                    }
+                    ti => ti,
+                };
+                b.tree.nodes[tnode as usize].inode = ti;
+                if self.entries[si].kind == Kind::Dir {
+                    subdirs += 1;
+                    queue.push_back((*c, tnode));
+                }
+            }
+            b.tree.set_children(tn, first, children.len() as u32);
+            let ti = b.tree.nodes[tn as usize].inode as usize;
+            b.tree.inodes[ti].nlink = 2 + subdirs;
+        }
+        Ok(b.finish())
+    }
+
+    /// Gives each implied directory the newest mtime below it. Children
+    /// come after their parents: one backward pass carries the newest mtime
+    /// up through implied directories.
+    fn date_implied_dirs(&mut self) {
         let mut parent_of = vec![0u32; self.nodes.len()];
         for (n, node) in self.nodes.iter().enumerate() {
             if let Some(c) = &node.children {
@@ -379,97 +426,94 @@ impl Stage {
                 self.entries[p].mtime = t;
             }
         }
-        let mut tree = Tree::with_root(root);
-        let mut ids = HashMap::new();
-        let mut tree_ino = vec![u32::MAX; self.entries.len()];
-        let mut data_of = Vec::new();
-        let mut xattrs = XattrSets::default();
-        let mut clamped = 0u64;
-        let mut add_inode = |tree: &mut Tree, e: &Entry, node: u32| -> Result<u32, String> {
-            let (uid, gid) = if all_root { (0, 0) } else { (e.uid, e.gid) };
-            let too_many = || "more than 65535 distinct uids/gids".to_string();
-            let uid_idx = tree.id_index(&mut ids, uid).ok_or_else(too_many)?;
-            let gid_idx = tree.id_index(&mut ids, gid).ok_or_else(too_many)?;
-            let t = match mtime {
-                Some(t) => t,
-                None => {
-                    if e.mtime < 0 || e.mtime > u32::MAX as i64 {
-                        clamped += 1;
-                    }
-                    e.mtime.clamp(0, u32::MAX as i64) as u32
-                }
-            };
-            let (size, target_off) = match e.kind {
-                Kind::File => (e.size, 0),
-                Kind::Symlink => (e.target.len() as u64, tree.push_target(&e.target)),
-                _ => (0, 0),
-            };
-            let rdev = match e.kind {
-                Kind::BlockDev | Kind::CharDev => encode_dev(e.dev.0, e.dev.1),
-                _ => 0,
-            };
-            tree.inodes.push(Inode {
-                kind: e.kind,
-                mode: e.mode & 0o7777,
-                uid_idx,
-                gid_idx,
-                mtime: t,
-                size,
-                rdev,
-                nlink: if e.kind == Kind::Dir { 2 } else { e.names },
-                xattr: xattrs.intern(e.xattrs.clone()).unwrap_or(INVALID_XATTR),
-                node,
-                target_off,
-                maybe_sparse: false,
-                from_overlay: false,
-                src_ino: 0,
-            });
-            data_of.push(if e.kind == Kind::File {
-                e.data
-            } else {
-                NO_DATA
-            });
-            Ok(tree.inodes.len() as u32 - 1)
+    }
+}
+
+/// The tree [`Stage::into_tree`] lays out, with what its inodes are
+/// numbered and deduplicated by.
+struct TreeBuilder {
+    tree: Tree,
+    /// uid/gid -> index in the tree's id table.
+    ids: HashMap<u32, u16>,
+    /// Data number of each tree inode.
+    data_of: Vec<u32>,
+    xattrs: XattrSets,
+    /// Inodes whose mtime was out of range.
+    clamped: u64,
+    all_root: bool,
+    mtime: Option<u32>,
+}
+
+impl TreeBuilder {
+    /// Adds the inode of `e`, first named by tree node `node`.
+    fn add_inode(&mut self, e: &Entry, node: u32) -> Result<u32, String> {
+        let tree = &mut self.tree;
+        let (uid, gid) = if self.all_root {
+            (0, 0)
+        } else {
+            (e.uid, e.gid)
         };
-        let root_ino = add_inode(&mut tree, &self.entries[0], 0)?;
-        tree.nodes[0].inode = root_ino;
-        tree_ino[0] = root_ino;
-        // Breadth-first: (stage node, tree node).
-        let mut queue = std::collections::VecDeque::from([(0u32, 0u32)]);
-        while let Some((sn, tn)) = queue.pop_front() {
-            let children = self.nodes[sn as usize].children.take().unwrap_or_default();
-            let first = tree.nodes.len() as u32;
-            let mut subdirs = 0;
-            for (_, c) in children.iter() {
-                let node = &self.nodes[*c as usize];
-                let si = node.inode as usize;
-                let tnode = tree.push_node(tn, &node.name, 0);
-                let ti = match tree_ino[si] {
-                    u32::MAX => {
-                        let ti = add_inode(&mut tree, &self.entries[si], tnode)?;
-                        tree_ino[si] = ti;
-                        ti
-                    }
-                    ti => ti,
-                };
-                tree.nodes[tnode as usize].inode = ti;
-                if self.entries[si].kind == Kind::Dir {
-                    subdirs += 1;
-                    queue.push_back((*c, tnode));
+        let too_many = || "more than 65535 distinct uids/gids".to_string();
+        let uid_idx = tree.id_index(&mut self.ids, uid).ok_or_else(too_many)?;
+        let gid_idx = tree.id_index(&mut self.ids, gid).ok_or_else(too_many)?;
+        let t = match self.mtime {
+            Some(t) => t,
+            None => {
+                if e.mtime < 0 || e.mtime > u32::MAX as i64 {
+                    self.clamped += 1;
                 }
+                e.mtime.clamp(0, u32::MAX as i64) as u32
             }
-            tree.set_children(tn, first, children.len() as u32);
-            let ti = tree.nodes[tn as usize].inode as usize;
-            tree.inodes[ti].nlink = 2 + subdirs;
-        }
-        tree.xattrs = xattrs;
+        };
+        let (size, target_off) = match e.kind {
+            Kind::File => (e.size, 0),
+            Kind::Symlink => (e.target.len() as u64, tree.push_target(&e.target)),
+            _ => (0, 0),
+        };
+        let rdev = match e.kind {
+            Kind::BlockDev | Kind::CharDev => encode_dev(e.dev.0, e.dev.1),
+            _ => 0,
+        };
+        tree.inodes.push(Inode {
+            kind: e.kind,
+            mode: e.mode & 0o7777,
+            uid_idx,
+            gid_idx,
+            mtime: t,
+            size,
+            rdev,
+            nlink: if e.kind == Kind::Dir { 2 } else { e.names },
+            xattr: self
+                .xattrs
+                .intern(e.xattrs.clone())
+                .unwrap_or(INVALID_XATTR),
+            node,
+            target_off,
+            maybe_sparse: false,
+            from_overlay: false,
+            src_ino: 0,
+        });
+        self.data_of.push(if e.kind == Kind::File {
+            e.data
+        } else {
+            NO_DATA
+        });
+        Ok(tree.inodes.len() as u32 - 1)
+    }
+
+    /// The tree, its xattr sets and image time set, and each inode's data
+    /// number.
+    fn finish(self) -> (Tree, Vec<u32>) {
+        let mut tree = self.tree;
+        tree.xattrs = self.xattrs;
         tree.image_time = Some(tree.inodes.iter().map(|i| i.mtime).max().unwrap_or(0));
+        let clamped = self.clamped;
         if clamped > 0 {
             log::warn!(
                 "{clamped} entries have an mtime outside the range an image stores (1970 to 2106): clamped"
             );
         }
-        Ok((tree, data_of))
+        (tree, self.data_of)
     }
 }
 

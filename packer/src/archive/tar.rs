@@ -566,231 +566,243 @@ impl<R: Read> TarStream<R> {
         let pad = std::mem::take(&mut self.pad);
         self.skip(pad, "the member's padding")?;
         self.current = None;
-        let mut pax = Pax::default();
-        let mut long_name: Option<Vec<u8>> = None;
-        let mut long_link: Option<Vec<u8>> = None;
+        let mut ext = Extensions::default();
         loop {
-            let at = self.pos;
-            let mut h = [0u8; BLOCK];
-            let n = self.fill(&mut h)?;
-            if n == 0 {
-                // No end-of-archive blocks: what GNU tar and Python's
-                // tarfile accept too. A stream cut inside a member is an
-                // error above; one cut between members cannot be told.
-                if at > 0 {
-                    log::debug!("the archive has no end-of-archive blocks");
-                }
-                self.ended = true;
+            let Some((at, block)) = self.read_header()? else {
                 return Ok(None);
-            }
-            if n < BLOCK {
-                return Err(TarError {
-                    offset: at,
-                    member: None,
-                    kind: TarErrorKind::Truncated(format!(
-                        "the archive ends inside a header ({n} of 512 bytes)"
-                    )),
-                });
-            }
-            if h.iter().all(|&c| c == 0) {
-                self.ended = true;
-                return Ok(None);
-            }
-            if !checksum_ok(&h) {
-                return Err(bad(at, None, "bad header checksum (not a tar header)"));
-            }
-            let gnu = &h[257..265] == b"ustar  \0";
-            let ustar = &h[257..263] == b"ustar\0" || &h[257..263] == b"ustar ";
-            let name = {
-                let n = field(&h[0..100]);
-                let prefix = field(&h[345..500]);
-                if ustar && !gnu && !prefix.is_empty() {
-                    let mut p = prefix.to_vec();
-                    p.push(b'/');
-                    p.extend_from_slice(n);
-                    p
-                } else {
-                    n.to_vec()
-                }
             };
-            let shown = long_name
-                .clone()
-                .or_else(|| pax.path.clone())
-                .unwrap_or_else(|| name.clone());
-            self.current = Some(shown.clone());
-            let num = |r: std::ops::Range<usize>, what: &str| -> Result<Option<i128>, TarError> {
-                number(&h[r]).map_err(|m| bad(at, Some(&shown), format!("{what}: {m}")))
-            };
-            let typeflag = h[156];
-            let size_field = num(124..136, "size")?.unwrap_or(0);
+            let mut h = Header::new(block, at, &ext);
+            self.current = Some(h.shown.clone());
+            let size_field = h.num(124..136, "size")?.unwrap_or(0);
             if size_field < 0 || size_field > u64::MAX as i128 {
                 return Err(bad(
                     at,
-                    Some(&shown),
+                    Some(&h.shown),
                     format!("size {size_field} out of range"),
                 ));
             }
-            let mut size = size_field as u64;
-            match typeflag {
-                b'x' | b'g' => {
-                    let data = self.read_meta(size, "PAX extended header", at)?;
-                    if typeflag == b'x' {
-                        parse_pax(&data, &mut pax, at, Some(&shown))?;
-                    } else {
-                        parse_pax(&data, &mut self.global, at, Some(&shown))?;
-                    }
-                    continue;
-                }
-                b'L' => {
-                    long_name = Some(field(&self.read_meta(size, "GNU long name", at)?).to_vec());
-                    continue;
-                }
-                b'K' => {
-                    long_link = Some(field(&self.read_meta(size, "GNU long link", at)?).to_vec());
-                    continue;
-                }
-                b'V' => {
-                    // A volume label: no file.
-                    self.skip(size, "a volume label")?;
-                    self.skip(padding(size), "a volume label")?;
-                    continue;
-                }
-                b'M' => {
-                    return Err(bad(
-                        at,
-                        Some(&shown),
-                        "a multi-volume continuation (packfs reads whole archives only)",
-                    ))
-                }
-                _ => {}
+            if self.read_extension(&h, size_field as u64, &mut ext)? {
+                continue;
             }
-            // The member itself: global values, then its own.
-            let g = &self.global;
-            let path = long_name
-                .take()
-                .or_else(|| pax.path.clone())
-                .or_else(|| g.path.clone())
-                .unwrap_or(name);
-            let link = long_link
-                .take()
-                .or_else(|| pax.link.clone())
-                .or_else(|| g.link.clone())
-                .unwrap_or_else(|| field(&h[157..257]).to_vec());
-            if let Some(s) = pax.size.or(g.size) {
-                size = s;
-            }
-            let id = |own: Option<u64>, glob: Option<u64>, r, what| -> Result<u64, TarError> {
-                match own.or(glob) {
-                    Some(v) => Ok(v),
-                    None => {
-                        let v = num(r, what)?.unwrap_or(0);
-                        u64::try_from(v)
-                            .map_err(|_| bad(at, Some(&shown), format!("{what} {v} is negative")))
-                    }
-                }
-            };
-            let uid = id(pax.uid, g.uid, 108..116, "uid")?;
-            let gid = id(pax.gid, g.gid, 116..124, "gid")?;
-            let mtime = match pax.mtime.or(g.mtime) {
-                Some(t) => t,
-                None => {
-                    let t = num(136..148, "mtime")?.unwrap_or(0);
-                    i64::try_from(t).map_err(|_| bad(at, Some(&shown), "mtime out of range"))?
-                }
-            };
-            let mode = (num(100..108, "mode")?.unwrap_or(0) & 0o7777) as u32;
-            let (dev_major, dev_minor) = if ustar {
-                (
-                    pax.dev_major
-                        .or(g.dev_major)
-                        .unwrap_or(num(329..337, "devmajor")?.unwrap_or(0) as u32),
-                    pax.dev_minor
-                        .or(g.dev_minor)
-                        .unwrap_or(num(337..345, "devminor")?.unwrap_or(0) as u32),
-                )
-            } else {
-                (0, 0)
-            };
-            let mut xattrs = g.xattrs.clone();
-            for (n, v) in &pax.xattrs {
-                set_xattr(&mut xattrs, n.clone(), v.clone())
-                    .map_err(|m| bad(at, Some(&shown), m))?;
-            }
-            let mut unknown_type = None;
-            let kind = match typeflag {
-                0 | b'0' if path.ends_with(b"/") => MemberKind::Dir,
-                b'0' | b'7' | b'S' => MemberKind::File,
-                0 => MemberKind::File,
-                b'1' => MemberKind::HardLink,
-                b'2' => MemberKind::Symlink,
-                b'3' => MemberKind::CharDev,
-                b'4' => MemberKind::BlockDev,
-                b'5' | b'D' => MemberKind::Dir,
-                b'6' => MemberKind::Fifo,
-                t => {
-                    unknown_type = Some(t);
-                    MemberKind::File
-                }
-            };
-            let mut member = Member {
-                path,
-                link,
-                kind,
-                mode,
-                uid,
-                gid,
-                mtime,
-                size: if kind == MemberKind::File { size } else { 0 },
-                sparse: None,
-                dev_major,
-                dev_minor,
-                xattrs,
-                offset: at,
-                unknown_type,
-            };
+            let (mut member, size) = self.member(&mut h, size_field as u64, &mut ext)?;
             self.current = Some(member.path.clone());
-            // Data the archive holds for this member (skipped unless a
-            // file's): its size field's, less a sparse map read below.
-            let mut stored = size;
-            if typeflag == b'S' {
-                let (segments, real) = self.old_gnu_sparse(&h, at, &member.path)?;
-                member.sparse = Some(segments);
-                member.size = real;
-            } else if kind == MemberKind::File {
-                if let Some(sp) = self.pax_sparse(&pax, size, at, &member.path)? {
-                    let (segments, real, map_bytes, name) = sp;
-                    member.sparse = Some(segments);
-                    member.size = real;
-                    stored = size - map_bytes;
-                    if let Some(n) = name {
-                        member.path = n;
-                        self.current = Some(member.path.clone());
-                    }
-                }
-            }
-            if let Some(seg) = &member.sparse {
-                if member.size > MAX_SPARSE_SIZE {
-                    return Err(bad(
-                        at,
-                        Some(&member.path),
-                        format!(
-                            "a sparse file of {} bytes (packfs takes sparse files up to {} bytes)",
-                            member.size, MAX_SPARSE_SIZE
-                        ),
-                    ));
-                }
-                check_segments(seg, member.size, stored)
-                    .map_err(|m| bad(at, Some(&member.path), m))?;
-            }
-            self.left = stored;
-            self.pad = padding(size);
-            if kind != MemberKind::File {
-                // Hard links may carry data (pax); no other type has any.
-                let left = std::mem::take(&mut self.left);
-                self.skip(left, "the member's data")?;
-            }
+            self.start_data(&mut member, &h, &ext.pax, size)?;
             return Ok(Some(member));
         }
+    }
+
+    /// Reads the next header block: `None` at the end of the archive (two
+    /// zero blocks, or none at all), else where it starts and its bytes,
+    /// its checksum checked.
+    fn read_header(&mut self) -> Result<Option<(u64, [u8; BLOCK])>, TarError> {
+        let at = self.pos;
+        let mut h = [0u8; BLOCK];
+        let n = self.fill(&mut h)?;
+        if n == 0 {
+            // No end-of-archive blocks: what GNU tar and Python's
+            // tarfile accept too. A stream cut inside a member is an
+            // error above; one cut between members cannot be told.
+            if at > 0 {
+                log::debug!("the archive has no end-of-archive blocks");
+            }
+            self.ended = true;
+            return Ok(None);
+        }
+        if n < BLOCK {
+            return Err(TarError {
+                offset: at,
+                member: None,
+                kind: TarErrorKind::Truncated(format!(
+                    "the archive ends inside a header ({n} of 512 bytes)"
+                )),
+            });
+        }
+        if h.iter().all(|&c| c == 0) {
+            self.ended = true;
+            return Ok(None);
+        }
+        if !checksum_ok(&h) {
+            return Err(bad(at, None, "bad header checksum (not a tar header)"));
+        }
+        Ok(Some((at, h)))
+    }
+
+    /// Reads the member of header `h` if it only says something of the
+    /// members after it (a PAX header, a GNU long name or link, a volume
+    /// label) into `ext` or the global PAX values; false for any other
+    /// member. `size`: its size field.
+    fn read_extension(
+        &mut self,
+        h: &Header,
+        size: u64,
+        ext: &mut Extensions,
+    ) -> Result<bool, TarError> {
+        let (at, shown) = (h.at, Some(&h.shown[..]));
+        match h.typeflag() {
+            b'x' => {
+                let data = self.read_meta(size, "PAX extended header", at)?;
+                parse_pax(&data, &mut ext.pax, at, shown)?;
+            }
+            b'g' => {
+                let data = self.read_meta(size, "PAX extended header", at)?;
+                parse_pax(&data, &mut self.global, at, shown)?;
+            }
+            b'L' => {
+                ext.long_name = Some(field(&self.read_meta(size, "GNU long name", at)?).to_vec());
+            }
+            b'K' => {
+                ext.long_link = Some(field(&self.read_meta(size, "GNU long link", at)?).to_vec());
+            }
+            b'V' => {
+                // A volume label: no file.
+                self.skip(size, "a volume label")?;
+                self.skip(padding(size), "a volume label")?;
+            }
+            b'M' => {
+                return Err(bad(
+                    at,
+                    shown,
+                    "a multi-volume continuation (packfs reads whole archives only)",
+                ))
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The member header `h` describes: the global PAX values, then the
+    /// member's own (`ext`), then the header's fields. Returns it with the
+    /// size of its data in the archive (`size`, the size field, unless PAX
+    /// gives one).
+    fn member(
+        &self,
+        h: &mut Header,
+        mut size: u64,
+        ext: &mut Extensions,
+    ) -> Result<(Member, u64), TarError> {
+        let (at, g, pax) = (h.at, &self.global, &ext.pax);
+        let path = ext
+            .long_name
+            .take()
+            .or_else(|| pax.path.clone())
+            .or_else(|| g.path.clone())
+            .unwrap_or_else(|| std::mem::take(&mut h.name));
+        let link = ext
+            .long_link
+            .take()
+            .or_else(|| pax.link.clone())
+            .or_else(|| g.link.clone())
+            .unwrap_or_else(|| field(&h.block[157..257]).to_vec());
+        if let Some(s) = pax.size.or(g.size) {
+            size = s;
+        }
+        let id = |own: Option<u64>, glob: Option<u64>, r, what| -> Result<u64, TarError> {
+            match own.or(glob) {
+                Some(v) => Ok(v),
+                None => {
+                    let v = h.num(r, what)?.unwrap_or(0);
+                    u64::try_from(v)
+                        .map_err(|_| bad(at, Some(&h.shown), format!("{what} {v} is negative")))
+                }
+            }
+        };
+        let uid = id(pax.uid, g.uid, 108..116, "uid")?;
+        let gid = id(pax.gid, g.gid, 116..124, "gid")?;
+        let mtime = match pax.mtime.or(g.mtime) {
+            Some(t) => t,
+            None => {
+                let t = h.num(136..148, "mtime")?.unwrap_or(0);
+                i64::try_from(t).map_err(|_| bad(at, Some(&h.shown), "mtime out of range"))?
+            }
+        };
+        let mode = (h.num(100..108, "mode")?.unwrap_or(0) & 0o7777) as u32;
+        let (dev_major, dev_minor) = if h.ustar {
+            (
+                pax.dev_major
+                    .or(g.dev_major)
+                    .unwrap_or(h.num(329..337, "devmajor")?.unwrap_or(0) as u32),
+                pax.dev_minor
+                    .or(g.dev_minor)
+                    .unwrap_or(h.num(337..345, "devminor")?.unwrap_or(0) as u32),
+            )
+        } else {
+            (0, 0)
+        };
+        let mut xattrs = g.xattrs.clone();
+        for (n, v) in &pax.xattrs {
+            set_xattr(&mut xattrs, n.clone(), v.clone()).map_err(|m| bad(at, Some(&h.shown), m))?;
+        }
+        let (kind, unknown_type) = member_kind(h.typeflag(), &path);
+        let member = Member {
+            path,
+            link,
+            kind,
+            mode,
+            uid,
+            gid,
+            mtime,
+            size: if kind == MemberKind::File { size } else { 0 },
+            sparse: None,
+            dev_major,
+            dev_minor,
+            xattrs,
+            offset: at,
+            unknown_type,
+        };
+        Ok((member, size))
+    }
+
+    /// Reads `member`'s sparse map, if it has one (old GNU headers, PAX
+    /// records or, in format 1.0, the start of its data), and sets up the
+    /// reading of its data: `size` bytes and their padding follow the
+    /// header, skipped at once unless the member is a file.
+    fn start_data(
+        &mut self,
+        member: &mut Member,
+        h: &Header,
+        pax: &Pax,
+        size: u64,
+    ) -> Result<(), TarError> {
+        let at = h.at;
+        // Data the archive holds for this member (skipped unless a
+        // file's): its size field's, less a sparse map read below.
+        let mut stored = size;
+        if h.typeflag() == b'S' {
+            let (segments, real) = self.old_gnu_sparse(&h.block, at, &member.path)?;
+            member.sparse = Some(segments);
+            member.size = real;
+        } else if member.kind == MemberKind::File {
+            if let Some(sp) = self.pax_sparse(pax, size, at, &member.path)? {
+                member.sparse = Some(sp.segments);
+                member.size = sp.real;
+                stored = size - sp.map_bytes;
+                if let Some(n) = sp.name {
+                    member.path = n;
+                    self.current = Some(member.path.clone());
+                }
+            }
+        }
+        if let Some(seg) = &member.sparse {
+            if member.size > MAX_SPARSE_SIZE {
+                return Err(bad(
+                    at,
+                    Some(&member.path),
+                    format!(
+                        "a sparse file of {} bytes (packfs takes sparse files up to {} bytes)",
+                        member.size, MAX_SPARSE_SIZE
+                    ),
+                ));
+            }
+            check_segments(seg, member.size, stored).map_err(|m| bad(at, Some(&member.path), m))?;
+        }
+        self.left = stored;
+        self.pad = padding(size);
+        if member.kind != MemberKind::File {
+            // Hard links may carry data (pax); no other type has any.
+            let left = std::mem::take(&mut self.left);
+            self.skip(left, "the member's data")?;
+        }
+        Ok(())
     }
 
     /// GNU's old sparse member: segments in the header, then in extension
@@ -849,18 +861,16 @@ impl<R: Read> TarStream<R> {
         Ok((segments, real))
     }
 
-    /// The PAX sparse formats. Returns (segments, real size, bytes of the
-    /// map at the data's start, real name) for a sparse member.
-    #[allow(clippy::type_complexity)]
+    /// The PAX sparse formats: the map of a sparse member, `None` for
+    /// another.
     fn pax_sparse(
         &mut self,
         pax: &Pax,
         size: u64,
         at: u64,
         name: &[u8],
-    ) -> Result<Option<(Vec<(u64, u64)>, u64, u64, Option<Vec<u8>>)>, TarError> {
+    ) -> Result<Option<SparseMap>, TarError> {
         let real = pax.sparse_size;
-        let sparse_name = pax.sparse_name.clone();
         let pairs = |v: Vec<u64>| -> Result<Vec<(u64, u64)>, TarError> {
             if !v.len().is_multiple_of(2) {
                 return Err(bad(
@@ -870,6 +880,14 @@ impl<R: Read> TarStream<R> {
                 ));
             }
             Ok(v.chunks(2).map(|c| (c[0], c[1])).collect())
+        };
+        let map = |numbers: Vec<u64>, real: u64, map_bytes: u64| -> Result<_, TarError> {
+            Ok(Some(SparseMap {
+                segments: pairs(numbers)?,
+                real,
+                map_bytes,
+                name: pax.sparse_name.clone(),
+            }))
         };
         if pax.sparse_major == Some(1) {
             if pax.sparse_minor != Some(0) {
@@ -882,59 +900,11 @@ impl<R: Read> TarStream<R> {
                     "a sparse member without GNU.sparse.realsize",
                 )
             })?;
-            // The map: decimal numbers, one a line, the count first, in
-            // whole blocks at the data's start.
-            let mut text = Vec::new();
-            let mut numbers: Vec<u64> = Vec::new();
-            let mut count: Option<u64> = None;
-            let mut map_bytes = 0u64;
-            loop {
-                if map_bytes + BLOCK as u64 > size {
-                    return Err(bad(at, Some(name), "a sparse map longer than the member"));
-                }
-                let mut b = [0u8; BLOCK];
-                if self.fill(&mut b)? < BLOCK {
-                    return Err(TarError {
-                        offset: self.pos,
-                        member: Some(name.to_vec()),
-                        kind: TarErrorKind::Truncated(
-                            "the archive ends inside a sparse map".into(),
-                        ),
-                    });
-                }
-                map_bytes += BLOCK as u64;
-                for &c in &b {
-                    if c == b'\n' {
-                        let v = dec(&text)
-                            .map_err(|m| bad(at, Some(name), format!("sparse map: {m}")))?;
-                        text.clear();
-                        match count {
-                            None => {
-                                if v > MAX_SEGMENTS as u64 {
-                                    return Err(bad(at, Some(name), "too many sparse segments"));
-                                }
-                                count = Some(v)
-                            }
-                            Some(_) => numbers.push(v),
-                        }
-                        if count.is_some_and(|n| numbers.len() as u64 == 2 * n) {
-                            break;
-                        }
-                    } else {
-                        text.push(c);
-                        if text.len() > 20 {
-                            return Err(bad(at, Some(name), "sparse map: a number too long"));
-                        }
-                    }
-                }
-                if count.is_some_and(|n| numbers.len() as u64 == 2 * n) {
-                    break;
-                }
-            }
-            return Ok(Some((pairs(numbers)?, real, map_bytes, sparse_name)));
+            let (numbers, map_bytes) = self.sparse_map_1_0(size, at, name)?;
+            return map(numbers, real, map_bytes);
         }
-        if let Some(map) = &pax.sparse_map {
-            let v = map
+        if let Some(text) = &pax.sparse_map {
+            let v = text
                 .split(|&c| c == b',')
                 .filter(|s| !s.is_empty())
                 .map(dec)
@@ -945,20 +915,167 @@ impl<R: Read> TarStream<R> {
             }
             let real =
                 real.ok_or_else(|| bad(at, Some(name), "a sparse member without GNU.sparse.size"))?;
-            return Ok(Some((pairs(v)?, real, 0, sparse_name)));
+            return map(v, real, 0);
         }
         if !pax.sparse_pairs.is_empty() {
             let real =
                 real.ok_or_else(|| bad(at, Some(name), "a sparse member without GNU.sparse.size"))?;
-            return Ok(Some((
-                pairs(pax.sparse_pairs.clone())?,
-                real,
-                0,
-                sparse_name,
-            )));
+            return map(pax.sparse_pairs.clone(), real, 0);
         }
         Ok(None)
     }
+
+    /// Reads the map of sparse format 1.0 from the start of a member's
+    /// data (`size` bytes): decimal numbers, one a line, the count of
+    /// segments first, in whole blocks. Returns the numbers after the count
+    /// and the bytes the map took.
+    fn sparse_map_1_0(
+        &mut self,
+        size: u64,
+        at: u64,
+        name: &[u8],
+    ) -> Result<(Vec<u64>, u64), TarError> {
+        let mut text = Vec::new();
+        let mut numbers: Vec<u64> = Vec::new();
+        let mut count: Option<u64> = None;
+        let mut map_bytes = 0u64;
+        loop {
+            if map_bytes + BLOCK as u64 > size {
+                return Err(bad(at, Some(name), "a sparse map longer than the member"));
+            }
+            let mut b = [0u8; BLOCK];
+            if self.fill(&mut b)? < BLOCK {
+                return Err(TarError {
+                    offset: self.pos,
+                    member: Some(name.to_vec()),
+                    kind: TarErrorKind::Truncated("the archive ends inside a sparse map".into()),
+                });
+            }
+            map_bytes += BLOCK as u64;
+            for &c in &b {
+                if c == b'\n' {
+                    let v =
+                        dec(&text).map_err(|m| bad(at, Some(name), format!("sparse map: {m}")))?;
+                    text.clear();
+                    match count {
+                        None => {
+                            if v > MAX_SEGMENTS as u64 {
+                                return Err(bad(at, Some(name), "too many sparse segments"));
+                            }
+                            count = Some(v)
+                        }
+                        Some(_) => numbers.push(v),
+                    }
+                    if count.is_some_and(|n| numbers.len() as u64 == 2 * n) {
+                        break;
+                    }
+                } else {
+                    text.push(c);
+                    if text.len() > 20 {
+                        return Err(bad(at, Some(name), "sparse map: a number too long"));
+                    }
+                }
+            }
+            if count.is_some_and(|n| numbers.len() as u64 == 2 * n) {
+                return Ok((numbers, map_bytes));
+            }
+        }
+    }
+}
+
+/// A sparse member's map, as the PAX sparse formats give it.
+struct SparseMap {
+    /// Data segments (offset, length), in order.
+    segments: Vec<(u64, u64)>,
+    /// The file's size, holes included.
+    real: u64,
+    /// Bytes of the map at the start of the member's data (format 1.0).
+    map_bytes: u64,
+    /// The file's real name (formats 0.x and 1.0 name the member after a
+    /// made-up path).
+    name: Option<Vec<u8>>,
+}
+
+/// What the extension members before a member's header say of it: its PAX
+/// extended header's records and a GNU long name or link.
+#[derive(Default)]
+struct Extensions {
+    pax: Pax,
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+}
+
+/// A header block, with what every member type needs of it.
+struct Header {
+    block: [u8; BLOCK],
+    /// Where it starts in the stream.
+    at: u64,
+    /// The name its fields give (ustar's prefix joined).
+    name: Vec<u8>,
+    /// ustar's magic, or GNU's: the device fields are there.
+    ustar: bool,
+    /// What messages call the member: a long name or PAX path given
+    /// before the header, else `name`.
+    shown: Vec<u8>,
+}
+
+impl Header {
+    fn new(block: [u8; BLOCK], at: u64, ext: &Extensions) -> Self {
+        let gnu = &block[257..265] == b"ustar  \0";
+        let ustar = &block[257..263] == b"ustar\0" || &block[257..263] == b"ustar ";
+        let name = {
+            let n = field(&block[0..100]);
+            let prefix = field(&block[345..500]);
+            if ustar && !gnu && !prefix.is_empty() {
+                let mut p = prefix.to_vec();
+                p.push(b'/');
+                p.extend_from_slice(n);
+                p
+            } else {
+                n.to_vec()
+            }
+        };
+        let shown = ext
+            .long_name
+            .clone()
+            .or_else(|| ext.pax.path.clone())
+            .unwrap_or_else(|| name.clone());
+        Header {
+            block,
+            at,
+            name,
+            ustar,
+            shown,
+        }
+    }
+
+    fn typeflag(&self) -> u8 {
+        self.block[156]
+    }
+
+    /// The numeric field at `r` (`what`, for messages).
+    fn num(&self, r: std::ops::Range<usize>, what: &str) -> Result<Option<i128>, TarError> {
+        number(&self.block[r]).map_err(|m| bad(self.at, Some(&self.shown), format!("{what}: {m}")))
+    }
+}
+
+/// The type a member of `typeflag` at `path` extracts as, and the flag
+/// when tar does not define it (extracted as a regular file, as POSIX
+/// asks).
+fn member_kind(typeflag: u8, path: &[u8]) -> (MemberKind, Option<u8>) {
+    let kind = match typeflag {
+        0 | b'0' if path.ends_with(b"/") => MemberKind::Dir,
+        b'0' | b'7' | b'S' => MemberKind::File,
+        0 => MemberKind::File,
+        b'1' => MemberKind::HardLink,
+        b'2' => MemberKind::Symlink,
+        b'3' => MemberKind::CharDev,
+        b'4' => MemberKind::BlockDev,
+        b'5' | b'D' => MemberKind::Dir,
+        b'6' => MemberKind::Fifo,
+        t => return (MemberKind::File, Some(t)),
+    };
+    (kind, None)
 }
 
 /// Padding after `size` bytes of data, to the next block.

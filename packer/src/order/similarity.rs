@@ -23,10 +23,11 @@
 //! Fingerprints and buckets run in parallel; every step depends on the
 //! data and the path order only, so the result is the same on any number
 //! of threads. The tails are read [`FP_CHUNK`] files at a time, the next
-//! chunks' asked of the kernel ahead on the I/O pool (`crate::io`), so that
-//! a cold tree is not read one file per compression thread at a time.
+//! chunks' asked of the kernel ahead on the I/O pool (`crate::prefetch`), so
+//! that a cold tree is not read one file per compression thread at a time.
 
-use crate::io::{open_source, Hint, Prefetcher, PREFETCH_BATCHES};
+use crate::prefetch::{Hint, Prefetcher, PREFETCH_BATCHES};
+use crate::source_check::open_source;
 use crate::tree::Tree;
 use rayon::prelude::*;
 use std::os::unix::fs::FileExt;

@@ -5,20 +5,21 @@
 //! read, hashed and compressed in parallel on the pool, then its results are
 //! written strictly in piece order; while one batch is being written the next
 //! is already being compressed, and the files of the batches after it are
-//! being prefetched into the page cache on the I/O pool (see `crate::io`).
+//! being prefetched into the page cache on the I/O pool (see `crate::prefetch`).
 //! Batch boundaries depend only on constants and the tree, never on the
 //! thread count, and fragment blocks are sealed and placed at fixed points
 //! (batch ends), so the image is byte-identical for any number of threads.
 //! A placed fragment block is written when its compression ends, the data
-//! placed after it behind it (`super::behind`), so that the pool compresses
+//! placed after it behind it (`super::write_behind`), so that the pool compresses
 //! fragment blocks of many batches at once.
 //! Memory in flight is bounded by two batches ([`BATCH_BYTES`] each) plus
 //! their compressed copies, and by what [`WriteBehind`] holds.
 
-use super::behind::{Mark, SealedFragment, WriteBehind};
+use super::write_behind::{Mark, SealedFragment, WriteBehind};
 use super::writer::ImageWriter;
 use crate::detach;
-use crate::io::{changed_size, check_empty, open_source, Hint, Prefetcher, PREFETCH_BATCHES};
+use crate::prefetch::{Hint, Prefetcher, PREFETCH_BATCHES};
+use crate::source_check::{changed_size, check_empty, open_source};
 use crate::tree::Tree;
 use crate::{PackError, PackOptions};
 use packfs_format::codec::Compressor;
@@ -518,7 +519,7 @@ type PieceResult = Result<Vec<(Block, blake3::Hash)>, PackError>;
 
 /// Cuts batches ahead of use and has their files prefetched: the batch
 /// [`Batches::next`] returns was handed to the prefetcher
-/// [`PREFETCH_BATCHES`] batches earlier (see `crate::io`).
+/// [`PREFETCH_BATCHES`] batches earlier (see `crate::prefetch`).
 struct Batches<I: Iterator<Item = Piece>> {
     it: std::iter::Peekable<I>,
     ahead: VecDeque<Vec<Piece>>,
@@ -623,10 +624,11 @@ pub(crate) struct Batch {
 }
 
 /// Writes the data of the batches `next` returns, in order, until it
-/// returns `None` (its argument: how many batches are written): each batch is read and compressed on the pool while the
-/// one before it is written. `files` is the number of files expected (the
-/// output grows if more come); `profiled` as in [`Writer`]. The data is
-/// laid out by the batches alone, never by the thread count.
+/// returns `None` (its argument: how many batches are written): each batch
+/// is read and compressed on the pool while the one before it is written.
+/// `files` is the number of files expected (the output grows if more
+/// come); `profiled` as in [`Writer`]. The data is laid out by the batches
+/// alone, never by the thread count.
 pub(crate) fn write_batches(
     img: &mut ImageWriter,
     enc: Encoder,
@@ -648,35 +650,12 @@ pub(crate) fn write_batches(
         raw_tails: !opts.fragment_incompressible,
         zero_hash: blake3::hash(&vec![0u8; bs as usize]),
     });
-    let base = img.pos();
     // Whatever way this returns, tasks still queued are told to stop.
     let _abandon = Abandon(&ctx);
     // The pool never idles through this thread's sequential part: batch k+1
     // is read and compressed while batch k is consumed, and fragment blocks
     // are compressed as soon as they are sealed.
-    let mut w = Writer {
-        img,
-        ctx: ctx.clone(),
-        pool,
-        out: DataOutput {
-            locs: vec![FileLoc::default(); files],
-            block_sizes: Vec::new(),
-            fragment_entries: Vec::new(),
-            fragment_count: 0,
-            bytes_in: 0,
-            dedup_files: 0,
-            dedup_bytes: 0,
-        },
-        cur: None,
-        block_dedup: HashMap::new(),
-        tail_dedup: HashMap::new(),
-        frag_buf: Vec::new(),
-        frag_sealed: VecDeque::new(),
-        // As much data may wait behind fragment blocks as one batch reads.
-        behind: WriteBehind::new(base, pool.current_num_threads(), BATCH_BYTES as usize),
-        starts: vec![None; files],
-        files_left_in_profile: profiled,
-    };
+    let mut w = Writer::new(img, ctx.clone(), pool, files, profiled);
     let start = |batch: Batch| {
         let ctx = ctx.clone();
         detach::spawn(pool, move || {
@@ -707,36 +686,9 @@ pub(crate) fn write_batches(
         if let Some(pr) = &opts.progress {
             pr.advance(batch.progress);
         }
-        w.place_sealed_fragments();
-        w.behind.flush(w.img, opts, false)?;
-        w.behind.bound(w.img, opts)?;
-        w.img.start_writeback();
-        if opts.follow.is_some() {
-            // A rewind goes back at most to the start of the file in
-            // progress; everything written before it is final.
-            let safe = match &w.cur {
-                None => Some(w.img.pos()),
-                Some(c) => w.behind.try_resolve(c.start),
-            };
-            if let Some(safe) = safe {
-                w.img.publish_final(safe)?;
-            }
-        }
+        w.end_batch(opts)?;
     }
-    if !w.frag_buf.is_empty() {
-        let buf = std::mem::take(&mut w.frag_buf);
-        w.seal(buf);
-    }
-    w.place_sealed_fragments();
-    w.behind.flush(w.img, opts, true)?;
-    w.out.fragment_count = w.behind.fragments_placed();
-    w.out.fragment_entries = std::mem::take(&mut w.behind.entries);
-    for (loc, start) in w.out.locs.iter_mut().zip(&w.starts) {
-        if let Some(m) = start {
-            loc.blocks_start = w.behind.resolve(*m);
-        }
-    }
-    Ok(w.out)
+    w.finish(opts)
 }
 
 impl Ctx {
@@ -751,7 +703,7 @@ impl Ctx {
     }
 }
 
-/// Raises [`Ctx::abandoned`] when [`write_data`] returns.
+/// Raises [`Ctx::abandoned`] when [`write_batches`] returns.
 struct Abandon<'c>(&'c Ctx);
 
 impl Drop for Abandon<'_> {
@@ -760,7 +712,86 @@ impl Drop for Abandon<'_> {
     }
 }
 
+impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
+    /// A writer whose data area starts at the image's position. `files`
+    /// and `profiled` as in [`write_batches`].
+    fn new(
+        img: &'a mut ImageWriter<'f>,
+        ctx: Arc<Ctx>,
+        pool: &'p rayon::ThreadPool,
+        files: usize,
+        profiled: usize,
+    ) -> Self {
+        let base = img.pos();
+        Writer {
+            img,
+            ctx,
+            pool,
+            out: DataOutput {
+                locs: vec![FileLoc::default(); files],
+                block_sizes: Vec::new(),
+                fragment_entries: Vec::new(),
+                fragment_count: 0,
+                bytes_in: 0,
+                dedup_files: 0,
+                dedup_bytes: 0,
+            },
+            cur: None,
+            block_dedup: HashMap::new(),
+            tail_dedup: HashMap::new(),
+            frag_buf: Vec::new(),
+            frag_sealed: VecDeque::new(),
+            // As much data may wait behind fragment blocks as one batch reads.
+            behind: WriteBehind::new(base, pool.current_num_threads(), BATCH_BYTES as usize),
+            starts: vec![None; files],
+            files_left_in_profile: profiled,
+        }
+    }
+}
+
 impl Writer<'_, '_, '_> {
+    /// After a batch is consumed: places the fragment blocks sealed in it,
+    /// writes what is ready (within the bounds of [`WriteBehind`]) and, when
+    /// the image is followed, publishes how much of it is final.
+    fn end_batch(&mut self, opts: &PackOptions) -> Result<(), PackError> {
+        self.place_sealed_fragments();
+        self.behind.flush(self.img, opts, false)?;
+        self.behind.bound(self.img, opts)?;
+        self.img.start_writeback();
+        if opts.follow.is_some() {
+            // A rewind goes back at most to the start of the file in
+            // progress; everything written before it is final.
+            let safe = match &self.cur {
+                None => Some(self.img.pos()),
+                Some(c) => self.behind.try_resolve(c.start),
+            };
+            if let Some(safe) = safe {
+                self.img.publish_final(safe)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After the last batch: seals and writes the last fragment block, waits
+    /// for every block to be written, and resolves where each file's blocks
+    /// start.
+    fn finish(mut self, opts: &PackOptions) -> Result<DataOutput, PackError> {
+        if !self.frag_buf.is_empty() {
+            let buf = std::mem::take(&mut self.frag_buf);
+            self.seal(buf);
+        }
+        self.place_sealed_fragments();
+        self.behind.flush(self.img, opts, true)?;
+        self.out.fragment_count = self.behind.fragments_placed();
+        self.out.fragment_entries = std::mem::take(&mut self.behind.entries);
+        for (loc, start) in self.out.locs.iter_mut().zip(&self.starts) {
+            if let Some(m) = start {
+                loc.blocks_start = self.behind.resolve(*m);
+            }
+        }
+        Ok(self.out)
+    }
+
     fn consume(&mut self, p: &Piece, blocks: Vec<(Block, blake3::Hash)>) -> Result<(), PackError> {
         if p.ino as usize >= self.out.locs.len() {
             // A stream's files are numbered as they come.

@@ -2,7 +2,7 @@
 //! directory index of extended directory inodes.
 
 use super::inode::DirIndex;
-use crate::metadata::MetadataWriter;
+use super::metadata::MetadataWriter;
 use packfs_format::codec::CodecError;
 use packfs_format::squashfs::dir::{DirEntry, DirHeader};
 use packfs_format::squashfs::metadata::split_ref;

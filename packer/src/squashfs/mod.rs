@@ -4,18 +4,18 @@
 //! zero padding to 4 KiB. unsquashfs derives each table's extent from the
 //! start of the next, so this order is not optional.
 
-mod behind;
 pub mod data;
 mod dir;
 mod inode;
+mod metadata;
 mod tables;
+mod write_behind;
 mod writer;
 mod xattr;
 
-use crate::metadata::MetadataWriter;
+use self::metadata::MetadataWriter;
 use crate::tree::{Kind, Tree};
-use crate::walk::cancelled;
-use crate::{PackError, PackOptions};
+use crate::{cancelled, PackError, PackOptions};
 use packfs_format::codec::{CodecError, Encoder};
 use packfs_format::squashfs::metadata::make_ref;
 use packfs_format::squashfs::superblock::Superblock;
@@ -217,107 +217,156 @@ fn encode_metadata(
     data: &data::DataOutput,
     enc: Encoder,
 ) -> Result<Metadata, CodecError> {
-    let mut iw = MetadataWriter::new(enc);
-    let mut dw = MetadataWriter::new(enc);
-    let mut refs = vec![u64::MAX; tree.inodes.len()];
-    let mut export = Vec::with_capacity(inode_count as usize * 8);
+    let mut m = MetadataEncoder {
+        tree,
+        numbers,
+        inode_count,
+        data,
+        inodes: MetadataWriter::new(enc),
+        dirs: MetadataWriter::new(enc),
+        refs: vec![u64::MAX; tree.inodes.len()],
+        export: Vec::with_capacity(inode_count as usize * 8),
+    };
     let mut buf = Vec::new();
     for &n in post_order {
         let ino = tree.nodes[n as usize].inode;
-        if refs[ino as usize] != u64::MAX {
+        if m.refs[ino as usize] != u64::MAX {
             continue; // a further hard link to an inode already written
         }
+        buf.clear();
+        m.encode_inode(n, &mut buf)?;
+        m.add_inode(ino, &buf)?;
+    }
+    Ok(Metadata {
+        inodes: m.inodes.finish()?.0,
+        dirs: m.dirs.finish()?.0,
+        export: m.export,
+        root_inode: m.refs[tree.nodes[0].inode as usize],
+    })
+}
+
+/// [`encode_metadata`]'s state: the inode and directory tables being
+/// filled, and the references of the inodes written so far.
+struct MetadataEncoder<'a> {
+    tree: &'a Tree,
+    numbers: &'a [u32],
+    inode_count: u32,
+    data: &'a data::DataOutput,
+    inodes: MetadataWriter,
+    dirs: MetadataWriter,
+    /// Inode references by inode index; `u64::MAX` until written.
+    refs: Vec<u64>,
+    /// Inode references by inode number - 1.
+    export: Vec<u8>,
+}
+
+impl MetadataEncoder<'_> {
+    /// Encodes the inode of node `n` into `buf` (a directory's listing is
+    /// written to the directory table first).
+    fn encode_inode(&mut self, n: u32, buf: &mut Vec<u8>) -> Result<(), CodecError> {
+        let tree = self.tree;
+        let ino = tree.nodes[n as usize].inode;
         let i = &tree.inodes[ino as usize];
         let c = inode::Common {
             mode: i.mode,
             uid_idx: i.uid_idx,
             gid_idx: i.gid_idx,
             mtime: i.mtime,
-            number: numbers[ino as usize],
+            number: self.numbers[ino as usize],
         };
-        buf.clear();
         match i.kind {
-            Kind::Dir => {
-                let entries: Vec<dir::Entry> = tree
-                    .children(n)
-                    .map(|ch| {
-                        let ci = tree.nodes[ch as usize].inode as usize;
-                        dir::Entry {
-                            name: tree.name(ch),
-                            inode_ref: refs[ci],
-                            number: numbers[ci],
-                            basic_type: basic_type(tree.inodes[ci].kind),
-                        }
-                    })
-                    .collect();
-                let l = dir::write_listing(&mut dw, &entries)?;
-                let parent = if n == 0 {
-                    inode_count + 1 // what mksquashfs records for the root
-                } else {
-                    numbers[tree.nodes[tree.nodes[n as usize].parent as usize].inode as usize]
-                };
-                inode::dir(
-                    &mut buf,
-                    &c,
-                    &inode::Dir {
-                        start_block: l.start_block,
-                        offset: l.offset,
-                        file_size: l.size + 3,
-                        nlink: i.nlink,
-                        parent,
-                        xattr: i.xattr,
-                        index: &l.index,
-                    },
-                );
+            Kind::Dir => self.dir_inode(n, &c, buf)?,
+            Kind::File => self.file_inode(ino, &c, buf),
+            Kind::Symlink => inode::symlink(buf, &c, i.nlink, tree.symlink_target(ino), i.xattr),
+            Kind::BlockDev | Kind::CharDev => {
+                inode::special(buf, &c, basic_type(i.kind), i.nlink, Some(i.rdev), i.xattr)
             }
-            Kind::File => {
-                let loc = &data.locs[ino as usize];
-                inode::file(
-                    &mut buf,
-                    &c,
-                    &inode::File {
-                        blocks_start: loc.blocks_start,
-                        size: i.size,
-                        sparse: loc.sparse,
-                        nlink: i.nlink,
-                        fragment: loc.fragment,
-                        frag_offset: loc.frag_offset,
-                        xattr: i.xattr,
-                        block_sizes: &data.block_sizes
-                            [loc.sizes_start..loc.sizes_start + loc.block_count],
-                    },
-                );
-            }
-            Kind::Symlink => {
-                inode::symlink(&mut buf, &c, i.nlink, tree.symlink_target(ino), i.xattr)
-            }
-            Kind::BlockDev | Kind::CharDev => inode::special(
-                &mut buf,
-                &c,
-                basic_type(i.kind),
-                i.nlink,
-                Some(i.rdev),
-                i.xattr,
-            ),
             Kind::Fifo | Kind::Socket => {
-                inode::special(&mut buf, &c, basic_type(i.kind), i.nlink, None, i.xattr)
+                inode::special(buf, &c, basic_type(i.kind), i.nlink, None, i.xattr)
             }
         }
-        let (block, offset) = iw.position();
+        Ok(())
+    }
+
+    /// Writes the listing of directory node `n` and encodes its inode.
+    fn dir_inode(
+        &mut self,
+        n: u32,
+        c: &inode::Common,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        let (tree, numbers) = (self.tree, self.numbers);
+        let i = &tree.inodes[tree.nodes[n as usize].inode as usize];
+        let entries: Vec<dir::Entry> = tree
+            .children(n)
+            .map(|ch| {
+                let ci = tree.nodes[ch as usize].inode as usize;
+                dir::Entry {
+                    name: tree.name(ch),
+                    inode_ref: self.refs[ci],
+                    number: numbers[ci],
+                    basic_type: basic_type(tree.inodes[ci].kind),
+                }
+            })
+            .collect();
+        let l = dir::write_listing(&mut self.dirs, &entries)?;
+        let parent = if n == 0 {
+            self.inode_count + 1 // what mksquashfs records for the root
+        } else {
+            numbers[tree.nodes[tree.nodes[n as usize].parent as usize].inode as usize]
+        };
+        inode::dir(
+            buf,
+            c,
+            &inode::Dir {
+                start_block: l.start_block,
+                offset: l.offset,
+                file_size: l.size + 3,
+                nlink: i.nlink,
+                parent,
+                xattr: i.xattr,
+                index: &l.index,
+            },
+        );
+        Ok(())
+    }
+
+    /// Encodes the inode of regular file `ino`, whose data is written.
+    fn file_inode(&self, ino: u32, c: &inode::Common, buf: &mut Vec<u8>) {
+        let i = &self.tree.inodes[ino as usize];
+        let loc = &self.data.locs[ino as usize];
+        inode::file(
+            buf,
+            c,
+            &inode::File {
+                blocks_start: loc.blocks_start,
+                size: i.size,
+                sparse: loc.sparse,
+                nlink: i.nlink,
+                fragment: loc.fragment,
+                frag_offset: loc.frag_offset,
+                xattr: i.xattr,
+                block_sizes: &self.data.block_sizes
+                    [loc.sizes_start..loc.sizes_start + loc.block_count],
+            },
+        );
+    }
+
+    /// Appends inode `ino`, encoded in `buf`, to the inode table, and
+    /// records its reference.
+    fn add_inode(&mut self, ino: u32, buf: &[u8]) -> Result<(), CodecError> {
+        let (block, offset) = self.inodes.position();
         let r = make_ref(block, offset);
-        refs[ino as usize] = r;
+        self.refs[ino as usize] = r;
         // Numbers were handed out in this same order, so the export table
         // (indexed by number - 1) fills sequentially.
-        debug_assert_eq!(export.len() / 8 + 1, c.number as usize);
-        export.extend_from_slice(&r.to_le_bytes());
-        iw.write(&buf)?;
+        debug_assert_eq!(
+            self.export.len() / 8 + 1,
+            self.numbers[ino as usize] as usize
+        );
+        self.export.extend_from_slice(&r.to_le_bytes());
+        self.inodes.write(buf)
     }
-    Ok(Metadata {
-        inodes: iw.finish()?.0,
-        dirs: dw.finish()?.0,
-        export,
-        root_inode: refs[tree.nodes[0].inode as usize],
-    })
 }
 
 /// Where [`write_tables`] put each table (absolute positions, as the

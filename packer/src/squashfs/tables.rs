@@ -1,7 +1,7 @@
 //! Lookup tables stored as metadata blocks followed by a u64 index of those
 //! blocks' absolute positions (fragment, export, id and xattr id tables).
 
-use crate::metadata::MetadataWriter;
+use super::metadata::MetadataWriter;
 use packfs_format::codec::{CodecError, Encoder};
 
 /// Encodes `payload` as metadata blocks placed at absolute position `at`,

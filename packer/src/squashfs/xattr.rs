@@ -1,8 +1,8 @@
 //! The xattr table: key/value metadata blocks, xattr id metadata blocks, and
 //! a header (kv start, id count) followed by the id blocks' index.
 
+use super::metadata::MetadataWriter;
 use super::tables::indexed_table;
-use crate::metadata::MetadataWriter;
 use crate::xattrs::Xattr;
 use packfs_format::codec::{CodecError, Encoder};
 use packfs_format::squashfs::metadata::make_ref;

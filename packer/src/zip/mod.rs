@@ -41,11 +41,11 @@ mod compress;
 mod records;
 
 use crate::detach;
-use crate::io::{changed_size, check_empty, open_source};
 use crate::output;
+use crate::source_check::{changed_size, check_empty, open_source};
 use crate::tree::{Kind, Tree};
-use crate::walk::{self, cancelled};
-use crate::{PackError, PackOptions, PackSummary};
+use crate::walk;
+use crate::{cancelled, PackError, PackOptions, PackSummary};
 use compress::{compress_segment, compress_whole, looks_incompressible, Codec};
 use packfs_format::zip::METHOD_STORED;
 use records::{Meta, Sizes, S_IFDIR, S_IFLNK, S_IFREG};
