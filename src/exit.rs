@@ -18,6 +18,27 @@ pub const CANNOT_EXECUTE: i32 = 126;
 /// `run`: a shell's status for a command that is not found.
 pub const NOT_FOUND: i32 = 127;
 
+/// Says a command's error on stderr, `packfs: ...` and each cause once;
+/// returns the status to exit with: 2 for a usage error, else 1.
+pub fn failed(e: &anyhow::Error) -> i32 {
+    let mut shown = crate::oserror::plain_text(&e.to_string());
+    say!("packfs: {shown}");
+    for cause in e.chain().skip(1) {
+        let cause = crate::oserror::plain_text(&cause.to_string());
+        // The packer's errors print their source in their own
+        // message and return it as source() too: say it once.
+        if !shown.contains(&cause) {
+            say!("  caused by: {cause}");
+        }
+        shown = cause;
+    }
+    if crate::args::usage::is_usage(e) {
+        2
+    } else {
+        1
+    }
+}
+
 /// Ends the process after a failed write to stdout (see `outln!`): quietly
 /// for a reader that went away, else with the cause on stderr; status 1.
 pub fn stdout_failed(e: &std::io::Error) -> ! {

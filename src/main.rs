@@ -2,7 +2,7 @@
 //!
 //! Exit codes: see [`exit::TABLE`] (shown by `packfs --help`, and the
 //! same table as README's). An error is printed on stderr as `packfs: ...`
-//! with its causes; a usage error (clap's, or [`usage::UsageError`] from
+//! with its causes; a usage error (clap's, or [`args::usage::UsageError`] from
 //! our own checks) exits 2. `packfs pack` stopped by SIGINT, SIGTERM or
 //! SIGHUP removes its temporary file, then dies of that signal (status
 //! 128+N in a shell), so scripts see the interruption.
@@ -31,39 +31,27 @@ macro_rules! outln {
     }};
 }
 
-mod braces;
-mod cli;
+mod args;
 mod cmd;
-mod daemon;
-mod date;
 mod exit;
-mod fusermount;
-mod help;
-mod location;
 mod logging;
-mod machine;
-mod memory;
-mod mountinfo;
-mod mountlock;
+mod mount;
 mod oserror;
 mod progress;
-mod rendezvous;
-mod sigbus;
 mod terminal;
-mod usage;
-mod values;
 mod version;
 
 fn main() {
     logging::init();
-    let cli = help::parse();
+    let cli = args::parse();
+    use args::cli::Command;
     if matches!(
         cli.cmd,
-        cli::Command::Info { .. }
-            | cli::Command::Ls { .. }
-            | cli::Command::Cat { .. }
-            | cli::Command::Completions { .. }
-            | cli::Command::Man { .. }
+        Command::Info { .. }
+            | Command::Ls { .. }
+            | Command::Cat { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. }
     ) {
         // Listing commands end quietly when their reader goes away
         // (`packfs ls IMG | head`), as `ls` and `cat` do, instead of
@@ -76,19 +64,6 @@ fn main() {
     }
     match cmd::dispatch(cli) {
         Ok(code) => std::process::exit(code),
-        Err(e) => {
-            let mut shown = oserror::plain_text(&e.to_string());
-            say!("packfs: {shown}");
-            for cause in e.chain().skip(1) {
-                let cause = oserror::plain_text(&cause.to_string());
-                // The packer's errors print their source in their own
-                // message and return it as source() too: say it once.
-                if !shown.contains(&cause) {
-                    say!("  caused by: {cause}");
-                }
-                shown = cause;
-            }
-            std::process::exit(if usage::is_usage(&e) { 2 } else { 1 });
-        }
+        Err(e) => std::process::exit(exit::failed(&e)),
     }
 }

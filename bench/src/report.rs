@@ -263,50 +263,61 @@ pub fn table(rep: &Report, wide: bool) -> String {
         .filter(|&c| wide || (c.narrow() && (c != Column::Threads || rep.config.threads.len() > 1)))
         .collect();
     let mut rows: Vec<Vec<String>> = vec![cols.iter().map(|c| c.head().to_string()).collect()];
-    for r in &rep.runs {
-        let epoch = format!(
-            "{}{}{}",
-            if r.cold { "cold" } else { "warm" },
-            if rep.config.epochs > 1 {
-                format!(" {}", r.epoch)
-            } else {
-                String::new()
-            },
-            if rep.config.repeat > 1 {
-                format!(" r{}", r.repeat)
-            } else {
-                String::new()
-            },
-        );
-        let (p50, p99) = match &r.latency_us {
-            Some(p) => (format!("{:.3}", p.p50 / 1e3), format!("{:.3}", p.p99 / 1e3)),
-            None => ("-".into(), "-".into()),
-        };
-        let s = &r.storage;
-        let (rd_bytes, rd_calls) = match (&s.remote, &s.passthrough) {
-            (Some(r), _) => (Some(r.bytes_fetched), Some(r.get_requests)),
-            (None, Some(p)) => (Some(p.read_bytes), Some(p.reads)),
-            (None, None) => (s.read_bytes, s.read_syscalls),
-        };
-        let cell = |c: Column| match c {
-            Column::Side => r.side.clone(),
-            Column::Workload => r.workload.clone(),
-            Column::Threads => r.threads.to_string(),
-            Column::Epoch => epoch.clone(),
-            Column::Seconds => format!("{:.3}", r.seconds),
-            Column::FilesPerSec => format!("{:.0}", r.files_per_sec),
-            Column::MbPerSec => format!("{:.1}", r.mb_per_sec),
-            Column::P50 => p50.clone(),
-            Column::P99 => p99.clone(),
-            Column::VsRaw => r.ratio_vs_raw.map_or("-".into(), |x| format!("{x:.2}x")),
-            Column::Opened => r.ops.files_opened.to_string(),
-            Column::Stats => r.ops.stat_calls.to_string(),
-            Column::RdMb => opt(rd_bytes, 1e6, 1),
-            Column::RdCalls => opt(rd_calls, 1.0, 0),
-            Column::DevRds => opt(s.device_reads, 1.0, 0),
-        };
-        rows.push(cols.iter().map(|&c| cell(c)).collect());
-    }
+    rows.extend(rep.runs.iter().map(|r| row(rep, r, &cols)));
+    let mut out = aligned(&rows, &cols);
+    out.push_str(&notes(rep));
+    out
+}
+
+/// The cells of run `r` in columns `cols`.
+fn row(rep: &Report, r: &Run, cols: &[Column]) -> Vec<String> {
+    let epoch = format!(
+        "{}{}{}",
+        if r.cold { "cold" } else { "warm" },
+        if rep.config.epochs > 1 {
+            format!(" {}", r.epoch)
+        } else {
+            String::new()
+        },
+        if rep.config.repeat > 1 {
+            format!(" r{}", r.repeat)
+        } else {
+            String::new()
+        },
+    );
+    let (p50, p99) = match &r.latency_us {
+        Some(p) => (format!("{:.3}", p.p50 / 1e3), format!("{:.3}", p.p99 / 1e3)),
+        None => ("-".into(), "-".into()),
+    };
+    let s = &r.storage;
+    let (rd_bytes, rd_calls) = match (&s.remote, &s.passthrough) {
+        (Some(r), _) => (Some(r.bytes_fetched), Some(r.get_requests)),
+        (None, Some(p)) => (Some(p.read_bytes), Some(p.reads)),
+        (None, None) => (s.read_bytes, s.read_syscalls),
+    };
+    let cell = |c: Column| match c {
+        Column::Side => r.side.clone(),
+        Column::Workload => r.workload.clone(),
+        Column::Threads => r.threads.to_string(),
+        Column::Epoch => epoch.clone(),
+        Column::Seconds => format!("{:.3}", r.seconds),
+        Column::FilesPerSec => format!("{:.0}", r.files_per_sec),
+        Column::MbPerSec => format!("{:.1}", r.mb_per_sec),
+        Column::P50 => p50.clone(),
+        Column::P99 => p99.clone(),
+        Column::VsRaw => r.ratio_vs_raw.map_or("-".into(), |x| format!("{x:.2}x")),
+        Column::Opened => r.ops.files_opened.to_string(),
+        Column::Stats => r.ops.stat_calls.to_string(),
+        Column::RdMb => opt(rd_bytes, 1e6, 1),
+        Column::RdCalls => opt(rd_calls, 1.0, 0),
+        Column::DevRds => opt(s.device_reads, 1.0, 0),
+    };
+    cols.iter().map(|&c| cell(c)).collect()
+}
+
+/// `rows` (the first is the heading, underlined) in columns as wide as
+/// their widest cell, two spaces apart, aligned as `cols` says.
+fn aligned(rows: &[Vec<String>], cols: &[Column]) -> String {
     let widths: Vec<usize> = (0..cols.len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -330,10 +341,18 @@ pub fn table(rep: &Report, wide: bool) -> String {
             out.push('\n');
         }
     }
-    out.push_str(&format!(
+    out
+}
+
+/// What a reader of the table needs to know below it: how runs were made
+/// cold, each side's path and counters, emulated latency, what the
+/// columns mean for a remote image, and a warning when nothing was
+/// verified.
+fn notes(rep: &Report) -> String {
+    let mut out = format!(
         "\ncold runs: {} ({})\n",
         rep.config.cold_method, rep.config.cold_description
-    ));
+    );
     for s in &rep.sides {
         // The method was said just above: each side adds only what is its own.
         let own = s
@@ -357,34 +376,41 @@ pub fn table(rep: &Report, wide: bool) -> String {
         ));
     }
     if rep.runs.iter().any(|r| r.storage.remote.is_some()) {
-        out.push_str(
-            "remote image: rd MB / rd calls of packfs = bytes fetched / GET requests sent\n",
-        );
-        let disk: Vec<String> = rep
-            .runs
-            .iter()
-            .filter_map(|r| Some((r, r.storage.remote.as_ref()?)))
-            .filter(|(_, o)| o.bytes_from_disk > 0)
-            .map(|(r, o)| {
-                format!(
-                    "{} {} epoch {}: {:.1} MB",
-                    r.side,
-                    r.workload,
-                    r.epoch,
-                    o.bytes_from_disk as f64 / 1e6
-                )
-            })
-            .collect();
-        if !disk.is_empty() {
-            out.push_str(&format!(
-                "read from the --disk-cache instead of the network: {}\n",
-                disk.join("; ")
-            ));
-        }
+        out.push_str(&remote_notes(rep));
     }
     out.push_str("vs raw = seconds / raw seconds of the same workload, threads and epoch (below 1 = faster than raw)\n");
     if !rep.config.verified {
         out.push_str("WARNING: --no-verify: the sides were not checked to hold the same files\n");
+    }
+    out
+}
+
+/// The notes of a run on a remote image: what rd MB and rd calls count,
+/// and the bytes each run found in the `--disk-cache`.
+fn remote_notes(rep: &Report) -> String {
+    let mut out = String::from(
+        "remote image: rd MB / rd calls of packfs = bytes fetched / GET requests sent\n",
+    );
+    let disk: Vec<String> = rep
+        .runs
+        .iter()
+        .filter_map(|r| Some((r, r.storage.remote.as_ref()?)))
+        .filter(|(_, o)| o.bytes_from_disk > 0)
+        .map(|(r, o)| {
+            format!(
+                "{} {} epoch {}: {:.1} MB",
+                r.side,
+                r.workload,
+                r.epoch,
+                o.bytes_from_disk as f64 / 1e6
+            )
+        })
+        .collect();
+    if !disk.is_empty() {
+        out.push_str(&format!(
+            "read from the --disk-cache instead of the network: {}\n",
+            disk.join("; ")
+        ));
     }
     out
 }

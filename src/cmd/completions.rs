@@ -1,7 +1,7 @@
 //! `packfs completions SHELL`: the shell's completion script on stdout,
 //! generated from the clap definitions so it never lags the options.
 
-use crate::cli::Cli;
+use crate::args::cli::Cli;
 use clap::CommandFactory;
 use clap_complete::Shell;
 use std::io::Write;

@@ -1,7 +1,9 @@
 //! `packfs info`, `ls`, `cat`, `extract`: the image read without mounting,
 //! through the same [`PackFs`] core the FUSE server uses.
 
-use crate::cli::RemoteArgs;
+mod date;
+
+use crate::args::cli::RemoteArgs;
 use anyhow::{bail, Context};
 use mountfs::fs::{Attr, FileKind, PackFs};
 use mountfs::open::AnyImage;
@@ -19,9 +21,9 @@ fn open(image: &Path, remote: &RemoteArgs) -> anyhow::Result<PackFs<AnyImage>> {
     Ok(PackFs::new(open_image(image, remote)?.image, 0, 0))
 }
 
-/// The image a path or URL names (see `crate::location`).
+/// The image a path or URL names (see `crate::args::location`).
 fn open_image(image: &Path, remote: &RemoteArgs) -> anyhow::Result<mountfs::open::OpenedImage> {
-    let loc = crate::location::location(image)?;
+    let loc = crate::args::location(image)?;
     Ok(AnyImage::open_location(
         &loc,
         CLI_CACHE,
@@ -91,7 +93,7 @@ fn info_squashfs(image: &Path, s: &mountfs::squashfs::SquashFs, len: u64) {
     outln!("ids:          {}", sb.id_count);
     outln!(
         "created:      {} ({} seconds since the epoch)",
-        crate::date::format(sb.mod_time as i64, true),
+        date::format(sb.mod_time as i64, true),
         sb.mod_time
     );
     outln!(
@@ -354,7 +356,7 @@ fn print_entry(
         a.uid,
         a.gid,
         size,
-        crate::date::format(a.mtime, false)
+        date::format(a.mtime, false)
     )?;
     out.write_all(name)?;
     if let Some(target) = target {
@@ -586,22 +588,18 @@ fn extract_into(
     top: Attr,
     output: &Path,
 ) -> anyhow::Result<i32> {
-    // One line, the image first: "IMG: member: what is wrong".
-    let in_image = |e: mountfs::FsError| anyhow::anyhow!("{}: {e}", image.display());
-    // "IMG: entry: what is wrong", for what is wrong with one entry.
-    let in_entry = |p: &Path, e: anyhow::Error| match e.downcast::<mountfs::FsError>() {
-        Ok(e) => {
-            let within = p.strip_prefix(output).unwrap_or(p);
-            anyhow::anyhow!("{}: {}: {e}", image.display(), within.display())
-        }
-        Err(e) => e,
+    let mut x = Extraction {
+        fs,
+        image,
+        output,
+        // SAFETY: geteuid has no preconditions.
+        is_root: unsafe { libc::geteuid() } == 0,
+        links: HashMap::new(),
+        dirs: vec![(output.to_path_buf(), top.clone())],
+        files: 0,
+        bytes: 0,
     };
-    // SAFETY: geteuid has no preconditions.
-    let is_root = unsafe { libc::geteuid() } == 0;
-    let mut links: HashMap<u64, PathBuf> = HashMap::new();
-    let mut dirs = vec![(output.to_path_buf(), top.clone())];
     let mut stack = vec![(output.to_path_buf(), top)];
-    let (mut files, mut bytes) = (0u64, 0u64);
     let mut walked = Walked::default();
     while let Some((dir, a)) = stack.pop() {
         let within = dir.strip_prefix(output).unwrap_or(&dir);
@@ -609,7 +607,7 @@ fn extract_into(
         // Every entry is created new (never through what is there: a damaged
         // image may list a name twice, first as a symlink to anywhere).
         let mut names = HashSet::new();
-        for e in fs.list(a.node).map_err(in_image)? {
+        for e in fs.list(a.node).map_err(|e| x.in_image(e))? {
             let p = dir.join(OsStr::from_bytes(&e.name));
             if !names.insert(e.name.clone()) {
                 bail!(
@@ -618,71 +616,116 @@ fn extract_into(
                     p.strip_prefix(output).unwrap_or(&p).display()
                 );
             }
-            let attr = fs.getattr(e.node).map_err(in_image)?;
-            if attr.kind != FileKind::Dir && attr.nlink > 1 {
-                if let Some(first) = links.get(&attr.node) {
-                    std::fs::hard_link(first, &p)
-                        .map_err(|e| create_error(&p, e))
-                        .with_context(|| format!("{}: hard link", p.display()))?;
-                    continue;
-                }
-                links.insert(attr.node, p.clone());
-            }
-            match attr.kind {
-                FileKind::Dir => {
-                    std::fs::create_dir(&p).map_err(|e| create_error(&p, e))?;
-                    dirs.push((p.clone(), attr.clone()));
-                    stack.push((p, attr));
-                    continue;
-                }
-                FileKind::File => {
-                    let created = std::fs::File::create_new(&p).map_err(|e| create_error(&p, e))?;
-                    let mut f = SparseWriter::new(created);
-                    let mut wrote = Ok(());
-                    let copied = fs
-                        .read_all(attr.node, |b| {
-                            f.write(b).inspect_err(|e| {
-                                wrote = Err(std::io::Error::new(e.kind(), e.to_string()))
-                            })
-                        })
-                        .map_err(|e| match std::mem::replace(&mut wrote, Ok(())) {
-                            Err(w) => anyhow::Error::new(w).context(p.display().to_string()),
-                            Ok(()) => in_image(e),
-                        })
-                        .and_then(|n| {
-                            f.finish(n).with_context(|| p.display().to_string())?;
-                            Ok(n)
-                        });
-                    // A file that could not be read to its end (damage, an
-                    // encrypted member) is not left behind half written.
-                    let n = copied.inspect_err(|_| {
-                        let _ = std::fs::remove_file(&p);
-                    })?;
-                    bytes += n;
-                    files += 1;
-                }
-                FileKind::Symlink => {
-                    let t = fs.readlink(attr.node).map_err(|e| in_entry(&p, e.into()))?;
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
-                        .map_err(|e| create_error(&p, e))?;
-                }
-                FileKind::BlockDevice
-                | FileKind::CharDevice
-                | FileKind::Fifo
-                | FileKind::Socket => make_node(&p, &attr)?,
-            }
-            apply_meta(fs, &p, &attr, is_root).map_err(|e| in_entry(&p, e))?;
+            let attr = fs.getattr(e.node).map_err(|e| x.in_image(e))?;
+            stack.extend(x.entry(p, attr)?);
         }
     }
     // Directories last, deepest first, so writing into them does not reset their mtimes.
-    for (p, a) in dirs.iter().rev() {
-        apply_meta(fs, p, a, is_root)?;
+    for (p, a) in x.dirs.iter().rev() {
+        apply_meta(fs, p, a, x.is_root)?;
     }
     say!(
-        "extracted {} directories, {files} files, {} into {}",
-        dirs.len(),
-        human(bytes),
+        "extracted {} directories, {} files, {} into {}",
+        x.dirs.len(),
+        x.files,
+        human(x.bytes),
         output.display()
     );
     Ok(0)
+}
+
+/// An extraction under way (see [`extract_into`]).
+struct Extraction<'a> {
+    fs: &'a PackFs<AnyImage>,
+    image: &'a Path,
+    output: &'a Path,
+    is_root: bool,
+    /// Where each file with several links was extracted first.
+    links: HashMap<u64, PathBuf>,
+    /// The directories made, whose metadata is applied at the end.
+    dirs: Vec<(PathBuf, Attr)>,
+    files: u64,
+    bytes: u64,
+}
+
+impl Extraction<'_> {
+    /// One line, the image first: "IMG: member: what is wrong".
+    fn in_image(&self, e: mountfs::FsError) -> anyhow::Error {
+        anyhow::anyhow!("{}: {e}", self.image.display())
+    }
+
+    /// "IMG: entry: what is wrong", for what is wrong with the entry at `p`.
+    fn in_entry(&self, p: &Path, e: anyhow::Error) -> anyhow::Error {
+        match e.downcast::<mountfs::FsError>() {
+            Ok(e) => {
+                let within = p.strip_prefix(self.output).unwrap_or(p);
+                anyhow::anyhow!("{}: {}: {e}", self.image.display(), within.display())
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// Extracts the entry `attr` to `p`: a directory is made and returned,
+    /// to be walked; anything else is whole when this returns.
+    fn entry(&mut self, p: PathBuf, attr: Attr) -> anyhow::Result<Option<(PathBuf, Attr)>> {
+        if attr.kind != FileKind::Dir && attr.nlink > 1 {
+            if let Some(first) = self.links.get(&attr.node) {
+                std::fs::hard_link(first, &p)
+                    .map_err(|e| create_error(&p, e))
+                    .with_context(|| format!("{}: hard link", p.display()))?;
+                return Ok(None);
+            }
+            self.links.insert(attr.node, p.clone());
+        }
+        match attr.kind {
+            FileKind::Dir => {
+                std::fs::create_dir(&p).map_err(|e| create_error(&p, e))?;
+                self.dirs.push((p.clone(), attr.clone()));
+                return Ok(Some((p, attr)));
+            }
+            FileKind::File => self.file(&p, &attr)?,
+            FileKind::Symlink => {
+                let t = self
+                    .fs
+                    .readlink(attr.node)
+                    .map_err(|e| self.in_entry(&p, e.into()))?;
+                std::os::unix::fs::symlink(OsStr::from_bytes(&t), &p)
+                    .map_err(|e| create_error(&p, e))?;
+            }
+            FileKind::BlockDevice | FileKind::CharDevice | FileKind::Fifo | FileKind::Socket => {
+                make_node(&p, &attr)?
+            }
+        }
+        apply_meta(self.fs, &p, &attr, self.is_root).map_err(|e| self.in_entry(&p, e))?;
+        Ok(None)
+    }
+
+    /// Writes the regular file `attr` to `p`, sparse where it is zero.
+    fn file(&mut self, p: &Path, attr: &Attr) -> anyhow::Result<()> {
+        let created = std::fs::File::create_new(p).map_err(|e| create_error(p, e))?;
+        let mut f = SparseWriter::new(created);
+        let mut wrote = Ok(());
+        let copied = self
+            .fs
+            .read_all(attr.node, |b| {
+                f.write(b)
+                    .inspect_err(|e| wrote = Err(std::io::Error::new(e.kind(), e.to_string())))
+            })
+            .map_err(|e| match std::mem::replace(&mut wrote, Ok(())) {
+                Err(w) => anyhow::Error::new(w).context(p.display().to_string()),
+                Ok(()) => self.in_image(e),
+            })
+            .and_then(|n| {
+                f.finish(n).with_context(|| p.display().to_string())?;
+                Ok(n)
+            });
+        // A file that could not be read to its end (damage, an
+        // encrypted member) is not left behind half written.
+        let n = copied.inspect_err(|_| {
+            let _ = std::fs::remove_file(p);
+        })?;
+        self.bytes += n;
+        self.files += 1;
+        Ok(())
+    }
 }

@@ -4,7 +4,7 @@
 //! one page per visible subcommand (packfs-pack.1, packfs-shards-verify.1,
 //! ...) are written into DIR, which is created if missing.
 
-use crate::cli::Cli;
+use crate::args::cli::Cli;
 use anyhow::Context;
 use clap::CommandFactory;
 use std::io::Write;

@@ -13,12 +13,13 @@ mod stats;
 mod stream_upload;
 mod upload;
 
-use crate::cli::{Cli, Command};
+use crate::args::cli::{Cli, Command, RemoteArgs};
+use crate::args::usage::usage;
 
 /// Runs a command; returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let remote = cli.remote;
-    remote.settings().validate().map_err(crate::usage::usage)?;
+    remote.settings().validate().map_err(usage)?;
     if let Some(image) = one_image(&cli.cmd) {
         crate::logging::set_image(&image.display().to_string());
     }
@@ -38,14 +39,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             path,
         } => inspect::extract(&image, &path, &output, &remote),
         Command::Mount(args) => mount::run(args, &remote),
-        Command::Umount { mountpoint } => crate::fusermount::umount(&mountpoint),
+        Command::Umount { mountpoint } => crate::mount::fusermount::umount(&mountpoint),
         Command::Shards { cmd } => shards::run(cmd),
         Command::Bench(args) => Ok(packfs_bench::run(&args, &bench_mount_command(&remote))?),
         Command::UnmountWatcher {
             fd,
             mountpoint,
             fsname,
-        } => crate::daemon::unmount_watcher(fd, &mountpoint, &fsname),
+        } => crate::mount::daemon::unmount_watcher(fd, &mountpoint, &fsname),
         Command::Run(args) => run::run(&args, &remote),
         Command::Completions { shell } => completions::run(shell),
         Command::Man { out } => man::run(out.as_deref()),
@@ -67,7 +68,7 @@ fn one_image(cmd: &Command) -> Option<&std::path::Path> {
 /// How `packfs bench` starts packfs's own mount: this very program, by
 /// /proc/self/exe rather than its path so that a long run survives the
 /// binary being rebuilt under it, with the remote flags of this invocation.
-fn bench_mount_command(remote: &crate::cli::RemoteArgs) -> packfs_bench::MountCommand {
+fn bench_mount_command(remote: &RemoteArgs) -> packfs_bench::MountCommand {
     packfs_bench::MountCommand {
         program: "/proc/self/exe".into(),
         remote_args: remote.to_args(),

@@ -1,12 +1,13 @@
 //! `packfs mount`: the flags become a [`MountPlan`] (plain options: what to
 //! open, how to serve it), the image is opened and served; the process
-//! around it (fork, ready pipe, watcher) is `crate::daemon`'s.
+//! around it (fork, ready pipe, watcher) is `crate::mount`'s.
 
-use crate::cli::{MountArgs, RemoteArgs};
-use crate::daemon::{self, Ready};
-use crate::location::location;
-use crate::usage::usage;
-use anyhow::{bail, Context};
+use crate::args::cli::{MountArgs, RemoteArgs};
+use crate::args::location;
+use crate::args::usage::usage;
+use crate::mount::daemon::{self, Ready};
+use crate::mount::{machine, mountinfo, mountlock};
+use anyhow::Context;
 use mountfs::location::ImageLocation;
 use mountfs::open::{AnyImage, OpenedImage};
 use mountfs::serve::ServeOptions;
@@ -47,9 +48,9 @@ impl OpenOptions {
     /// an image file on a network filesystem or behind another FUSE server.
     fn over_network(&self) -> bool {
         match &self.source {
-            Source::One(ImageLocation::Local(p)) => crate::machine::on_network_fs(p),
+            Source::One(ImageLocation::Local(p)) => mountinfo::on_network_fs(p),
             Source::One(_) => true,
-            Source::Union(images, _) => images.iter().any(|p| crate::machine::on_network_fs(p)),
+            Source::Union(images, _) => images.iter().any(|p| mountinfo::on_network_fs(p)),
         }
     }
 
@@ -160,9 +161,9 @@ struct MountPlan {
     /// The contents of `--preload-profile FILE`, read before daemonising.
     preload_profile: Option<Vec<u8>>,
     /// Held from the mountpoint's check until the mount is usable or has
-    /// failed (see `crate::mountlock`).
-    _lock: Option<crate::mountlock::MountpointLock>,
-    /// `--exit-with-fd`: see [`crate::daemon::end_with`].
+    /// failed (see `crate::mount::mountlock`).
+    _lock: Option<mountlock::MountpointLock>,
+    /// `--exit-with-fd`: see [`crate::mount::daemon::end_with`].
     exit_with_fd: Option<i32>,
 }
 
@@ -190,22 +191,8 @@ impl MountPlan {
             nonempty,
             exit_with_fd,
         } = args;
-        let log = log
-            .map(|p| std::path::absolute(&p).unwrap_or(p))
-            .map(|p| {
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .open(&p)
-                    .with_context(|| format!("--log {}", p.display()))
-                    .map(|_| p)
-            })
-            .transpose()?;
-        let preload_profile = preload_profile
-            .map(|p| {
-                std::fs::read(&p).with_context(|| format!("--preload-profile {}", p.display()))
-            })
-            .transpose()?;
+        let log = log.map(log_file).transpose()?;
+        let preload_profile = preload_profile.map(read_profile).transpose()?;
         let transport = match transport {
             Some(t) => t,
             None => transport_from_env()?,
@@ -219,19 +206,9 @@ impl MountPlan {
         mountfs::serve::check_options(&options).map_err(|e| usage(format!("-o {e}")))?;
         // `-o nonempty`, libfuse 2's spelling, is taken too.
         let nonempty = nonempty || options.iter().any(|o| o == "nonempty");
-        // Before the check: a mount of the same place starting now waits
-        // for this one, then finds it.
-        let lock = crate::mountlock::lock(&crate::mountinfo::resolve(&mountpoint));
-        check_mountpoint(&mountpoint, nonempty)?;
-        // The watcher recognises the mount by its source name, so a name given
-        // with -o fsname= becomes that name rather than a second option.
-        let fsname = options
-            .iter()
-            .rev()
-            .find_map(|o| o.strip_prefix("fsname="))
-            .map(str::to_string);
-        options.retain(|o| !o.starts_with("fsname="));
-        let cache_bytes = cache_size.unwrap_or_else(crate::machine::default_cache_size) as usize;
+        let lock = claim(&mountpoint, nonempty)?;
+        let fsname = take_fsname(&mut options);
+        let cache_bytes = cache_size.unwrap_or_else(machine::default_cache_size) as usize;
         let first = images[0].clone();
         let source = source(images, on_conflict)?;
         let open = OpenOptions {
@@ -247,7 +224,7 @@ impl MountPlan {
             exit_with_fd,
             mountpoint,
             serve: ServeOptions {
-                threads: threads.unwrap_or_else(crate::machine::default_session_threads),
+                threads: threads.unwrap_or_else(machine::default_session_threads),
                 allow_other,
                 options,
                 fsname,
@@ -263,16 +240,60 @@ impl MountPlan {
             foreground,
             release_served: release_served_of(preload)?,
             preload,
-            // Relative to where `packfs mount` was started, not the daemon's cwd.
             stats: stats
-                .map(|p| std::path::absolute(&p).unwrap_or(p))
+                .map(absolute)
                 .map(|p| super::stats::check_path(&p).map(|()| p))
                 .transpose()?,
-            record_access: record_access.map(|p| std::path::absolute(&p).unwrap_or(p)),
+            record_access: record_access.map(absolute),
             log,
             preload_profile,
         })
     }
+}
+
+/// A path given to `packfs mount`, made absolute: relative to where it
+/// was started, not to the daemon's working directory (`/`).
+fn absolute(p: PathBuf) -> PathBuf {
+    std::path::absolute(&p).unwrap_or(p)
+}
+
+/// `--log FILE`, absolute, once opened for appending here, so that a path
+/// the daemon could not write is refused before anything is mounted.
+fn log_file(p: PathBuf) -> anyhow::Result<PathBuf> {
+    let p = absolute(p);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&p)
+        .with_context(|| format!("--log {}", p.display()))?;
+    Ok(p)
+}
+
+/// The contents of `--preload-profile FILE`, read before daemonising.
+fn read_profile(p: PathBuf) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(&p).with_context(|| format!("--preload-profile {}", p.display()))
+}
+
+/// Locks the mountpoint, then checks it (`crate::mount::mountpoint`).
+/// The lock comes first: a mount of the same place starting now waits
+/// for this one, then finds it.
+fn claim(mountpoint: &Path, nonempty: bool) -> anyhow::Result<Option<mountlock::MountpointLock>> {
+    let lock = mountlock::lock(&mountinfo::resolve(mountpoint));
+    crate::mount::mountpoint::check(mountpoint, nonempty)?;
+    Ok(lock)
+}
+
+/// The source name given with `-o fsname=`, taken out of `options`: the
+/// watcher recognises the mount by its source name, so a name given there
+/// becomes that name rather than a second option.
+fn take_fsname(options: &mut Vec<String>) -> Option<String> {
+    let fsname = options
+        .iter()
+        .rev()
+        .find_map(|o| o.strip_prefix("fsname="))
+        .map(str::to_string);
+    options.retain(|o| !o.starts_with("fsname="));
+    fsname
 }
 
 /// `packfs mount IMAGE... MOUNTPOINT`.
@@ -298,7 +319,7 @@ pub fn run(args: MountArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         // SAFETY: setting a signal's disposition, before any thread starts.
         unsafe { libc::signal(libc::SIGUSR1, libc::SIG_IGN) };
     }
-    crate::memory::limit_malloc_arenas();
+    crate::mount::memory::limit_malloc_arenas();
     let target = daemon::Target {
         mountpoint: &plan.mountpoint,
         fsname: &plan.serve.fsname,
@@ -363,98 +384,6 @@ fn source_name(first: &Path, source: &Source) -> String {
     name.replace(',', "%2C")
 }
 
-/// Refuses a mountpoint that cannot or should not take the mount: one
-/// where a FUSE filesystem is mounted already (a second mount would stack
-/// on it and take two unmounts to undo; a dead one cannot even be listed),
-/// one that is not a directory, or, unless `nonempty`, one with contents
-/// (the mount would hide them).
-fn check_mountpoint(mp: &Path, nonempty: bool) -> anyhow::Result<()> {
-    let mut mounted = crate::mountinfo::at(mp);
-    // A FUSE mount whose server is gone (a daemon killed with its watcher,
-    // by the OOM killer or a job's end) answers nothing but ENOTCONN: no one
-    // can use it, and a fixed mountpoint (a venv's) must be mountable again.
-    if let Some(m) = mounted.as_ref().filter(|m| m.is_fuse()) {
-        if crate::daemon::is_dead_fuse_mount(&m.mountpoint) {
-            log::warn!(
-                "mountpoint {}: removing a dead mount ({} from {}: its server is gone)",
-                mp.display(),
-                m.fstype,
-                m.source
-            );
-            crate::fusermount::umount_lazy(&m.mountpoint).with_context(|| {
-                format!(
-                    "mountpoint {}: a dead mount is there and cannot be removed",
-                    mp.display()
-                )
-            })?;
-            mounted = crate::mountinfo::at(mp);
-        }
-    }
-    if let Some(m) = mounted.as_ref().filter(|m| m.is_fuse()) {
-        bail!(
-            "mountpoint {}: already mounted ({} from {}); unmount it first with `packfs umount {}`",
-            mp.display(),
-            m.fstype,
-            m.source,
-            mp.display()
-        );
-    }
-    let meta = std::fs::metadata(mp).with_context(|| format!("mountpoint {}", mp.display()))?;
-    if !meta.is_dir() {
-        bail!("mountpoint {}: not a directory", mp.display());
-    }
-    let listed = std::fs::read_dir(mp).with_context(|| format!("mountpoint {}", mp.display()))?;
-    if !nonempty && listed.into_iter().next().is_some() {
-        // Another filesystem mounted there (a kernel one: FUSE ones are
-        // refused above) is what makes it non-empty; say so.
-        let there = mounted
-            .map(|m| format!(" ({} from {} is mounted there)", m.fstype, m.source))
-            .unwrap_or_default();
-        bail!(
-            "mountpoint {}: directory is not empty{there} (pass --nonempty to mount over it; its contents are hidden until unmounted)",
-            mp.display()
-        );
-    }
-    if std::fs::metadata("/dev/fuse").is_err() {
-        bail!("/dev/fuse is missing: this machine or container has no FUSE support");
-    }
-    use crate::fusermount::which;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
-        return Ok(());
-    }
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) } != 0 {
-        let e = std::io::Error::last_os_error();
-        bail!(
-            "/dev/fuse: {}: this machine lets only some users mount FUSE filesystems (the fuse3 package makes it mode 0666; ask the administrator)",
-            crate::oserror::plain(&e)
-        );
-    }
-    if which("fusermount3").is_none() && which("fusermount").is_none() {
-        bail!("fusermount3 not found in PATH: install the fuse3 package (needed to mount without root)");
-    }
-    // fusermount3's own rule for a user's mount; refused by it, the mount
-    // fails with a bare "permission denied".
-    use std::os::unix::fs::MetadataExt;
-    let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())?;
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        bail!(
-            "mountpoint {}: you cannot write to it, and a user may mount only on a directory they can write to (fusermount3's rule); use a directory of your own, e.g. under $TMPDIR",
-            mp.display()
-        );
-    }
-    if meta.mode() & libc::S_ISVTX != 0 && meta.uid() != euid {
-        bail!(
-            "mountpoint {}: a sticky directory of another user (fusermount3 mounts only on a sticky directory its user owns); use a directory of your own, e.g. under $TMPDIR",
-            mp.display()
-        );
-    }
-    Ok(())
-}
-
 fn split_options(options: Vec<String>) -> Vec<String> {
     options
         .iter()
@@ -471,10 +400,10 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
         image: img, remote, ..
     } = opened;
     if plan.open.io == IoMode::Mmap {
-        crate::sigbus::say_why_before_dying(&plan.open.describe());
+        crate::mount::sigbus::say_why_before_dying(&plan.open.describe());
     }
     if let Some(fd) = plan.exit_with_fd {
-        crate::daemon::end_with(fd, &plan.mountpoint)
+        daemon::end_with(fd, &plan.mountpoint)
             .context("starting the thread that follows packfs run")?;
     }
     if plan.preload {

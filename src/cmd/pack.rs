@@ -3,10 +3,10 @@
 //! shards is written.
 
 use super::interrupt::{self, die_of_signal};
-use crate::cli::{Codec, OutFormat, PackArgs, PackConflict, Preset, RemoteArgs};
-use crate::location::location;
-use crate::usage::usage;
-use crate::values::Level;
+use crate::args::cli::{Codec, OutFormat, PackArgs, PackConflict, Preset, RemoteArgs};
+use crate::args::location;
+use crate::args::usage::usage;
+use crate::args::values::Level;
 use anyhow::Context;
 use packer::archive::Source;
 use packer::{Compressor, PackOptions};
@@ -57,88 +57,15 @@ struct PackPlan {
 
 impl PackPlan {
     fn from_args(args: &PackArgs) -> anyhow::Result<PackPlan> {
-        // `packfs pack IMAGE DIR`, the two swapped: said as that, not as an
-        // output whose format cannot be told.
-        if args.output().is_dir() && args.src.is_file() {
-            return Err(usage(format!(
-                "{} is a directory and {} a file: the directory to pack comes first \
-                 (packfs pack {} {})",
-                args.output().display(),
-                args.src.display(),
-                args.output().display(),
-                args.src.display()
-            )));
-        }
-        let template = args.output().to_string_lossy();
-        // The extension after {shard} decides the format, as for one image.
-        let format = format_for(args.output(), args.format)?;
-        if args.shards.is_none() && template.contains("{shard}") {
-            return Err(usage(format!(
-                "{template}: {{shard}} in the output name needs --shards N"
-            )));
-        }
-        let dest = match location(args.output())? {
-            mountfs::location::ImageLocation::Local(_) => Dest::File,
-            mountfs::location::ImageLocation::S3 { bucket, key } => {
-                Dest::S3(packfs_objstore::Target::S3 { bucket, key })
-            }
-            mountfs::location::ImageLocation::Http(u) => {
-                return Err(usage(format!(
-                "{u}: packfs uploads to s3://BUCKET/KEY only (a plain web server takes no uploads)"
-            )))
-            }
-        };
-        if args.shards.is_some() && matches!(dest, Dest::S3(_)) && args.manifest.is_some() {
-            return Err(usage(format!(
-                "{template}: with shards on S3 the manifest goes beside them (named from the \
-                 template); --manifest is for local shards"
-            )));
-        }
-        if format == OutFormat::Zip && args.preset.is_some() {
-            return Err(usage("--preset makes SquashFS images, not ZIP archives"));
-        }
-        // Each ZIP entry is one deflate or zstd stream, with no blocks or
-        // fragments: a flag that would change nothing is refused rather
-        // than ignored.
+        let format = output_format(args)?;
+        let dest = destination(args)?;
         if format == OutFormat::Zip {
-            let squashfs_only = [
-                (args.block_size.is_some(), "--block-size"),
-                (args.no_fragments, "--no-fragments"),
-                (args.fragment_incompressible, "--fragment-incompressible"),
-            ];
-            if let Some((_, flag)) = squashfs_only.iter().find(|(given, _)| *given) {
-                return Err(usage(format!(
-                    "{flag} applies to SquashFS images; a ZIP archive stores each file as one stream"
-                )));
-            }
+            zip_takes(args)?;
         }
-        // A preset stands for flags it conflicts with (clap refuses both).
-        let (compression, level, xz_lzma2, block_size, order) = match args.preset {
-            None => (
-                args.compression,
-                args.level,
-                args.xz_lzma2,
-                args.block_size.unwrap_or(128 << 10) as u32,
-                args.order.as_str(),
-            ),
-            Some(Preset::Smallest) => (
-                Some(Codec::Xz),
-                Some(Level {
-                    n: 9,
-                    extreme: true,
-                }),
-                Some(packfs_format::codec::XzOptions {
-                    lc: Some(4),
-                    lp: Some(0),
-                    pb: Some(0),
-                    ..Default::default()
-                }),
-                1 << 20,
-                "similarity",
-            ),
-        };
-        let (codec, compressor, level, extreme) = codec_and_level(format, compression, level)?;
-        if xz_lzma2.is_some() && compressor != Compressor::Xz {
+        let chosen = Chosen::from_args(args);
+        let (codec, compressor, level, extreme) =
+            codec_and_level(format, chosen.compression, chosen.level)?;
+        if chosen.xz_lzma2.is_some() && compressor != Compressor::Xz {
             return Err(usage(format!(
                 "--xz-lzma2 applies to -c xz, not {}",
                 codec_name(codec)
@@ -146,33 +73,152 @@ impl PackPlan {
         }
         let xz = packfs_format::codec::XzOptions {
             extreme,
-            ..xz_lzma2.unwrap_or_default()
+            ..chosen.xz_lzma2.unwrap_or_default()
         };
-        let order = packer::order::DataOrder::parse(order).map_err(|e| match e {
-            packer::PackError::InvalidOption(m) => usage(format!("--order: {m}")),
-            e => anyhow::Error::new(e).context("--order"),
-        })?;
-        if format == OutFormat::Zip && order != packer::order::DataOrder::Path {
-            return Err(usage(match args.preset {
-                Some(_) => "--preset makes SquashFS images, not ZIP archives".to_string(),
-                None => format!(
-                    "--order {}: ZIP archives keep path order (orders apply to SquashFS images)",
-                    args.order
-                ),
-            }));
-        }
+        let order = data_order(args, format, chosen.order)?;
         Ok(PackPlan {
             format,
             codec,
             compressor,
             level,
             xz,
-            block_size,
+            block_size: chosen.block_size,
             mtime: mtime(args.mtime)?,
             dest,
             order,
         })
     }
+}
+
+/// The image's format, from `--format` or the output's extension (after
+/// `{shard}` for a template), once the output is known to be one.
+fn output_format(args: &PackArgs) -> anyhow::Result<OutFormat> {
+    // `packfs pack IMAGE DIR`, the two swapped: said as that, not as an
+    // output whose format cannot be told.
+    if args.output().is_dir() && args.src.is_file() {
+        return Err(usage(format!(
+            "{} is a directory and {} a file: the directory to pack comes first \
+             (packfs pack {} {})",
+            args.output().display(),
+            args.src.display(),
+            args.output().display(),
+            args.src.display()
+        )));
+    }
+    let template = args.output().to_string_lossy();
+    // The extension after {shard} decides the format, as for one image.
+    let format = format_for(args.output(), args.format)?;
+    if args.shards.is_none() && template.contains("{shard}") {
+        return Err(usage(format!(
+            "{template}: {{shard}} in the output name needs --shards N"
+        )));
+    }
+    Ok(format)
+}
+
+/// Where the image (or the shards) go: a file, or an S3 object.
+fn destination(args: &PackArgs) -> anyhow::Result<Dest> {
+    let dest = match location(args.output())? {
+        mountfs::location::ImageLocation::Local(_) => Dest::File,
+        mountfs::location::ImageLocation::S3 { bucket, key } => {
+            Dest::S3(packfs_objstore::Target::S3 { bucket, key })
+        }
+        mountfs::location::ImageLocation::Http(u) => {
+            return Err(usage(format!(
+                "{u}: packfs uploads to s3://BUCKET/KEY only (a plain web server takes no uploads)"
+            )))
+        }
+    };
+    if args.shards.is_some() && matches!(dest, Dest::S3(_)) && args.manifest.is_some() {
+        return Err(usage(format!(
+            "{}: with shards on S3 the manifest goes beside them (named from the \
+             template); --manifest is for local shards",
+            args.output().to_string_lossy()
+        )));
+    }
+    Ok(dest)
+}
+
+/// Refuses the flags a ZIP archive has no use for. Each ZIP entry is one
+/// deflate or zstd stream, with no blocks or fragments: a flag that would
+/// change nothing is refused rather than ignored.
+fn zip_takes(args: &PackArgs) -> anyhow::Result<()> {
+    if args.preset.is_some() {
+        return Err(usage("--preset makes SquashFS images, not ZIP archives"));
+    }
+    let squashfs_only = [
+        (args.block_size.is_some(), "--block-size"),
+        (args.no_fragments, "--no-fragments"),
+        (args.fragment_incompressible, "--fragment-incompressible"),
+    ];
+    if let Some((_, flag)) = squashfs_only.iter().find(|(given, _)| *given) {
+        return Err(usage(format!(
+            "{flag} applies to SquashFS images; a ZIP archive stores each file as one stream"
+        )));
+    }
+    Ok(())
+}
+
+/// What the flags choose, or the preset that stands for them (clap
+/// refuses a preset with a flag it sets).
+struct Chosen<'a> {
+    compression: Option<Codec>,
+    level: Option<Level>,
+    xz_lzma2: Option<packfs_format::codec::XzOptions>,
+    block_size: u32,
+    order: &'a str,
+}
+
+impl Chosen<'_> {
+    fn from_args(args: &PackArgs) -> Chosen<'_> {
+        match args.preset {
+            None => Chosen {
+                compression: args.compression,
+                level: args.level,
+                xz_lzma2: args.xz_lzma2,
+                block_size: args.block_size.unwrap_or(128 << 10) as u32,
+                order: args.order.as_str(),
+            },
+            Some(Preset::Smallest) => Chosen {
+                compression: Some(Codec::Xz),
+                level: Some(Level {
+                    n: 9,
+                    extreme: true,
+                }),
+                xz_lzma2: Some(packfs_format::codec::XzOptions {
+                    lc: Some(4),
+                    lp: Some(0),
+                    pb: Some(0),
+                    ..Default::default()
+                }),
+                block_size: 1 << 20,
+                order: "similarity",
+            },
+        }
+    }
+}
+
+/// The data order `order` names (`--order`, or the preset's), which a ZIP
+/// archive takes only as path order.
+fn data_order(
+    args: &PackArgs,
+    format: OutFormat,
+    order: &str,
+) -> anyhow::Result<packer::order::DataOrder> {
+    let order = packer::order::DataOrder::parse(order).map_err(|e| match e {
+        packer::PackError::InvalidOption(m) => usage(format!("--order: {m}")),
+        e => anyhow::Error::new(e).context("--order"),
+    })?;
+    if format == OutFormat::Zip && order != packer::order::DataOrder::Path {
+        return Err(usage(match args.preset {
+            Some(_) => "--preset makes SquashFS images, not ZIP archives".to_string(),
+            None => format!(
+                "--order {}: ZIP archives keep path order (orders apply to SquashFS images)",
+                args.order
+            ),
+        }));
+    }
+    Ok(order)
 }
 
 /// The codec's name as `-c` takes it (deflate, not the packer's gzip).
@@ -245,13 +291,13 @@ fn mtime(flag: Option<u32>) -> anyhow::Result<Option<u32>> {
     match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) if !v.is_empty() => match v.trim().parse::<i64>() {
             Ok(s) => u32::try_from(s).map(Some).map_err(|_| {
-                crate::usage::usage(format!(
+                usage(format!(
                     "SOURCE_DATE_EPOCH={v:?}: outside the times an image stores \
                      (0 to {}, 1970 to 2106)",
                     u32::MAX
                 ))
             }),
-            Err(_) => Err(crate::usage::usage(format!(
+            Err(_) => Err(usage(format!(
                 "SOURCE_DATE_EPOCH={v:?}: expected seconds since 1970"
             ))),
         },
@@ -299,7 +345,7 @@ pub fn run(mut args: PackArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
     for p in paths {
         match p.to_str() {
             Some(s) if s.contains('{') && !p.exists() => expanded.extend(
-                crate::braces::expand(s)
+                crate::args::braces::expand(s)
                     .map_err(usage)?
                     .into_iter()
                     .map(Into::into),
@@ -429,27 +475,7 @@ fn pack_shards(
         &packer::shards::ShardSpec,
     ) -> Result<Vec<packer::shards::ShardResult>, packer::PackError>,
 ) -> anyhow::Result<i32> {
-    // To S3: the shards are packed to a temporary directory under the
-    // template's file name, then uploaded with their sidecars (see
-    // super::upload::ShardUploads); the uploads start first, so a wrong
-    // bucket fails before the walk.
-    let (template, uploads, tmp_dir) = match &plan.dest {
-        Dest::File => (args.output().to_string_lossy().into_owned(), None, None),
-        Dest::S3(target) => {
-            let d = tempfile::Builder::new()
-                .prefix("packfs-upload-")
-                .tempdir()
-                .context("creating a temporary directory in $TMPDIR for the shards")?;
-            let name = args.output().file_name().unwrap_or("image".as_ref());
-            let local = d.path().join(name).to_string_lossy().into_owned();
-            let which: Vec<u32> = match args.shard {
-                Some(k) => vec![k],
-                None => (0..n).collect(),
-            };
-            let up = super::upload::ShardUploads::begin(target, n, &which, args.force, remote)?;
-            (local, Some(up), Some(d))
-        }
-    };
+    let (template, uploads, tmp_dir) = shards_to(args, n, plan, remote)?;
     let spec = packer::shards::ShardSpec {
         shards: n,
         template,
@@ -463,7 +489,7 @@ fn pack_shards(
     };
     let done = pack(&spec);
     drop(stage);
-    let mut done = match done {
+    let done = match done {
         Err(packer::PackError::Interrupted) => {
             // Dying of a signal runs no destructors: the started uploads
             // are aborted and the packed shards removed here.
@@ -482,36 +508,89 @@ fn pack_shards(
         r => r?,
     };
     if let Some(up) = uploads {
-        let manifest = match up.send(&done, cancel, args.quiet) {
-            Err(e)
-                if matches!(
-                    e.downcast_ref(),
-                    Some(packfs_objstore::RemoteError::Interrupted)
-                ) =>
-            {
-                drop(tmp_dir);
-                return Err(die_of_signal());
-            }
-            r => r?,
-        };
-        drop(tmp_dir);
-        for r in &mut done {
-            r.path = super::upload::shard_url(args.output(), &r.path).into();
-            r.manifest = None;
-        }
-        if let Some(last) = done.last_mut() {
-            last.manifest = manifest.map(Into::into);
-        }
-        if !args.quiet {
-            report_shards(&done, n, &args.output().to_string_lossy());
-        }
-        return Ok(0);
+        return send_shards(args, n, up, done, tmp_dir, cancel);
     }
     if args.quiet {
         return Ok(0);
     }
     report_shards(&done, n, &spec.manifest_path().display().to_string());
     Ok(0)
+}
+
+/// The template the shards are packed to: `-o` itself, or for S3 its file
+/// name in a temporary directory (returned with it), whence the uploads
+/// (returned too, see [`super::upload::ShardUploads`]) send them with their
+/// sidecars. The uploads start here, before the walk, so that a wrong
+/// bucket fails first.
+fn shards_to(
+    args: &PackArgs,
+    n: u32,
+    plan: &PackPlan,
+    remote: &RemoteArgs,
+) -> anyhow::Result<(
+    String,
+    Option<super::upload::ShardUploads>,
+    Option<tempfile::TempDir>,
+)> {
+    Ok(match &plan.dest {
+        Dest::File => (args.output().to_string_lossy().into_owned(), None, None),
+        Dest::S3(target) => {
+            let d = upload_dir("the shards")?;
+            let name = args.output().file_name().unwrap_or("image".as_ref());
+            let local = d.path().join(name).to_string_lossy().into_owned();
+            let which: Vec<u32> = match args.shard {
+                Some(k) => vec![k],
+                None => (0..n).collect(),
+            };
+            let up = super::upload::ShardUploads::begin(target, n, &which, args.force, remote)?;
+            (local, Some(up), Some(d))
+        }
+    })
+}
+
+/// Sends the shards packed (`done`) into `tmp_dir` to S3, and the manifest
+/// when every shard is there; says where they went.
+fn send_shards(
+    args: &PackArgs,
+    n: u32,
+    up: super::upload::ShardUploads,
+    mut done: Vec<packer::shards::ShardResult>,
+    tmp_dir: Option<tempfile::TempDir>,
+    cancel: &AtomicBool,
+) -> anyhow::Result<i32> {
+    let manifest = match up.send(&done, cancel, args.quiet) {
+        Err(e)
+            if matches!(
+                e.downcast_ref(),
+                Some(packfs_objstore::RemoteError::Interrupted)
+            ) =>
+        {
+            drop(tmp_dir);
+            return Err(die_of_signal());
+        }
+        r => r?,
+    };
+    drop(tmp_dir);
+    for r in &mut done {
+        r.path = super::upload::shard_url(args.output(), &r.path).into();
+        r.manifest = None;
+    }
+    if let Some(last) = done.last_mut() {
+        last.manifest = manifest.map(Into::into);
+    }
+    if !args.quiet {
+        report_shards(&done, n, &args.output().to_string_lossy());
+    }
+    Ok(0)
+}
+
+/// A temporary directory in $TMPDIR, where `what` (the image, the shards)
+/// is packed before it goes to S3.
+fn upload_dir(what: &str) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("packfs-upload-")
+        .tempdir()
+        .with_context(|| format!("creating a temporary directory in $TMPDIR for {what}"))
 }
 
 /// The lines `pack --shards` prints: one per shard, then the manifest.
@@ -574,12 +653,7 @@ fn pack_image(
         (Dest::File, _) => (None, None),
     };
     let tmp_dir = match matches!(plan.dest, Dest::S3(_)) {
-        true => Some(
-            tempfile::Builder::new()
-                .prefix("packfs-upload-")
-                .tempdir()
-                .context("creating a temporary directory in $TMPDIR for the image")?,
-        ),
+        true => Some(upload_dir("the image")?),
         false => None,
     };
     let local = match &tmp_dir {
@@ -590,75 +664,33 @@ fn pack_image(
     };
     let uploading = || format!("uploading the image to {}", output.display());
     let t = std::time::Instant::now();
-    // An upload that fails stops the pack (through the cancel flag), and its
-    // error, not an interruption, is what is reported.
-    let upload_failed = AtomicBool::new(false);
     let (packed, streamer) = match (numbered, &follow) {
         (Some(up), Some(f)) => {
-            let done = AtomicBool::new(false);
-            std::thread::scope(|s| {
-                let h = s.spawn(|| {
-                    let r = super::stream_upload::Streamer::new(up).follow(f, &done, cancel);
-                    if matches!(&r, Err(e) if !matches!(e, packfs_objstore::RemoteError::Interrupted))
-                    {
-                        upload_failed.store(true, std::sync::atomic::Ordering::SeqCst);
-                        cancel.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
-                    r
-                });
-                // Raised however the pack ends, a panic included: the
-                // follower must not wait for it forever.
-                struct Done<'a>(&'a AtomicBool);
-                impl Drop for Done<'_> {
-                    fn drop(&mut self) {
-                        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
-                }
-                let guard = Done(&done);
-                let packed = pack(&local);
-                drop(guard);
-                let st = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                (packed, Some(st))
-            })
+            let (packed, st) =
+                super::stream_upload::pack_while_sending(up, f, cancel, || pack(&local));
+            (packed, Some(st))
         }
         _ => (pack(&local), None),
     };
-    let packed = match (packed, &streamer) {
+    let summary = match (packed, &streamer) {
+        // An upload that fails stops the pack (through the cancel flag),
+        // and its error, not an interruption, is what is reported.
         (Err(packer::PackError::Interrupted), Some(Err(e)))
-            if upload_failed.load(std::sync::atomic::Ordering::SeqCst) =>
+            if !matches!(e, packfs_objstore::RemoteError::Interrupted) =>
         {
             return Err(anyhow::anyhow!("{e}")).with_context(uploading);
         }
-        (p, _) => p,
-    };
-    let summary = match packed {
-        Err(packer::PackError::Interrupted) => {
+        (Err(packer::PackError::Interrupted), _) => {
             drop((upload, streamer, tmp_dir));
             return Err(die_of_signal());
         }
-        r => r?,
+        (r, _) => r?,
     };
     let sent = match (upload, streamer) {
         (Some(up), _) => Some(super::upload::send(up, &local, cancel, args.quiet)),
-        (None, Some(st)) => Some(st.and_then(|st| {
-            let file = std::fs::File::open(&local).map_err(|e| {
-                packfs_objstore::RemoteError::Config(format!("{}: {e}", local.display()))
-            })?;
-            let len = file
-                .metadata()
-                .map_err(|e| {
-                    packfs_objstore::RemoteError::Config(format!("{}: {e}", local.display()))
-                })?
-                .len();
-            let parts = st.finish(&file, len, cancel)?;
-            if !args.quiet {
-                say!(
-                    "uploaded in {parts} parts, sent while packing ({:.2} s in all)",
-                    t.elapsed().as_secs_f64()
-                );
-            }
-            Ok(parts as u64)
-        })),
+        (None, Some(st)) => Some(
+            st.and_then(|st| super::stream_upload::send_rest(st, &local, cancel, args.quiet, t)),
+        ),
         (None, None) => None,
     };
     drop(tmp_dir);

@@ -1,9 +1,10 @@
 //! `packfs run IMAGE:MOUNTPOINT... -- COMMAND`: mount, run, unmount; the
 //! command's status is the exit status.
 
-use crate::cli::{RemoteArgs, RunArgs};
-use crate::fusermount::umount;
-use crate::values::MountSpec;
+use crate::args::cli::{RemoteArgs, RunArgs};
+use crate::args::values::MountSpec;
+use crate::mount::fusermount::{self, umount};
+use crate::mount::mountinfo;
 use anyhow::{bail, Context};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
@@ -54,16 +55,16 @@ impl Mounted {
         for mp in self.mounts.iter().rev() {
             // Gone already: its daemon took the job's SIGTERM (Slurm
             // signals every process of a cancelled step) and unmounted.
-            if !crate::mountinfo::at(mp).is_some_and(|m| m.is_fuse()) {
+            if !mountinfo::at(mp).is_some_and(|m| m.is_fuse()) {
                 continue;
             }
-            let gone = || !crate::mountinfo::at(mp).is_some_and(|m| m.is_fuse());
+            let gone = || !mountinfo::at(mp).is_some_and(|m| m.is_fuse());
             if let Err(e) = umount(mp).or_else(|e| if gone() { Ok(0) } else { Err(e) }) {
                 // Busy: a process the command left behind (in the
                 // background) still has a file open there. Detached now,
                 // the mount goes when that file is closed, and its daemon
                 // with it; left as it was, it would stay for good.
-                let lazy = crate::fusermount::umount_lazy(mp);
+                let lazy = fusermount::umount_lazy(mp);
                 say!(
                     "packfs: warning: {}{}",
                     crate::oserror::plain_text(&format!("{e:#}")),
@@ -87,7 +88,7 @@ pub fn run(args: &RunArgs, remote: &RemoteArgs) -> anyhow::Result<i32> {
         (args.preload_profile.is_some(), "--preload-profile preloads"),
     ] {
         if given && args.mounts.len() != 1 {
-            return Err(crate::usage::usage(format!(
+            return Err(crate::args::usage::usage(format!(
                 "{flag} one mount: give one IMAGE:MOUNTPOINT"
             )));
         }
@@ -205,7 +206,7 @@ fn missing_interpreter(command: &str) -> Option<String> {
     let path = if command.contains('/') {
         Path::new(command).to_path_buf()
     } else {
-        crate::fusermount::which(command)?
+        fusermount::which(command)?
     };
     let mut head = [0u8; 256];
     let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;

@@ -1,15 +1,15 @@
 //! `packfs shards finalize|verify`.
 
-use crate::cli::ShardsCommand;
+use crate::args::cli::ShardsCommand;
 use std::path::PathBuf;
 
 /// The local path `arg` names (`file:///PATH` included); a manifest or
 /// template on object storage, which these commands cannot read yet, is
 /// refused as that instead of called a missing file.
 fn local_only(what: &str, arg: &std::path::Path) -> anyhow::Result<PathBuf> {
-    match crate::location::location(arg)? {
+    match crate::args::location(arg)? {
         mountfs::location::ImageLocation::Local(p) => Ok(p),
-        _ => Err(crate::usage::usage(format!(
+        _ => Err(crate::args::usage::usage(format!(
             "{arg}: shards {what} works on shards in a local or shared filesystem; on object \
              storage the task that completes the set writes the manifest, and every mount checks \
              each shard's size",

@@ -20,9 +20,10 @@ use packfs_objstore::RemoteError;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes of a part sent while the image is written.
 const PART: u64 = 16 << 20;
@@ -120,6 +121,68 @@ impl Streamer {
             .put(0, read(file, 0, len.min(PART))?, Some(cancel))?;
         self.up.complete(Some(cancel))
     }
+}
+
+/// Runs `pack`, which writes the image into the file `follow` is told of,
+/// while a thread sends the parts that become final through `up`. An upload
+/// that fails stops the pack (through `cancel`). Returns the pack's result
+/// and the follower's: the streamer to finish with (see [`send_rest`]), or
+/// the upload's error.
+pub fn pack_while_sending<T>(
+    up: NumberedUpload,
+    follow: &Follow,
+    cancel: &AtomicBool,
+    pack: impl FnOnce() -> Result<T, packer::PackError>,
+) -> (Result<T, packer::PackError>, Result<Streamer, RemoteError>) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let r = Streamer::new(up).follow(follow, &done, cancel);
+            if matches!(&r, Err(e) if !matches!(e, RemoteError::Interrupted)) {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            r
+        });
+        // Raised however the pack ends, a panic included: the
+        // follower must not wait for it forever.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let guard = Done(&done);
+        let packed = pack();
+        drop(guard);
+        let st = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (packed, st)
+    })
+}
+
+/// Sends what the follower has not of the image packed at `local` and
+/// completes the upload (see [`Streamer::finish`]); says how it went,
+/// timed from `started`, unless `quiet`. Returns the number of parts.
+pub fn send_rest(
+    st: Streamer,
+    local: &Path,
+    cancel: &AtomicBool,
+    quiet: bool,
+    started: Instant,
+) -> Result<u64, RemoteError> {
+    let file =
+        File::open(local).map_err(|e| RemoteError::Config(format!("{}: {e}", local.display())))?;
+    let len = file
+        .metadata()
+        .map_err(|e| RemoteError::Config(format!("{}: {e}", local.display())))?
+        .len();
+    let parts = st.finish(&file, len, cancel)?;
+    if !quiet {
+        say!(
+            "uploaded in {parts} parts, sent while packing ({:.2} s in all)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(parts as u64)
 }
 
 /// `len` bytes of the image at `at`.

@@ -1,7 +1,7 @@
 //! `packfs pack -o s3://...`: the upload around the pack (the multipart
 //! upload itself is `packfs_objstore::upload`).
 
-use crate::cli::RemoteArgs;
+use crate::args::cli::RemoteArgs;
 use anyhow::{bail, Context};
 use packfs_objstore::upload::Upload;
 use packfs_objstore::{Remote, RemoteError, Target};

@@ -81,56 +81,68 @@ impl Report {
     /// lines: the image will not work somewhere unless the user acts),
     /// then notes.
     pub fn lines(&self) -> Vec<String> {
-        let mut out = Vec::new();
         let mut header = format!("Python environment built at {}", self.build_path.display());
         if let Some(v) = &self.python {
             header.push_str(&format!(" (Python {v})"));
         }
-        out.push(header);
-        let mut kinds: Vec<Kind> = self.findings.iter().map(|f| f.kind).collect();
-        kinds.sort();
-        kinds.dedup();
-        let of_kind =
-            |k: Kind| -> Vec<&Finding> { self.findings.iter().filter(|f| f.kind == k).collect() };
-        let examples = |fs: &[&Finding]| -> String {
-            let mut s: Vec<String> = fs
-                .iter()
-                .take(3)
-                .map(|f| f.path.display().to_string())
-                .collect();
-            if fs.len() > 3 {
-                s.push(format!("and {} more", fs.len() - 3));
-            }
-            s.join(", ")
-        };
-        let fixable: Vec<Kind> = kinds.iter().copied().filter(|k| k.rewritable()).collect();
-        if !fixable.is_empty() {
-            let list: Vec<String> = fixable
-                .iter()
-                .map(|&k| match k {
-                    Kind::PyvenvCfg => k.describe().to_string(),
-                    _ => format!("{} {}", of_kind(k).len(), k.describe()),
-                })
-                .collect();
-            match &self.mount_at {
-                Some(m) if self.build_path.as_path() != m.as_path() => out.push(format!(
-                    "rewritten in the image for {}: {}",
-                    m.display(),
-                    list.join(", ")
-                )),
-                Some(_) => out.push(format!(
-                    "mounted at its build path: {} left as they are",
-                    list.join(", ")
-                )),
-                None => out.push(format!(
-                    "! {} name the build path: the image works only when mounted at {}; pass --mount-at PATH to rewrite them for another path",
-                    list.join(", "),
-                    self.build_path.display()
-                )),
-            }
+        let mut out = vec![header];
+        out.extend(self.rewritable_line());
+        out.extend(self.outside_lines());
+        out.extend(self.kept_lines());
+        out.extend(self.compiled_line());
+        out
+    }
+
+    fn of_kind(&self, k: Kind) -> Vec<&Finding> {
+        self.findings.iter().filter(|f| f.kind == k).collect()
+    }
+
+    /// What names the build path and a mount path fixes: rewritten for
+    /// `--mount-at`, left as it is when that is the build path, else a
+    /// warning that the image works only there.
+    fn rewritable_line(&self) -> Option<String> {
+        let mut fixable: Vec<Kind> = self
+            .findings
+            .iter()
+            .map(|f| f.kind)
+            .filter(|k| k.rewritable())
+            .collect();
+        fixable.sort();
+        fixable.dedup();
+        if fixable.is_empty() {
+            return None;
         }
+        let list: Vec<String> = fixable
+            .iter()
+            .map(|&k| match k {
+                Kind::PyvenvCfg => k.describe().to_string(),
+                _ => format!("{} {}", self.of_kind(k).len(), k.describe()),
+            })
+            .collect();
+        Some(match &self.mount_at {
+            Some(m) if self.build_path.as_path() != m.as_path() => format!(
+                "rewritten in the image for {}: {}",
+                m.display(),
+                list.join(", ")
+            ),
+            Some(_) => format!(
+                "mounted at its build path: {} left as they are",
+                list.join(", ")
+            ),
+            None => format!(
+                "! {} name the build path: the image works only when mounted at {}; pass --mount-at PATH to rewrite them for another path",
+                list.join(", "),
+                self.build_path.display()
+            ),
+        })
+    }
+
+    /// Warnings for what the venv needs from outside the tree: the base
+    /// interpreter, symlinks and `.pth` paths that leave it.
+    fn outside_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
         for k in [Kind::BaseInterpreter, Kind::SymlinkOut, Kind::PthOut] {
-            let fs = of_kind(k);
+            let fs = self.of_kind(k);
             if fs.is_empty() {
                 continue;
             }
@@ -168,8 +180,26 @@ impl Report {
                 )),
             }
         }
+        out
+    }
+
+    /// Notes on the files that name the build path and are kept as they
+    /// are (pip's records, other text).
+    fn kept_lines(&self) -> Vec<String> {
+        let examples = |fs: &[&Finding]| -> String {
+            let mut s: Vec<String> = fs
+                .iter()
+                .take(3)
+                .map(|f| f.path.display().to_string())
+                .collect();
+            if fs.len() > 3 {
+                s.push(format!("and {} more", fs.len() - 3));
+            }
+            s.join(", ")
+        };
+        let mut out = Vec::new();
         for k in [Kind::PipRecord, Kind::OtherText] {
-            let fs = of_kind(k);
+            let fs = self.of_kind(k);
             if !fs.is_empty() {
                 out.push(format!(
                     "note: {} {} name the build path and are kept as they are: {}",
@@ -179,27 +209,30 @@ impl Report {
                 ));
             }
         }
-        if let Some(c) = &self.compiled {
-            let mut line = format!(
-                "compiled {} of {} .py files for Python {} ({} had a valid .pyc)",
-                c.compiled, c.checked, c.version, c.valid
-            );
-            if c.failed > 0 {
-                let first: Vec<String> = c
-                    .failures
-                    .iter()
-                    .take(2)
-                    .map(|(p, m)| format!("{p}: {m}"))
-                    .collect();
-                line.push_str(&format!(
-                    "; {} could not be compiled (Python cannot import them either): {}",
-                    c.failed,
-                    first.join("; ")
-                ));
-            }
-            out.push(line);
-        }
         out
+    }
+
+    /// What `--compile` did, and the first files it could not compile.
+    fn compiled_line(&self) -> Option<String> {
+        let c = self.compiled.as_ref()?;
+        let mut line = format!(
+            "compiled {} of {} .py files for Python {} ({} had a valid .pyc)",
+            c.compiled, c.checked, c.version, c.valid
+        );
+        if c.failed > 0 {
+            let first: Vec<String> = c
+                .failures
+                .iter()
+                .take(2)
+                .map(|(p, m)| format!("{p}: {m}"))
+                .collect();
+            line.push_str(&format!(
+                "; {} could not be compiled (Python cannot import them either): {}",
+                c.failed,
+                first.join("; ")
+            ));
+        }
+        Some(line)
     }
 }
 

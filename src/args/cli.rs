@@ -34,7 +34,7 @@ pub struct RemoteArgs {
     /// profile's endpoint_url, else AWS).
     // The URL is help text, not a rustdoc link.
     #[allow(rustdoc::bare_urls)]
-    #[arg(long, global = true, value_name = "URL", value_parser = crate::values::endpoint)]
+    #[arg(long, global = true, value_name = "URL", value_parser = crate::args::values::endpoint)]
     pub endpoint: Option<String>,
     /// Profile in ~/.aws/credentials and ~/.aws/config (default: $AWS_PROFILE;
     /// keys in $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY win otherwise; no
@@ -321,14 +321,14 @@ pub struct PackArgs {
     /// Compression level (zstd 1-22, gzip 1-9, xz 0-9, or 0e-9e for xz's
     /// slower extreme variant as in `xz -9e`; ZIP deflate 0-9, 0 = stored);
     /// default: zstd 3, gzip 9, xz 6, ZIP deflate 6.
-    #[arg(short, long, value_parser = crate::values::level)]
-    pub level: Option<crate::values::Level>,
+    #[arg(short, long, value_parser = crate::args::values::level)]
+    pub level: Option<crate::args::values::Level>,
     /// xz only: LZMA2 settings beyond the level, as `xz --lzma2=` names them:
     /// `lc=N,lp=N,pb=N` (literal context, literal position and position
     /// bits; lc + lp at most 4, as the kernel's decoder requires),
     /// `nice=N` (2-273), `depth=N`. For source text `lc=4,lp=0,pb=0` makes
     /// smaller images. The image stays one every xz reader opens.
-    #[arg(long, value_name = "KEY=N,...", value_parser = crate::values::xz_lzma2)]
+    #[arg(long, value_name = "KEY=N,...", value_parser = crate::args::values::xz_lzma2)]
     pub xz_lzma2: Option<packfs_format::codec::XzOptions>,
     /// Settings for a purpose: `smallest` = the smallest standard SquashFS
     /// packfs makes (`-c xz --level 9e --xz-lzma2 lc=4,lp=0,pb=0 -b 1M
@@ -341,7 +341,7 @@ pub struct PackArgs {
     pub preset: Option<Preset>,
     /// Data block size, a power of two from 4K to 1M [default: 128K]
     /// (SquashFS images only).
-    #[arg(short, long, value_parser = crate::values::block_size)]
+    #[arg(short, long, value_parser = crate::args::values::block_size)]
     pub block_size: Option<u64>,
     /// Worker threads (default: all cores). The image is identical whatever the value.
     #[arg(short = 'j', long, default_value_t = 0, hide_default_value = true)]
@@ -352,7 +352,7 @@ pub struct PackArgs {
     /// `**` crosses directories). A trailing `/` matches directories only;
     /// a directory left out takes its contents with it. A pattern that
     /// matches nothing is warned about.
-    #[arg(short, long, value_name = "GLOB", value_parser = crate::values::exclude)]
+    #[arg(short, long, value_name = "GLOB", value_parser = crate::args::values::exclude)]
     pub exclude: Vec<String>,
     /// Overwrite OUTPUT if it exists.
     #[arg(short, long)]
@@ -377,7 +377,7 @@ pub struct PackArgs {
     /// Python environments: rewrite, in the image only, what ties the venv
     /// to its build path (console-script shebangs, activate scripts,
     /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.
-    #[arg(long, value_name = "PATH", value_parser = crate::values::absolute_path)]
+    #[arg(long, value_name = "PATH", value_parser = crate::args::values::absolute_path)]
     pub mount_at: Option<PathBuf>,
     /// Python environments: byte-compile the .py files lacking a valid .pyc
     /// into the image (with the venv's own interpreter), so imports from the
@@ -545,8 +545,8 @@ pub struct MountArgs {
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// IMAGE:MOUNTPOINT pairs.
-    #[arg(required = true, value_name = "IMAGE:MOUNTPOINT", value_parser = crate::values::mount_spec)]
-    pub mounts: Vec<crate::values::MountSpec>,
+    #[arg(required = true, value_name = "IMAGE:MOUNTPOINT", value_parser = crate::args::values::mount_spec)]
+    pub mounts: Vec<crate::args::values::MountSpec>,
     /// Byte budget of each mount's decoded block cache (as for `mount --cache-size`).
     #[arg(long, value_parser = packfs_bench::size::parse_size)]
     pub cache_size: Option<u64>,

@@ -36,10 +36,10 @@ pub fn umount(given: &Path) -> anyhow::Result<i32> {
 /// The mountpoint of the FUSE mount at `given`, as the table lists it
 /// (fusermount does not follow a symlink it is given), and a connection to
 /// its packfs daemon, if one serves it.
-fn fuse_mount_at(given: &Path) -> anyhow::Result<(PathBuf, Option<crate::rendezvous::Daemon>)> {
-    match crate::mountinfo::at(given) {
+fn fuse_mount_at(given: &Path) -> anyhow::Result<(PathBuf, Option<super::rendezvous::Daemon>)> {
+    match super::mountinfo::at(given) {
         Some(m) if m.is_fuse() => {
-            let daemon = crate::rendezvous::connect(&m.dev);
+            let daemon = super::rendezvous::connect(&m.dev);
             Ok((m.mountpoint, daemon))
         }
         Some(m) => bail!(

@@ -3,7 +3,7 @@
 //! line) shown only under the commands that read or write an image, so
 //! that `packfs umount --help` lists what umount takes.
 
-use crate::cli::{Cli, RemoteArgs};
+use crate::args::cli::{Cli, RemoteArgs};
 use clap::{Command, CommandFactory, FromArgMatches};
 
 /// Commands that take no image: the remote options are hidden from their

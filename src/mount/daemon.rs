@@ -46,7 +46,7 @@ pub fn run<T>(
         let mp = std::fs::canonicalize(target.mountpoint)?;
         let ready: Ready = Box::new(move || {
             mounted_at(&mp);
-            crate::mountlock::release();
+            super::mountlock::release();
         });
         let r = serve(open()?, Some(ready));
         STATE.store(ENDING, SeqCst);
@@ -80,7 +80,7 @@ pub fn run<T>(
     }
     // Child: detach from the terminal and the caller's session. The
     // mountpoint lock stays the parent's, which unlocks once we answer.
-    crate::mountlock::forget_in_child();
+    super::mountlock::forget_in_child();
     // SAFETY: plain syscalls on our own process.
     unsafe {
         libc::close(fds[0]);
@@ -193,8 +193,8 @@ static MOUNT_DEV: std::sync::Mutex<String> = std::sync::Mutex::new(String::new()
 /// (`fuser`'s session threads start after the ready call), and it would
 /// fill the kernel's attribute cache of the root.
 fn mounted_at(mp: &Path) {
-    if let Some(m) = crate::mountinfo::at_resolved(mp) {
-        crate::rendezvous::listen(&m.dev);
+    if let Some(m) = super::mountinfo::at_resolved(mp) {
+        super::rendezvous::listen(&m.dev);
         *MOUNT_DEV.lock().unwrap_or_else(|p| p.into_inner()) = m.dev;
     }
     STATE.store(MOUNTED, SeqCst);
@@ -203,7 +203,7 @@ fn mounted_at(mp: &Path) {
 /// Whether the topmost mount at `mp` is still ours.
 fn still_ours(mp: &Path) -> bool {
     let ours = MOUNT_DEV.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    crate::mountinfo::at_resolved(mp).is_some_and(|m| ours.is_empty() || m.dev == ours)
+    super::mountinfo::at_resolved(mp).is_some_and(|m| ours.is_empty() || m.dev == ours)
 }
 
 /// The signals that stop a mount: Slurm's at a job's end or cancel, a
@@ -271,7 +271,7 @@ fn detach(mp: &Path, why: &str, code: i32) {
         return;
     }
     log::info!("{why}: unmounting {}", mp.display());
-    if let Err(e) = crate::fusermount::umount_lazy(mp) {
+    if let Err(e) = super::fusermount::umount_lazy(mp) {
         log::error!("{why}: cannot unmount {}: {e:#}", mp.display());
         std::process::exit(code);
     }
@@ -391,7 +391,7 @@ pub fn unmount_watcher(fd: i32, mp: &Path, fsname: &str) -> anyhow::Result<i32> 
     // aborted); a live one answers. statfs, not stat: the root's attributes
     // may be cached by the kernel, statfs always asks the server.
     if listed && is_dead_fuse_mount(mp) {
-        let _ = crate::fusermount::umount_lazy(mp);
+        let _ = super::fusermount::umount_lazy(mp);
     }
     Ok(0)
 }
