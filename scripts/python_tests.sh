@@ -21,8 +21,8 @@ scripts/python_env.sh
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # The extension is built in dev profile into the main target directory:
 # the main workspace's build has compiled the shared dependencies the same
-# way already (the extension is a member of the workspace: one lock, one
-# set of profiles). A release wheel is `maturin build` (profile `wheel`).
+# way already (python/Cargo.toml copies its profiles and its lock pins the
+# same versions). A release wheel is `maturin build --release`.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
 wheels=$CARGO_TARGET_DIR/wheels
 rm -f "$wheels"/packfs-*.whl

@@ -43,7 +43,7 @@ pub fn set_image(name: &str) {
 /// a `run --log` file gathers several mounts' lines.
 fn at_image<'a>(msg: &'a str, target: &str) -> std::borrow::Cow<'a, str> {
     match IMAGE.get() {
-        Some(image) if target == "mountfs::ops" && !msg.contains(image.as_str()) => {
+        Some(image) if target == "mountfs::fuse::ops" && !msg.contains(image.as_str()) => {
             format!("{image}: {msg}").into()
         }
         _ => msg.into(),

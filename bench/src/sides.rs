@@ -147,7 +147,11 @@ fn evict_list(ctx: &Ctx, sides: &[Side]) -> Vec<PathBuf> {
     // range cache by restarting it.
     v.extend(ctx.image.iter().filter(|_| !ctx.image_remote).cloned());
     // A shard manifest's images are what a cold start must evict.
-    if let Some(m) = ctx.image.as_ref().filter(|m| mountfs::open::is_manifest(m)) {
+    if let Some(m) = ctx
+        .image
+        .as_ref()
+        .filter(|m| mountfs::location::is_manifest(m))
+    {
         if let Ok(man) = packer::shards::read_manifest(m) {
             v.extend(
                 man.shards

@@ -1,22 +1,25 @@
-//! The filesystem core: what a FUSE server needs, answered with plain structs
-//! and [`FsError`]s, testable without a mount.
+//! The filesystem core: what a filesystem server needs, answered with plain
+//! structs and [`FsError`]s, testable without a mount.
 //!
 //! [`Image`] is implemented once per image format (SquashFS, ZIP). [`PackFs`]
 //! wraps an image with what is format-independent: a small cache of prepared
-//! files, readahead (decided in [`crate::readahead`]), and counters.
+//! files, readahead (decided in [`crate::readahead`]), and counters of what
+//! it answered ([`FsCounters`]).
 //!
-//! Reads are addressed by node, not by an open-file handle: the FUSE adapter
-//! declines OPEN (ENOSYS), which makes the kernel stop sending OPEN and
-//! RELEASE altogether and keep page-cache contents across opens. That halves
-//! the round trips per small file. The prepared form of a file (for SquashFS,
-//! its block list with prefix offsets) is kept in an LRU keyed by node, so a
-//! file read in several requests is prepared once. The FUSE adapter in
-//! `fuse.rs` only converts between these types and `fuser` replies.
+//! Reads are addressed by node, not by an open-file handle, so a server
+//! need not open files at all (the FUSE server declines OPEN, which makes
+//! the kernel stop sending OPEN and RELEASE and keep page-cache contents
+//! across opens: half the round trips per small file). The prepared form of
+//! a file (for SquashFS, its block list with prefix offsets) is kept in an
+//! LRU keyed by node, so a file read in several requests is prepared once.
+//! The FUSE server (module `fuse`, feature `fuse`) only converts between
+//! these types and the kernel's requests and replies.
 //!
 //! Node ids are chosen by each image so that they are stable and derivable
 //! without a table (a SquashFS node id is its inode reference); node id 1 is
 //! always the root, as FUSE requires.
 
+use crate::access_profile::AccessRecorder;
 use crate::error::{FsError, Result};
 pub use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::readahead::{Readahead, TrackedFile};
@@ -32,87 +35,43 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// FUSE requests by kind, counted once per request at the adapter edge
-/// (a core call such as `getattr` also runs inside other requests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    Lookup,
-    Getattr,
-    Readlink,
-    Read,
-    Readdir,
-    Xattr,
-    Other,
-}
-
-const OPS: usize = 7;
-
-/// Counters for `packfs bench` and `packfs mount --stats`.
+/// What the core did, counted as it answers (relaxed atomics): for
+/// `packfs mount --stats`, `packfs bench` and Python's `Image.stats()`.
 #[derive(Debug, Default)]
 pub struct FsCounters {
     pub lookups: AtomicU64,
-    /// Lookups of names that do not exist (answered as cacheable negative
-    /// entries unless the mount turned that off).
+    /// Lookups of names that do not exist.
     pub negative_lookups: AtomicU64,
     pub reads: AtomicU64,
     pub read_bytes: AtomicU64,
+    /// Failures other than a missing name or attribute (see `PackFs::note`).
     pub errors: AtomicU64,
-    requests: [AtomicU64; OPS],
 }
 
 impl FsCounters {
-    /// Counts one FUSE request of kind `op`.
-    pub fn request(&self, op: Op) {
-        self.requests[op as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn snapshot(&self) -> FsStats {
-        let r = |op: Op| self.requests[op as usize].load(Ordering::Relaxed);
-        let requests = Requests {
-            lookup: r(Op::Lookup),
-            getattr: r(Op::Getattr),
-            readlink: r(Op::Readlink),
-            read: r(Op::Read),
-            readdir: r(Op::Readdir),
-            xattr: r(Op::Xattr),
-            other: r(Op::Other),
-        };
-        FsStats {
-            requests_total: self
-                .requests
-                .iter()
-                .map(|c| c.load(Ordering::Relaxed))
-                .sum(),
-            requests,
-            negative_lookups: self.negative_lookups.load(Ordering::Relaxed),
-            read_bytes: self.read_bytes.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
+    pub fn snapshot(&self) -> FsCounts {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        FsCounts {
+            lookups: n(&self.lookups),
+            negative_lookups: n(&self.negative_lookups),
+            reads: n(&self.reads),
+            read_bytes: n(&self.read_bytes),
+            errors: n(&self.errors),
         }
     }
 }
 
-/// FUSE requests the daemon answered, by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Requests {
-    pub lookup: u64,
-    pub getattr: u64,
-    pub readlink: u64,
-    pub read: u64,
-    pub readdir: u64,
-    pub xattr: u64,
-    pub other: u64,
-}
-
-/// What a mount did, as `packfs mount --stats FILE` writes it (JSON).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FsStats {
-    pub requests_total: u64,
-    pub requests: Requests,
+/// [`FsCounters`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsCounts {
+    pub lookups: u64,
     /// Lookups of names that do not exist.
     pub negative_lookups: u64,
-    /// File bytes served by reads.
+    /// Reads of regular files that succeeded.
+    pub reads: u64,
+    /// File bytes those reads returned.
     pub read_bytes: u64,
-    /// Requests answered with an error other than ENOENT/ENODATA.
+    /// Failures other than ENOENT/ENODATA and the like.
     pub errors: u64,
 }
 
@@ -124,8 +83,8 @@ pub struct PackFs<I: Image> {
     /// Per-file and image-order readahead, with its worker pool.
     readahead: Readahead<I>,
     pub counters: FsCounters,
-    /// `--record-access`: first reads, in order (see [`crate::record`]).
-    recorder: Option<Arc<crate::record::AccessRecorder>>,
+    /// `--record-access`: first reads, in order (see [`crate::access_profile`]).
+    recorder: Option<Arc<AccessRecorder>>,
 }
 
 impl<I: Image> PackFs<I> {
@@ -145,7 +104,7 @@ impl<I: Image> PackFs<I> {
     }
 
     /// Records the order of first reads with `r` from now on.
-    pub fn record_access(&mut self, r: Arc<crate::record::AccessRecorder>) {
+    pub fn record_access(&mut self, r: Arc<AccessRecorder>) {
         self.recorder = Some(r);
     }
 
@@ -336,7 +295,7 @@ impl<I: Image> PackFs<I> {
         Ok(out)
     }
 
-    /// Reads a whole regular file through the same path as FUSE reads.
+    /// Reads a whole regular file through the same path as a mount's reads.
     pub fn read_all(
         &self,
         node: NodeId,

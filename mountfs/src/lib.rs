@@ -1,10 +1,17 @@
-//! packfs read side: image readers, the byte-budgeted block cache and the FUSE adapter.
+//! packfs read side: image readers, the byte-budgeted block cache and the FUSE server.
 //!
-//! Features: `fuse` (default) builds the FUSE adapter (modules `fuse` and `serve`)
-//! and with it `fuser`; without it the crate is the filesystem core
-//! ([`fs::PackFs`]) and the readers, for callers that read images in-process.
-//! `remote` (default) adds `s3://` and `http(s)://` sources (`remote`), over
-//! the object-storage client `packfs-objstore`.
+//! The filesystem core ([`fs::PackFs`]) answers over any [`image::Image`]:
+//! the readers (`squashfs`, `zip`, `union`), their sources (`source`,
+//! `remote`), the block cache and readahead. Images are opened by
+//! [`open::Opener`]. None of it knows FUSE.
+//!
+//! Features: `fuse` (default) adds the FUSE server (module `fuse`: the
+//! answer policy, the `fuser` adapter, the transports, mounting) and with it
+//! `fuser`; without it the crate is the core, for callers that read images
+//! in-process (the Python extension). `remote` (default) adds `s3://` and
+//! `http(s)://` sources (`remote`), over the object-storage client
+//! `packfs-objstore`.
+pub mod access_profile;
 pub mod buffers;
 pub mod cache;
 pub mod error;
@@ -13,20 +20,13 @@ pub mod fs;
 pub mod fuse;
 pub mod image;
 pub mod location;
-pub mod memory;
+pub mod memory_limit;
 pub mod open;
-#[cfg(feature = "fuse")]
-pub mod ops;
 pub mod readahead;
-pub mod record;
 pub mod remote;
 pub mod resolve;
-#[cfg(feature = "fuse")]
-pub mod serve;
 pub mod source;
 pub mod squashfs;
-#[cfg(feature = "fuse")]
-pub mod transport;
 pub mod union;
 pub mod zip;
 

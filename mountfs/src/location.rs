@@ -211,7 +211,7 @@ pub struct Opened {
 
 /// Opens a source for `loc`: a file with `io`, a remote object with
 /// `remote` (a HEAD first: a 403 or 404 is an error here, before anything
-/// is mounted). Not yet wrapped for stream readahead (see `AnyImage::open_location`).
+/// is mounted). Not yet wrapped for stream readahead (see `open::Opener`).
 pub fn open_location(loc: &ImageLocation, io: IoMode, remote: &RemoteOptions) -> Result<Opened> {
     let name = loc.to_string();
     match loc {
@@ -319,7 +319,7 @@ pub fn lengths(
     #[cfg(feature = "remote")]
     let mut remote_lens = {
         let targets: Vec<_> = locs.iter().filter_map(ImageLocation::target).collect();
-        packfs_objstore::objects::lengths(&targets, &remote.client).into_iter()
+        packfs_objstore::bucket::lengths(&targets, &remote.client).into_iter()
     };
     #[cfg(not(feature = "remote"))]
     let _ = remote;

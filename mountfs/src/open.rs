@@ -1,16 +1,21 @@
-//! Opening an image of either format, a shard union or a remote object as
-//! one concrete [`Image`] ([`AnyImage`]), told apart by its leading bytes.
+//! Opening images: an [`Opener`], built from plain [`OpenOptions`], opens a
+//! file, a shard manifest, a remote object or several images merged into
+//! one tree as one concrete [`Image`] ([`AnyImage`]), each image's format
+//! told by its leading bytes ([`detect`]). The CLI (and with it the
+//! bench, which reads through `packfs mount`) and the Python bindings all
+//! open images through it.
 
 use crate::cache::BlockCache;
 use crate::error::{FsError, Result};
 use crate::image::Image;
-use crate::location::ImageLocation;
+use crate::location::{self, Content, ImageLocation};
 use crate::readahead::StreamReadahead;
-use crate::source::{open_image, ImageSource, IoMode};
+use crate::remote::RemoteOptions;
+use crate::source::{FileIdentity, ImageSource, IoMode};
 use crate::squashfs::SquashFs;
-use crate::union::{self, OnConflict, UnionHandle, UnionImage, UnionOptions};
-use crate::zip::ZipFs;
-use std::path::Path;
+use crate::union::{self, ManifestSource, OnConflict, UnionHandle, UnionImage, UnionOptions};
+use crate::zip::{index::Index, ZipFs};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Image formats packfs reads, told apart by their leading bytes.
@@ -67,159 +72,131 @@ pub enum AnyImage {
     Union(Box<UnionImage<AnyImage>>),
 }
 
-/// An image opened from a location ([`AnyImage::open_location`]).
-pub struct OpenedImage {
-    pub image: AnyImage,
-    /// Length of the image file or object.
-    pub len: u64,
-    /// Request counters, for a remote image.
-    #[cfg(feature = "remote")]
-    pub remote: Option<Arc<packfs_objstore::RemoteCounters>>,
-}
-
 pub enum AnyHandle {
     SquashFs(crate::squashfs::OpenFile),
     Zip(crate::zip::ZipFile),
     Union(Box<UnionHandle<AnyHandle>>),
 }
 
-/// The union a manifest's `bytes` describe, its shards resolved against
-/// `loc` and their lengths checked (remote ones by HEAD, with `remote`).
-pub fn open_manifest_bytes<I: Image>(
-    loc: &ImageLocation,
-    bytes: &[u8],
-    remote: &crate::remote::RemoteOptions,
-    o: UnionOptions<I>,
-) -> Result<UnionImage<I>> {
-    let sizes = |locs: &[ImageLocation]| crate::location::lengths(locs, remote);
-    union::open_manifest(
-        union::ManifestSource {
-            location: loc,
-            bytes,
-            sizes: &sizes,
-        },
-        o,
-    )
+/// A layer put around each image's source (each shard's) as it is opened,
+/// under stream readahead: e.g. one that counts the reads reaching storage.
+pub type WrapSource = Arc<dyn Fn(Box<dyn ImageSource>) -> Box<dyn ImageSource> + Send + Sync>;
+
+/// How images are opened, as plain values: what the CLI's flags or
+/// Python's arguments say. [`Opener`] does the rest.
+#[derive(Clone)]
+pub struct OpenOptions {
+    /// Byte budget of the decoded-block cache (one cache for all the
+    /// shards of a union).
+    pub cache_bytes: usize,
+    /// How image files are read.
+    pub io: IoMode,
+    /// How remote images, and the remote shards of a manifest, are read.
+    /// Their requests are counted in `remote.client.counters` (made when
+    /// absent): see [`OpenedImage::remote`].
+    pub remote: RemoteOptions,
+    /// Which image shows a path that several plain images given together
+    /// hold ([`Opener::open_union`]). A manifest's shards come from one
+    /// tree and cannot conflict: they open with [`OnConflict::Error`]
+    /// whatever this says.
+    pub on_conflict: OnConflict,
+    /// Put around each image's (each shard's) source as it is opened,
+    /// under the stream readahead.
+    pub wrap_source: Option<WrapSource>,
+    /// The index of a ZIP image built before (by a forked parent), used
+    /// instead of reading the central directory again if the file opened
+    /// is still the one it describes. Not used for a manifest's shards.
+    pub zip_index: Option<ZipIndex>,
 }
 
-pub use crate::location::is_manifest;
-
-impl AnyImage {
-    /// Opens the image file at `path` with positional reads, detecting its
-    /// format, with a block cache of `cache_bytes`.
-    pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
-        Self::open_with(path, cache_bytes, IoMode::default())
-    }
-
-    /// [`AnyImage::open`] reading the file as `io` says. A shard manifest
-    /// (`packfs pack --shards`) opens the union of its shards.
-    pub fn open_with(path: &Path, cache_bytes: usize, io: IoMode) -> Result<Self> {
-        if is_manifest(path) {
-            return Self::open_union(
-                &[path.to_path_buf()],
-                cache_bytes,
-                io,
-                OnConflict::default(),
-            );
-        }
-        Self::open_plain(path, Arc::new(BlockCache::new(cache_bytes)), io)
-    }
-
-    /// One SquashFS or ZIP image file (never a manifest) over `cache`.
-    pub fn open_plain(path: &Path, cache: Arc<BlockCache>, io: IoMode) -> Result<Self> {
-        // Sequential streams over the image get readahead (see readahead/).
-        let src = StreamReadahead::new(open_image(path, io)?);
-        Self::from_source_with_cache(Box::new(src), &path.display().to_string(), cache)
-    }
-
-    /// One tree over several inputs: a single manifest (its shards), or
-    /// plain images in the order given (see [`crate::union`]). One cache of
-    /// `cache_bytes` serves all of them. A single plain image opens as itself.
-    pub fn open_union(
-        inputs: &[std::path::PathBuf],
-        cache_bytes: usize,
-        io: IoMode,
-        on_conflict: OnConflict,
-    ) -> Result<Self> {
-        let remote = crate::remote::RemoteOptions::default();
-        let o = UnionOptions {
+impl OpenOptions {
+    /// The defaults (positional reads, default remote options, conflicts
+    /// refused, no wrapper, no index) with a cache of `cache_bytes`.
+    pub fn new(cache_bytes: usize) -> Self {
+        OpenOptions {
             cache_bytes,
-            on_conflict,
-            open: Box::new(move |loc: &ImageLocation, cache: Arc<BlockCache>| {
-                Self::open_shard(loc, cache, io, &remote)
-            }),
-        };
-        match inputs {
-            [one] if is_manifest(one) => {
-                let loc = ImageLocation::Local(one.clone());
-                let bytes = std::fs::read(one).map_err(|e| FsError::io(one.display(), e))?;
-                let remote = crate::remote::RemoteOptions::default();
-                Ok(AnyImage::Union(Box::new(open_manifest_bytes(
-                    &loc, &bytes, &remote, o,
-                )?)))
-            }
-            [one] => Self::open_plain(one, Arc::new(BlockCache::new(cache_bytes)), io),
-            many => {
-                if let Some(m) = many.iter().find(|p| is_manifest(p)) {
-                    return Err(FsError::Invalid(format!(
-                        "{}: a manifest mounts alone, not with other images",
-                        m.display()
-                    )));
-                }
-                Ok(AnyImage::Union(Box::new(union::open_images(many, o)?)))
-            }
+            io: IoMode::default(),
+            remote: RemoteOptions::default(),
+            on_conflict: OnConflict::default(),
+            wrap_source: None,
+            zip_index: None,
         }
     }
+}
 
-    /// One shard of a union: a file or a remote object, over `cache`,
-    /// wrapped for stream readahead.
-    pub fn open_shard(
-        loc: &ImageLocation,
-        cache: Arc<BlockCache>,
-        io: IoMode,
-        remote: &crate::remote::RemoteOptions,
-    ) -> Result<Self> {
-        match loc {
-            ImageLocation::Local(p) => Self::open_plain(p, cache, io),
-            _ => {
-                let o = crate::location::open_location(loc, io, remote)?;
-                let src = StreamReadahead::new(o.source);
-                Self::from_source_with_cache(Box::new(src), &o.name, cache)
-            }
-        }
+/// A local ZIP image's index and the version of the file it describes.
+///
+/// A ZIP's index (about 90 bytes an entry) is built from its central
+/// directory by each process that opens it. A forked child that opens the
+/// same, unchanged file again can take its parent's instead
+/// ([`OpenOptions::zip_index`]): the index is immutable, so its pages stay
+/// shared with the parent (copy-on-write, never written), and four forked
+/// DataLoader workers hold one index, not five.
+#[derive(Clone)]
+pub struct ZipIndex {
+    pub file: FileIdentity,
+    pub index: Arc<Index>,
+}
+
+impl std::fmt::Debug for ZipIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZipIndex")
+            .field("file", &self.file)
+            .field("nodes", &self.index.nodes.len())
+            .finish()
+    }
+}
+
+/// An image an [`Opener`] opened, with what the caller may report.
+pub struct OpenedImage {
+    pub image: AnyImage,
+    /// Length of the image file or object (of the manifest, for a
+    /// manifest; 0 for several images given together).
+    pub len: u64,
+    /// Request counters, for a remote image or a manifest with a remote
+    /// shard.
+    #[cfg(feature = "remote")]
+    pub remote: Option<Arc<packfs_objstore::RemoteCounters>>,
+    /// A local ZIP image's index, for a forked child's
+    /// [`OpenOptions::zip_index`].
+    pub zip_index: Option<ZipIndex>,
+}
+
+/// Opens images as its [`OpenOptions`] say: the one way the CLI and the
+/// Python bindings open them.
+///
+/// Every image's source is wrapped (the options' [`WrapSource`], then
+/// stream readahead, see [`crate::readahead`]); its format is detected
+/// ([`detect`]); structural errors are prefixed with its name.
+#[derive(Clone)]
+pub struct Opener {
+    o: OpenOptions,
+}
+
+impl Opener {
+    pub fn new(options: OpenOptions) -> Self {
+        Opener { o: options }
     }
 
-    /// Opens the image or shard manifest at `loc` (a file read as `io`
-    /// says, or a remote object read as `remote` says), wrapped for stream
-    /// readahead. The shards of a manifest may be files or remote objects;
-    /// the requests of all remote ones are counted in one set of counters.
-    pub fn open_location(
-        loc: &ImageLocation,
-        cache_bytes: usize,
-        io: IoMode,
-        remote: &crate::remote::RemoteOptions,
-    ) -> Result<OpenedImage> {
+    pub fn options(&self) -> &OpenOptions {
+        &self.o
+    }
+
+    /// Opens the image or shard manifest at `loc`: a file read as
+    /// [`OpenOptions::io`] says, or a remote object read as
+    /// [`OpenOptions::remote`] says. The shards of a manifest may be files
+    /// or remote objects; the requests of all remote ones are counted in
+    /// one set of counters.
+    pub fn open(&self, loc: &ImageLocation) -> Result<OpenedImage> {
         // One set of counters for the image and all its shards.
         #[cfg(feature = "remote")]
-        let mut counted = remote.clone();
-        #[cfg(feature = "remote")]
-        let (remote, counters) = {
-            let c = counted.client.counters.get_or_insert_with(Default::default);
-            let c = c.clone();
-            (&counted, c)
-        };
-        let o = match crate::location::open_content(loc, io, remote)? {
-            crate::location::Content::Image(o) => o,
-            crate::location::Content::Manifest(bytes) => {
-                let shard_opts = remote.clone();
-                let opts = UnionOptions {
-                    cache_bytes,
-                    on_conflict: OnConflict::Error,
-                    open: Box::new(move |l: &ImageLocation, cache: Arc<BlockCache>| {
-                        Self::open_shard(l, cache, io, &shard_opts)
-                    }),
-                };
-                let u = open_manifest_bytes(loc, &bytes, remote, opts)?;
+        let (me, counters) = self.counted();
+        #[cfg(not(feature = "remote"))]
+        let me = self;
+        let o = match location::open_content(loc, me.o.io, &me.o.remote)? {
+            Content::Image(o) => o,
+            Content::Manifest(bytes) => {
+                let u = me.manifest(loc, &bytes)?;
                 #[cfg(feature = "remote")]
                 let any_remote = loc.is_remote() || u.has_remote();
                 return Ok(OpenedImage {
@@ -227,63 +204,171 @@ impl AnyImage {
                     len: bytes.len() as u64,
                     #[cfg(feature = "remote")]
                     remote: any_remote.then_some(counters),
+                    zip_index: None,
                 });
             }
         };
         let len = o.source.len();
-        let src = StreamReadahead::new(o.source);
+        let file = o.source.identity();
+        let src = me.wrapped(o.source);
+        let cache = Arc::new(BlockCache::new(me.o.cache_bytes));
+        let image = match (&me.o.zip_index, file) {
+            (Some(z), Some(file)) if z.file == file => {
+                AnyImage::Zip(ZipFs::with_index(Arc::from(src), cache, z.index.clone()))
+            }
+            _ => image_of(src, &o.name, cache)?,
+        };
+        let zip_index = match (&image, file) {
+            (AnyImage::Zip(z), Some(file)) => Some(ZipIndex {
+                file,
+                index: z.index(),
+            }),
+            _ => None,
+        };
         Ok(OpenedImage {
-            image: Self::from_source(Box::new(src), &o.name, cache_bytes)?,
+            image,
             len,
             #[cfg(feature = "remote")]
             remote: o.remote,
+            zip_index,
         })
     }
 
-    /// Opens an image from any source (a file, memory, a fault-injecting
-    /// test source, a remote object), detecting its format; `name` (a path
-    /// or URL) prefixes errors.
-    pub fn from_source(src: Box<dyn ImageSource>, name: &str, cache_bytes: usize) -> Result<Self> {
-        Self::from_source_with_cache(src, name, Arc::new(BlockCache::new(cache_bytes)))
+    /// One tree over several image files, in the order given (see
+    /// [`crate::union`]; paths several hold are shown as
+    /// [`OpenOptions::on_conflict`] says), one cache serving all of them.
+    /// A single path opens as [`Opener::open`] opens it (an image as
+    /// itself, a manifest as the union of its shards); a manifest among
+    /// several is refused.
+    pub fn open_union(&self, images: &[PathBuf]) -> Result<OpenedImage> {
+        if let [one] = images {
+            return self.open(&ImageLocation::Local(one.clone()));
+        }
+        if let Some(m) = images.iter().find(|p| location::is_manifest(p)) {
+            return Err(FsError::Invalid(format!(
+                "{}: a manifest mounts alone, not with other images",
+                m.display()
+            )));
+        }
+        let u = union::open_images(images, self.union_options(self.o.on_conflict))?;
+        Ok(OpenedImage {
+            image: AnyImage::Union(Box::new(u)),
+            len: 0,
+            #[cfg(feature = "remote")]
+            remote: None,
+            zip_index: None,
+        })
     }
 
-    /// [`AnyImage::from_source`] over a given cache (or cache namespace).
-    pub fn from_source_with_cache(
-        src: Box<dyn ImageSource>,
-        name: &str,
-        cache: Arc<BlockCache>,
-    ) -> Result<Self> {
-        match detect(&*src, name) {
-            Ok(Format::SquashFs) => SquashFs::open(src, cache)
-                .map(AnyImage::SquashFs)
-                .map_err(named(name)),
-            Ok(Format::Zip) => ZipFs::open(src, cache)
-                .map(AnyImage::Zip)
-                .map_err(named(name)),
-            Ok(Format::Union) => unreachable!("detect never answers Union"),
-            // Anything else may still be a zip: self-extracting archives and
-            // zips with data in front start with something other than "PK".
-            // With an end record that ends the file, it is one, and what is
-            // wrong with it (a split archive's last part, missing leading
-            // bytes) is the error, not "unrecognised magic"; a record with
-            // bytes after it may be a chance match inside other data. A read
-            // that fails while looking is that failure: whether it is an
-            // image could not be told.
-            // (The tail is read again only for that error, so that opening a
-            // self-extractor costs one read of it, not two.)
-            Err(unknown @ FsError::UnknownFormat(_)) => {
-                let src: Arc<dyn ImageSource> = Arc::from(src);
-                match ZipFs::open_shared(src.clone(), cache) {
-                    Ok(z) => Ok(AnyImage::Zip(z)),
-                    Err(io @ FsError::Io { .. }) => Err(io),
-                    Err(e) => match crate::zip::format::end_record(&*src)? {
-                        Some(true) => Err(named(name)(e)),
-                        _ => Err(unknown),
-                    },
-                }
-            }
-            Err(e) => Err(e),
+    /// An image read from `src` as it is (memory, a fault-injecting test
+    /// source): no wrapper, no readahead; `name` (a path or URL) prefixes
+    /// errors.
+    pub fn open_source(&self, src: Box<dyn ImageSource>, name: &str) -> Result<AnyImage> {
+        image_of(src, name, Arc::new(BlockCache::new(self.o.cache_bytes)))
+    }
+
+    /// This opener with its requests counted in one set of counters: the
+    /// options' own, or new ones.
+    #[cfg(feature = "remote")]
+    fn counted(&self) -> (Opener, Arc<packfs_objstore::RemoteCounters>) {
+        let mut me = self.clone();
+        let counters =
+            me.o.remote
+                .client
+                .counters
+                .get_or_insert_with(Default::default)
+                .clone();
+        (me, counters)
+    }
+
+    /// `src` wrapped as every image's source is.
+    fn wrapped(&self, src: Box<dyn ImageSource>) -> Box<dyn ImageSource> {
+        let src = match &self.o.wrap_source {
+            Some(wrap) => wrap(src),
+            None => src,
+        };
+        Box::new(StreamReadahead::new(src))
+    }
+
+    /// A union whose shards this opener opens, one cache of the options'
+    /// budget for them all.
+    fn union_options(&self, on_conflict: OnConflict) -> UnionOptions<AnyImage> {
+        let me = self.clone();
+        UnionOptions {
+            cache_bytes: self.o.cache_bytes,
+            on_conflict,
+            open: Box::new(move |loc: &ImageLocation, cache: Arc<BlockCache>| me.shard(loc, cache)),
         }
+    }
+
+    /// One shard of a union: a file or a remote object, over `cache`.
+    fn shard(&self, loc: &ImageLocation, cache: Arc<BlockCache>) -> Result<AnyImage> {
+        let o = location::open_location(loc, self.o.io, &self.o.remote)?;
+        image_of(self.wrapped(o.source), &o.name, cache)
+    }
+
+    /// The union a manifest's `bytes` describe, its shards resolved against
+    /// `loc` and their lengths checked (remote ones by HEAD).
+    fn manifest(&self, loc: &ImageLocation, bytes: &[u8]) -> Result<UnionImage<AnyImage>> {
+        let sizes = |locs: &[ImageLocation]| location::lengths(locs, &self.o.remote);
+        union::open_manifest(
+            ManifestSource {
+                location: loc,
+                bytes,
+                sizes: &sizes,
+            },
+            self.union_options(OnConflict::Error),
+        )
+    }
+}
+
+/// Detects the format of the image `src` holds and opens it over `cache`;
+/// `name` (a path or URL) prefixes errors.
+fn image_of(src: Box<dyn ImageSource>, name: &str, cache: Arc<BlockCache>) -> Result<AnyImage> {
+    match detect(&*src, name) {
+        Ok(Format::SquashFs) => SquashFs::open(src, cache)
+            .map(AnyImage::SquashFs)
+            .map_err(named(name)),
+        Ok(Format::Zip) => ZipFs::open(src, cache)
+            .map(AnyImage::Zip)
+            .map_err(named(name)),
+        Ok(Format::Union) => unreachable!("detect never answers Union"),
+        // Anything else may still be a zip: self-extracting archives and
+        // zips with data in front start with something other than "PK".
+        // With an end record that ends the file, it is one, and what is
+        // wrong with it (a split archive's last part, missing leading
+        // bytes) is the error, not "unrecognised magic"; a record with
+        // bytes after it may be a chance match inside other data. A read
+        // that fails while looking is that failure: whether it is an
+        // image could not be told.
+        // (The tail is read again only for that error, so that opening a
+        // self-extractor costs one read of it, not two.)
+        Err(unknown @ FsError::UnknownFormat(_)) => {
+            let src: Arc<dyn ImageSource> = Arc::from(src);
+            match ZipFs::open_shared(src.clone(), cache) {
+                Ok(z) => Ok(AnyImage::Zip(z)),
+                Err(io @ FsError::Io { .. }) => Err(io),
+                Err(e) => match crate::zip::records::end_record(&*src)? {
+                    Some(true) => Err(named(name)(e)),
+                    _ => Err(unknown),
+                },
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl AnyImage {
+    /// The image file or shard manifest at `path` with the default
+    /// options and a block cache of `cache_bytes`: [`Opener::open`].
+    pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
+        let loc = ImageLocation::Local(path.to_path_buf());
+        Ok(Opener::new(OpenOptions::new(cache_bytes)).open(&loc)?.image)
+    }
+
+    /// The image `src` holds, read as it is: [`Opener::open_source`].
+    pub fn from_source(src: Box<dyn ImageSource>, name: &str, cache_bytes: usize) -> Result<Self> {
+        Opener::new(OpenOptions::new(cache_bytes)).open_source(src, name)
     }
 
     pub fn format(&self) -> Format {
@@ -503,8 +588,10 @@ mod tests {
     fn a_union_forwards_unit_readahead_to_the_shard_being_read() {
         let t = tempfile::tempdir().unwrap();
         let images = [image(t.path(), "a"), image(t.path(), "b")];
-        let any =
-            AnyImage::open_union(&images, 64 << 20, IoMode::default(), OnConflict::Error).unwrap();
+        let any = Opener::new(OpenOptions::new(64 << 20))
+            .open_union(&images)
+            .unwrap()
+            .image;
         assert_eq!(any.format(), Format::Union);
         let fs = PackFs::new(any, 1 << 20, 1);
         step_and_count(&fs, "a");

@@ -518,7 +518,7 @@ impl Remote {
             max_retries: 1000,
             retry_timeout: opts.timeout,
         };
-        let client = crate::roots::with_bundled_roots(HttpOptions::new())
+        let client = crate::tls_roots::with_bundled_roots(HttpOptions::new())
             .with_allow_http(true)
             .with_timeout(attempt)
             .with_connect_timeout(attempt.min(Duration::from_secs(5)))

@@ -55,25 +55,25 @@
 //! and `~/.aws/config` (what LUMI's `lumio-conf` writes), `--endpoint`; no
 //! credentials means anonymous requests (public buckets). Signing is
 //! object_store's; nothing here signs requests. TLS roots: the machine's
-//! and Mozilla's (`roots.rs`).
+//! and Mozilla's (`tls_roots.rs`).
 //!
-//! **Other objects of a bucket** ([`objects`]): the lengths of a manifest's
+//! **Other objects of a bucket** ([`bucket`]): the lengths of a manifest's
 //! shards (concurrent HEADs), listing, small GETs and PUTs.
 //!
 //! **Upload** ([`upload`]): `packfs pack -o s3://...` writes the image to a
 //! local temporary file and then sends it as a multipart upload, part by
 //! part (see that module for why not while it is written).
 
+pub mod bucket;
 pub mod client;
 pub mod config;
 pub mod error;
-pub mod objects;
 pub mod options;
 pub mod parts;
 mod range;
 pub mod reader;
-mod roots;
 pub mod stats;
+mod tls_roots;
 pub mod upload;
 
 pub use client::{Remote, Target, Version};

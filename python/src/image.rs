@@ -16,7 +16,7 @@ use crate::errors::{guarded, py_name, to_py, At, Error, Result};
 use crate::fork::Call;
 use crate::open::{self, Options, StorageCounters};
 use mountfs::fs::{Attr, FileKind, PackFs};
-use mountfs::open::AnyImage;
+use mountfs::open::{AnyImage, ZipIndex};
 use mountfs::remote::disk_cache::DiskCache;
 use mountfs::FsError;
 use packfs_objstore::RemoteCounters;
@@ -49,7 +49,7 @@ struct Inner {
     pool: OnceLock<std::result::Result<rayon::ThreadPool, String>>,
     threads: usize,
     /// A local ZIP image's index, for the processes this one forks.
-    zip_index: Option<open::ZipIndex>,
+    zip_index: Option<ZipIndex>,
 }
 
 #[pyclass(frozen, module = "packfs._native", name = "Image")]
@@ -436,16 +436,17 @@ impl NativeImage {
                 })
             })
             .map_err(|e| crate::errors::open_to_py(e, &location))?;
+        let open::Opened { image, storage } = opened;
         Ok(NativeImage {
             pid: std::process::id(),
             inner: ManuallyDrop::new(Inner {
-                fs: PackFs::new(opened.image, 0, 0),
+                fs: PackFs::new(image.image, 0, 0),
                 location,
-                storage: opened.storage,
-                remote: opened.remote,
+                storage,
+                remote: image.remote,
                 pool: OnceLock::new(),
                 threads,
-                zip_index: opened.zip_index,
+                zip_index: image.zip_index,
             }),
         })
     }
@@ -661,8 +662,8 @@ impl NativeImage {
         d.set_item("cache_evictions", c.evictions)?;
         d.set_item("cache_bytes", c.bytes)?;
         d.set_item("cache_budget", c.budget)?;
-        d.set_item("lookups", i.fs.counters.lookups.load(Relaxed))?;
-        d.set_item("reads", i.fs.counters.reads.load(Relaxed))?;
+        d.set_item("lookups", fsc.lookups)?;
+        d.set_item("reads", fsc.reads)?;
         d.set_item("read_bytes", fsc.read_bytes)?;
         d.set_item("errors", fsc.errors)?;
         match &i.remote {

@@ -1,7 +1,8 @@
 //! `packfs._native`: the Rust half of the Python package `packfs`.
 //!
-//! A thin layer over `mountfs`: opening goes through mountfs's locations,
-//! format detection and union (`open.rs`), paths are resolved as the
+//! A thin layer over `mountfs`: images are opened by mountfs's opener, from
+//! options the binding builds with a counting layer of its own (`open.rs`),
+//! paths are resolved as the
 //! kernel resolves them (`PackFs::resolve_path`), and reads and listings are `PackFs`
 //! calls (`image.rs`), the same core the FUSE server answers from. What
 //! lives here is only what Python needs on top: exceptions as `os` raises
@@ -21,7 +22,7 @@ use pyo3::prelude::*;
 /// v1) of a Slurm job or container, as `packfs mount` computes it.
 #[pyfunction]
 fn memory_limit() -> u64 {
-    mountfs::memory::limit()
+    mountfs::memory_limit::limit()
 }
 
 #[pymodule]

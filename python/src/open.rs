@@ -1,22 +1,13 @@
-//! Opening an image location as the CLI does, with the reads that reach
-//! storage counted (for `Image.stats()`).
-//!
-//! This is `AnyImage::open_location` with one layer added: a counting
-//! source under each image (each shard of a manifest), between the file or
-//! object and the stream readahead. mountfs's `CountingSource` counts per
-//! source; a union has one per shard, so the binding's [`Counted`] adds to
-//! one shared set of counters instead. Format detection, the union, remote
-//! sources and the readers are mountfs's.
+//! Python's `Image(...)` arguments as mountfs's opener options, and the
+//! one layer the binding adds to each image's source (each shard's): its
+//! reads counted, for `Image.stats()`. Opening itself (locations, format
+//! detection, the union, remote sources) is mountfs's [`Opener`].
 
-use mountfs::cache::BlockCache;
-use mountfs::location::{self, ImageLocation};
-use mountfs::open::{open_manifest_bytes, AnyImage};
-use mountfs::readahead::StreamReadahead;
+use mountfs::open::{OpenOptions, OpenedImage, Opener, ZipIndex};
 use mountfs::remote::disk_cache::DiskCache;
 use mountfs::remote::RemoteOptions;
-use mountfs::source::{open_image, FileIdentity, ImageSource, IoMode};
-use mountfs::union::{OnConflict, UnionOptions};
-use mountfs::zip::{index::Index, ZipFs};
+use mountfs::source::{ImageSource, IoMode};
+use mountfs::union::OnConflict;
 use mountfs::FsError;
 use packfs_objstore::{ClientOptions, RemoteCounters};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -44,29 +35,6 @@ pub struct Options {
     pub zip_index: Option<ZipIndex>,
 }
 
-/// A local ZIP image's index and the version of the file it describes.
-///
-/// A ZIP's index (about 90 bytes an entry) is built from its central
-/// directory by each process that opens it. A forked child that opens the
-/// same, unchanged file again takes its parent's instead: the index is
-/// immutable, so its pages stay shared with the parent (copy-on-write,
-/// never written), and four forked DataLoader workers hold one index, not
-/// five.
-#[derive(Clone)]
-pub struct ZipIndex {
-    pub file: FileIdentity,
-    pub index: Arc<Index>,
-}
-
-impl std::fmt::Debug for ZipIndex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZipIndex")
-            .field("file", &self.file)
-            .field("nodes", &self.index.nodes.len())
-            .finish()
-    }
-}
-
 /// Reads that reached the image file or object source, summed over shards.
 #[derive(Debug, Default)]
 pub struct StorageCounters {
@@ -74,7 +42,8 @@ pub struct StorageCounters {
     pub bytes: AtomicU64,
 }
 
-/// An image source whose reads are added to shared counters.
+/// An image source whose reads are added to shared counters (mountfs's
+/// `CountingSource` counts per source; a union has one per shard).
 struct Counted<S> {
     inner: S,
     counters: Arc<StorageCounters>,
@@ -96,90 +65,42 @@ impl<S: ImageSource> ImageSource for Counted<S> {
 
 /// An opened image and its counters.
 pub struct Opened {
-    pub image: AnyImage,
+    pub image: OpenedImage,
     pub storage: Arc<StorageCounters>,
-    pub remote: Option<Arc<RemoteCounters>>,
-    /// A local ZIP image's index, for a forked child's [`Options::zip_index`].
-    pub zip_index: Option<ZipIndex>,
-}
-
-/// Counted, then wrapped for stream readahead, as `AnyImage` opens images.
-fn wrap(src: Box<dyn ImageSource>, counters: &Arc<StorageCounters>) -> Box<dyn ImageSource> {
-    Box::new(StreamReadahead::new(Counted {
-        inner: src,
-        counters: counters.clone(),
-    }))
 }
 
 /// Opens `location` (a file, a shard manifest, `s3://BUCKET/KEY`,
 /// `http(s)://...`).
 pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> {
-    let loc = ImageLocation::from_path(location).map_err(FsError::Invalid)?;
-    let storage = Arc::new(StorageCounters::default());
-    let counters = Arc::new(RemoteCounters::default());
+    let loc = mountfs::location::ImageLocation::from_path(location).map_err(FsError::Invalid)?;
     let client = ClientOptions::default();
     let remote = RemoteOptions {
         client: ClientOptions {
             endpoint: o.endpoint.clone(),
             profile: o.profile.clone(),
             timeout: o.timeout.unwrap_or(client.timeout),
-            counters: Some(counters.clone()),
+            counters: Some(Arc::new(RemoteCounters::default())),
         },
         cache_bytes: o.range_cache,
         disk_cache: o.disk_cache.clone(),
         ..Default::default()
     };
     remote.validate().map_err(FsError::Invalid)?;
-    let opened = match location::open_content(&loc, IoMode::Pread, &remote)? {
-        location::Content::Image(o) => o,
-        location::Content::Manifest(bytes) => {
-            let (storage2, shard_remote) = (storage.clone(), remote.clone());
-            let opts = UnionOptions {
-                cache_bytes: o.cache_bytes,
-                on_conflict: OnConflict::Error,
-                open: Box::new(move |shard: &ImageLocation, cache| {
-                    let src = match shard {
-                        ImageLocation::Local(p) => open_image(p, IoMode::Pread)?,
-                        _ => location::open_location(shard, IoMode::Pread, &shard_remote)?.source,
-                    };
-                    AnyImage::from_source_with_cache(
-                        wrap(src, &storage2),
-                        &shard.to_string(),
-                        cache,
-                    )
-                }),
-            };
-            let u = open_manifest_bytes(&loc, &bytes, &remote, opts)?;
-            let any_remote = loc.is_remote() || u.has_remote();
-            return Ok(Opened {
-                image: AnyImage::Union(Box::new(u)),
-                storage,
-                remote: any_remote.then_some(counters),
-                zip_index: None,
-            });
-        }
-    };
-    let file = opened.source.identity();
-    let src = wrap(opened.source, &storage);
-    let image = match (&o.zip_index, file) {
-        (Some(z), Some(file)) if z.file == file => AnyImage::Zip(ZipFs::with_index(
-            Arc::from(src),
-            Arc::new(BlockCache::new(o.cache_bytes)),
-            z.index.clone(),
-        )),
-        _ => AnyImage::from_source(src, &opened.name, o.cache_bytes)?,
-    };
-    let zip_index = match (&image, file) {
-        (AnyImage::Zip(z), Some(file)) => Some(ZipIndex {
-            file,
-            index: z.index(),
-        }),
-        _ => None,
-    };
-    Ok(Opened {
-        image,
-        storage,
-        remote: opened.remote,
-        zip_index,
+    let storage = Arc::new(StorageCounters::default());
+    let counters = storage.clone();
+    let image = Opener::new(OpenOptions {
+        cache_bytes: o.cache_bytes,
+        io: IoMode::Pread,
+        remote,
+        on_conflict: OnConflict::Error,
+        wrap_source: Some(Arc::new(move |inner| {
+            Box::new(Counted {
+                inner,
+                counters: counters.clone(),
+            })
+        })),
+        zip_index: o.zip_index.clone(),
     })
+    .open(&loc)?;
+    Ok(Opened { image, storage })
 }

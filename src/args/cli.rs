@@ -77,9 +77,9 @@ impl RemoteArgs {
         mountfs::remote::RemoteOptions {
             client: self.client(),
             range_size: self.range_size,
-            cache_bytes: self
-                .range_cache
-                .unwrap_or_else(|| default_range_cache(mountfs::memory::limit(), self.range_size)),
+            cache_bytes: self.range_cache.unwrap_or_else(|| {
+                default_range_cache(mountfs::memory_limit::limit(), self.range_size)
+            }),
             ..Default::default()
         }
     }
@@ -494,7 +494,7 @@ pub struct MountArgs {
     /// offers them (Linux 6.14+, `enable_uring` on), `/dev/fuse` otherwise
     /// [default: auto, or the environment's PACKFS_TRANSPORT].
     #[arg(long, value_enum)]
-    pub transport: Option<mountfs::transport::Transport>,
+    pub transport: Option<mountfs::fuse::transport::Transport>,
     /// Where requests come through `/dev/fuse`: serve with packfs's own
     /// threads, one of which waits for the next request by spinning this many
     /// microseconds before it sleeps (50 suits a one-thread reader of local
@@ -579,7 +579,7 @@ pub struct RunArgs {
     pub threads: Option<usize>,
     /// How FUSE requests reach the daemons (as for `mount --transport`).
     #[arg(long, value_enum)]
-    pub transport: Option<mountfs::transport::Transport>,
+    pub transport: Option<mountfs::fuse::transport::Transport>,
     /// Spin before sleeping on `/dev/fuse` (as for `mount --dev-spin`).
     #[arg(long, value_name = "MICROS")]
     pub dev_spin: Option<u64>,

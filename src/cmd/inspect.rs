@@ -6,7 +6,7 @@ mod date;
 use crate::args::cli::RemoteArgs;
 use anyhow::{bail, Context};
 use mountfs::fs::{Attr, FileKind, PackFs};
-use mountfs::open::AnyImage;
+use mountfs::open::{AnyImage, OpenOptions, Opener};
 use packfs_bench::size::human;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
@@ -24,12 +24,11 @@ fn open(image: &Path, remote: &RemoteArgs) -> anyhow::Result<PackFs<AnyImage>> {
 /// The image a path or URL names (see `crate::args::location`).
 fn open_image(image: &Path, remote: &RemoteArgs) -> anyhow::Result<mountfs::open::OpenedImage> {
     let loc = crate::args::location(image)?;
-    Ok(AnyImage::open_location(
-        &loc,
-        CLI_CACHE,
-        Default::default(),
-        &remote.options(),
-    )?)
+    let o = OpenOptions {
+        remote: remote.options(),
+        ..OpenOptions::new(CLI_CACHE)
+    };
+    Ok(Opener::new(o).open(&loc)?)
 }
 
 /// A path in the image, as bytes: names need not be UTF-8.

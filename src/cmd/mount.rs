@@ -8,11 +8,11 @@ use crate::args::usage::usage;
 use crate::mount::daemon::{self, Ready};
 use crate::mount::{machine, mountinfo, mountlock};
 use anyhow::Context;
+use mountfs::fuse::serve::ServeOptions;
+use mountfs::fuse::transport::Transport;
 use mountfs::location::ImageLocation;
-use mountfs::open::{AnyImage, OpenedImage};
-use mountfs::serve::ServeOptions;
+use mountfs::open::{OpenedImage, Opener};
 use mountfs::source::IoMode;
-use mountfs::transport::Transport;
 use mountfs::union::OnConflict;
 use std::path::{Path, PathBuf};
 
@@ -63,13 +63,18 @@ impl OpenOptions {
     }
 
     fn open(&self) -> anyhow::Result<OpenedImage> {
+        let o = mountfs::open::OpenOptions {
+            io: self.io,
+            remote: self.remote.clone(),
+            ..mountfs::open::OpenOptions::new(self.cache_bytes)
+        };
         Ok(match &self.source {
-            Source::One(l) => AnyImage::open_location(l, self.cache_bytes, self.io, &self.remote)?,
-            Source::Union(images, rule) => OpenedImage {
-                image: AnyImage::open_union(images, self.cache_bytes, self.io, *rule)?,
-                len: 0,
-                remote: None,
-            },
+            Source::One(l) => Opener::new(o).open(l)?,
+            Source::Union(images, on_conflict) => Opener::new(mountfs::open::OpenOptions {
+                on_conflict: *on_conflict,
+                ..o
+            })
+            .open_union(images)?,
         })
     }
 }
@@ -110,7 +115,7 @@ fn dev_spin_of(flag: Option<u64>) -> anyhow::Result<Option<std::time::Duration>>
 
 /// `PACKFS_URING_THREADS`: threads per io_uring queue, for a benchmark to
 /// compare (`benches/transport.sh`); unset or empty, packfs picks
-/// (`mountfs::transport::uring::threads_per_queue`).
+/// (`mountfs::fuse::transport::uring::threads_per_queue`).
 fn queue_threads_of() -> anyhow::Result<Option<usize>> {
     match env_setting("PACKFS_URING_THREADS") {
         None => Ok(None),
@@ -198,12 +203,13 @@ impl MountPlan {
             None => transport_from_env()?,
         };
         if transport == Transport::Uring {
-            mountfs::transport::probe().map_err(|e| anyhow::anyhow!("--transport uring: {e}"))?;
+            mountfs::fuse::transport::probe()
+                .map_err(|e| anyhow::anyhow!("--transport uring: {e}"))?;
         }
         let mountpoint = paths.pop().expect("clap requires two paths");
         let images = paths;
         let mut options = split_options(options);
-        mountfs::serve::check_options(&options).map_err(|e| usage(format!("-o {e}")))?;
+        mountfs::fuse::serve::check_options(&options).map_err(|e| usage(format!("-o {e}")))?;
         // `-o nonempty`, libfuse 2's spelling, is taken too.
         let nonempty = nonempty || options.iter().any(|o| o == "nonempty");
         let lock = claim(&mountpoint, nonempty)?;
@@ -425,7 +431,7 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     let recorder = plan
         .record_access
         .as_ref()
-        .map(|p| std::sync::Arc::new(mountfs::record::AccessRecorder::new(p)));
+        .map(|p| std::sync::Arc::new(mountfs::access_profile::AccessRecorder::new(p)));
     if let Some(r) = &recorder {
         r.flush()
             .with_context(|| format!("--record-access {}", r.path().display()))?;
@@ -438,7 +444,7 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
             .name("packfs-preload".into())
             .spawn(move || {
                 let t = std::time::Instant::now();
-                let (files, bytes) = mountfs::record::preload_profile(&*image, &text);
+                let (files, bytes) = mountfs::access_profile::preload_profile(&*image, &text);
                 log::info!(
                     "preloaded the profile's {files} files ({}) in {:.2} s",
                     packfs_bench::size::human(bytes),
@@ -450,11 +456,11 @@ fn serve(opened: OpenedImage, plan: &MountPlan, ready: Option<Ready>) -> anyhow:
     // Memory freed when blocks leave the cache goes back to the kernel.
     mountfs::buffers::spawn_trimmer(std::time::Duration::from_secs(2))
         .context("starting the memory trimmer")?;
-    let served = std::sync::Arc::new(mountfs::transport::Shared::default());
+    let served = std::sync::Arc::new(mountfs::fuse::transport::Shared::default());
     if let Some(path) = &plan.stats {
         super::stats::spawn_writer(path, fs.clone(), remote.clone(), served.clone())?;
     }
-    mountfs::serve::serve_fs(fs.clone(), &plan.mountpoint, opts, ready, &served)
+    mountfs::fuse::serve::serve_fs(fs.clone(), &plan.mountpoint, opts, ready, &served)
         .with_context(|| format!("mounting at {}", plan.mountpoint.display()))?;
     if let Some(r) = &recorder {
         r.flush()

@@ -3,8 +3,9 @@
 
 use anyhow::Context;
 use mountfs::fs::PackFs;
+use mountfs::fuse::stats::MountStats;
+use mountfs::fuse::transport::{Served, Shared};
 use mountfs::open::AnyImage;
-use mountfs::transport::{Served, Shared};
 use packfs_objstore::{RemoteCounters, RemoteStats};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -104,7 +105,8 @@ pub fn write(
     served: &Shared,
 ) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp~");
-    let mut value = serde_json::to_value(fs.counters.snapshot())?;
+    let stats = MountStats::new(&served.requests, &fs.counters.snapshot());
+    let mut value = serde_json::to_value(stats)?;
     if let Some(obj) = value.as_object_mut() {
         let c = fs.image.cache().stats();
         obj.insert(

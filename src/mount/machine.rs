@@ -14,5 +14,5 @@ pub fn default_session_threads() -> usize {
 
 /// Default cache budget: an eighth of physical memory, between 64 MiB and 1 GiB.
 pub fn default_cache_size() -> u64 {
-    (mountfs::memory::limit() / 8).clamp(64 << 20, 1 << 30)
+    (mountfs::memory_limit::limit() / 8).clamp(64 << 20, 1 << 30)
 }

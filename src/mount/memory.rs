@@ -1,6 +1,6 @@
 //! What the mount's daemon sets up about memory before its threads start.
 //! (The memory limit the caches' defaults come from is
-//! [`mountfs::memory::limit`].)
+//! [`mountfs::memory_limit::limit`].)
 
 /// Caps glibc's malloc arenas for a mount's daemon at one per CPU (2 to 8),
 /// before any thread starts. glibc gives each thread that meets a locked

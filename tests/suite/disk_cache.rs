@@ -11,10 +11,9 @@ use crate::common::servers::RangeServer;
 use crate::common::*;
 use mountfs::fs::PackFs;
 use mountfs::location::ImageLocation;
-use mountfs::open::AnyImage;
+use mountfs::open::{AnyImage, OpenOptions, Opener};
 use mountfs::remote::disk_cache::DiskCache;
 use mountfs::remote::RemoteOptions;
-use mountfs::source::IoMode;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -49,8 +48,11 @@ fn open(url: &str, disk: Option<&Arc<DiskCache>>) -> PackFs<AnyImage> {
     };
     let loc = ImageLocation::parse(url).unwrap();
     // A small block cache: a second epoch must go to the source.
-    let o = AnyImage::open_location(&loc, 256 << 10, IoMode::default(), &remote).unwrap();
-    PackFs::new(o.image, 0, 0)
+    let o = OpenOptions {
+        remote,
+        ..OpenOptions::new(256 << 10)
+    };
+    PackFs::new(Opener::new(o).open(&loc).unwrap().image, 0, 0)
 }
 
 /// Reads every file in an order shuffled by `seed`, checking its bytes.

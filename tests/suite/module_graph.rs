@@ -13,6 +13,10 @@
 //! re-exports counts as a reference to the module that defines it. A path to
 //! an item the root itself defines (`crate::PackOptions`) is not counted:
 //! the root is the crate's public face, which every module may name.
+//!
+//! One boundary is checked too: in mountfs everything FUSE lives under
+//! `fuse/` (the `fuse` feature), so no module outside it names `fuser` or
+//! refers to `crate::fuse` (test modules included).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -360,4 +364,100 @@ fn the_checker_sees_a_cycle() {
     // Test modules are not references.
     let c = code("use crate::c;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\nfn x() {}\n");
     assert!(c.contains("use crate::c;") && !c.contains("super") && c.contains("fn x"));
+}
+
+/// The code of a file without comments, its test modules kept: a test of
+/// the core that reached into the FUSE server would tie the core's tests
+/// to the `fuse` feature.
+fn code_with_tests(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `code` names the identifier `word` (not as part of a longer one).
+fn names(code: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(word)
+        .any(|(i, _)| !code[..i].ends_with(ident) && !code[i + word.len()..].starts_with(ident))
+}
+
+/// Breaches of mountfs's FUSE boundary among `mods` (module path -> source):
+/// a module outside `fuse` that names `fuser`, or that refers to `fuse` or
+/// any module under it.
+fn fuse_breaches(mods: &BTreeMap<String, String>) -> Vec<String> {
+    let in_fuse = |m: &str| m == "fuse" || m.starts_with("fuse::");
+    let known: BTreeSet<String> = mods.keys().cloned().collect();
+    let aliases: BTreeMap<String, String> = mods
+        .iter()
+        .flat_map(|(m, text)| reexports(m, &code(text), &known))
+        .collect();
+    let mut out = Vec::new();
+    for (m, text) in mods.iter().filter(|(m, _)| !in_fuse(m)) {
+        let code = code_with_tests(text);
+        let name = if m.is_empty() { "the crate root" } else { m };
+        if names(&code, "fuser") {
+            out.push(format!("{name} names fuser"));
+        }
+        for r in references_via(m, &code, &known, &aliases) {
+            if in_fuse(&r) {
+                out.push(format!("{name} refers to crate::{r}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_core_of_mountfs_knows_nothing_of_fuse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mods = modules(&root.join("mountfs/src"));
+    assert!(
+        mods.keys().any(|m| m.starts_with("fuse::")),
+        "mountfs/src/fuse/ not found"
+    );
+    let breaches = fuse_breaches(&mods);
+    assert!(
+        breaches.is_empty(),
+        "everything FUSE belongs under mountfs/src/fuse/: {}",
+        breaches.join("; ")
+    );
+}
+
+#[test]
+fn the_fuse_guard_sees_a_breach() {
+    let mods = |fs: &str| -> BTreeMap<String, String> {
+        [
+            (
+                "",
+                "pub mod fs;\n#[cfg(feature = \"fuse\")]\npub mod fuse;\n",
+            ),
+            ("fs", fs),
+            ("fuse", "pub mod ops;\n"),
+            ("fuse::ops", "use crate::fs::PackFs;\nuse fuser::Errno;\n"),
+        ]
+        .into_iter()
+        .map(|(m, t)| (m.to_string(), t.to_string()))
+        .collect()
+    };
+    // The FUSE side may use the core and fuser; comments and longer
+    // names (`defuser`, `fuser_x`) are not a use.
+    let clean = "// fuser answers EIO here\nfn f(defuser: u8, fuser_x: u8) {}\n";
+    assert_eq!(fuse_breaches(&mods(clean)), Vec::<String>::new());
+    assert_eq!(
+        fuse_breaches(&mods("fn f(e: fuser::Errno) {}\n")),
+        ["fs names fuser"]
+    );
+    assert_eq!(
+        fuse_breaches(&mods("use crate::fuse::ops::Ops;\n")),
+        ["fs refers to crate::fuse::ops"]
+    );
+    // From a test module too.
+    let test = "fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::fuse::ops;\n}\n";
+    assert_eq!(
+        fuse_breaches(&mods(test)),
+        ["fs refers to crate::fuse::ops"]
+    );
 }

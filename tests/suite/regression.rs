@@ -1559,7 +1559,7 @@ fn damaged_symlink_targets_and_xattr_names_are_the_images_errors() {
 }
 
 /// Found by a review: the ZIP reader logged every damaged member it met
-/// ("[ERROR mountfs::zip::data] zip: x: CRC-32 mismatch ...") and returned
+/// ("[ERROR mountfs::zip::decoders] zip: x: CRC-32 mismatch ...") and returned
 /// the error too, so `cat` and `extract` printed the damage twice and a
 /// mount's log had it twice. The error is said once, by whoever gets it.
 #[test]

@@ -153,8 +153,8 @@ fn uring_queues_get_their_threads_from_the_storage_and_threads_or_the_environmen
     let behind_fuse = outer.path().join("img.sqfs");
     // One queue per possible CPU; the rule itself has its unit test
     // (`uring::threads_per_queue`), this test checks that mounts apply it.
-    let cpus = mountfs::transport::possible_cpus().unwrap().len();
-    let rule = |threads| mountfs::transport::uring::threads_per_queue(threads, cpus);
+    let cpus = mountfs::fuse::transport::possible_cpus().unwrap().len();
+    let rule = |threads| mountfs::fuse::transport::uring::threads_per_queue(threads, cpus);
     // (image, flags, daemon environment, threads per queue)
     type Case<'a> = (&'a Path, &'a [&'a str], &'a [(&'a str, &'a str)], usize);
     let cases: [Case; 7] = [
@@ -224,7 +224,7 @@ fn cpu_hops_reading(files: &[PathBuf]) -> (usize, Vec<blake3::Hash>) {
 }
 
 // A cold one-thread shuffled read through the queues, with the queue
-// threads' SCHED_IDLE submissions (transport/uring/stay.rs, on as root):
+// threads' SCHED_IDLE submissions (fuse/transport/uring/sched_idle.rs, on as root):
 // every file reads back whole and the reader rarely changes CPU. On the
 // Linux tree a reader changed CPU at about half of its files without the
 // switch (docs/BENCHMARKS.md); this small tree does not make it hop even

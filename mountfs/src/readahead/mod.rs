@@ -40,7 +40,7 @@
 //! and widens hints that continue one of 8 streams (within 1 MiB of its end)
 //! to run 4 MiB ahead once the stream has been continued twice, issued half a
 //! window at a time; a hint far from every stream is passed on exactly. It is applied where images are opened
-//! (`AnyImage::open_with`); the sources themselves advise exactly what they
+//! (`open::Opener`); the sources themselves advise exactly what they
 //! are asked (`posix_fadvise` for the default `pread` source, `madvise` for
 //! [`MmapSource`]). The window sizes suit the map, where the kernel's own
 //! sequential readahead never starts; with `pread` the kernel's per-file

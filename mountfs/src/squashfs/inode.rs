@@ -136,88 +136,7 @@ pub fn decode_inode(
     let uid = cx.tables.id(h.uid_idx)?;
     let gid = cx.tables.id(h.gid_idx)?;
     let body = InodeBody::decode(c, h.inode_type, h.inode_number)?;
-    let mut nlink = 1;
-    let mut xattr = INVALID_XATTR;
-    let kind = match body {
-        InodeBody::BasicDir(d) => {
-            nlink = d.nlink;
-            InodeKind::Dir(DirInode {
-                block: d.block,
-                offset: d.offset,
-                size: d.size as u32,
-                parent: d.parent,
-                index_count: 0,
-                index_at: None,
-            })
-        }
-        InodeBody::ExtDir(d) => {
-            nlink = d.nlink;
-            xattr = d.xattr;
-            InodeKind::Dir(DirInode {
-                block: d.block,
-                offset: d.offset,
-                size: d.size,
-                parent: d.parent,
-                index_count: d.index_count,
-                index_at: (d.index_count > 0).then_some((c.pos, c.off)),
-            })
-        }
-        InodeBody::BasicFile(_) | InodeBody::ExtFile(_) => {
-            let mut f = match body {
-                InodeBody::BasicFile(b) => FileInode {
-                    blocks_start: b.blocks_start as u64,
-                    size: b.size as u64,
-                    fragment: b.fragment,
-                    fragment_offset: b.fragment_offset,
-                    block_sizes: Vec::new(),
-                    sizes_at: (c.pos, c.off),
-                    sparse: 0,
-                },
-                InodeBody::ExtFile(e) => {
-                    nlink = e.nlink;
-                    xattr = e.xattr;
-                    FileInode {
-                        blocks_start: e.blocks_start,
-                        size: e.size,
-                        fragment: e.fragment,
-                        fragment_offset: e.fragment_offset,
-                        block_sizes: Vec::new(),
-                        sizes_at: (c.pos, c.off),
-                        sparse: e.sparse,
-                    }
-                }
-                _ => unreachable!("matched a file body above"),
-            };
-            let n = full_block_count(cx, &f)?;
-            if with_blocks {
-                f.block_sizes = read_block_sizes(c, n)?;
-            }
-            InodeKind::File(f)
-        }
-        InodeBody::Symlink(s) => {
-            nlink = s.nlink;
-            xattr = s.xattr.unwrap_or(INVALID_XATTR);
-            InodeKind::Symlink(s.target)
-        }
-        InodeBody::Device(d) => {
-            nlink = d.nlink;
-            xattr = d.xattr.unwrap_or(INVALID_XATTR);
-            if d.block {
-                InodeKind::BlockDev(d.rdev)
-            } else {
-                InodeKind::CharDev(d.rdev)
-            }
-        }
-        InodeBody::Ipc(i) => {
-            nlink = i.nlink;
-            xattr = i.xattr.unwrap_or(INVALID_XATTR);
-            if i.socket {
-                InodeKind::Socket
-            } else {
-                InodeKind::Fifo
-            }
-        }
-    };
+    let (kind, nlink, xattr) = decode_kind(c, cx, body, with_blocks)?;
     Ok(Inode {
         inode_ref,
         number: h.inode_number,
@@ -229,6 +148,104 @@ pub fn decode_inode(
         xattr,
         kind,
     })
+}
+
+/// The kind of an inode from its decoded body, with its link count and
+/// xattr index (1 and `INVALID_XATTR` for the basic types that record
+/// neither). The cursor is just past the body, where a file's block size
+/// list or a directory's index starts.
+fn decode_kind(
+    c: &mut MetaCursor<'_>,
+    cx: &InodeContext<'_>,
+    body: InodeBody,
+    with_blocks: bool,
+) -> Result<(InodeKind, u32, u32)> {
+    let after = (c.pos, c.off);
+    Ok(match body {
+        InodeBody::BasicDir(d) => {
+            let dir = DirInode {
+                block: d.block,
+                offset: d.offset,
+                size: d.size as u32,
+                parent: d.parent,
+                index_count: 0,
+                index_at: None,
+            };
+            (InodeKind::Dir(dir), d.nlink, INVALID_XATTR)
+        }
+        InodeBody::ExtDir(d) => {
+            let dir = DirInode {
+                block: d.block,
+                offset: d.offset,
+                size: d.size,
+                parent: d.parent,
+                index_count: d.index_count,
+                index_at: (d.index_count > 0).then_some(after),
+            };
+            (InodeKind::Dir(dir), d.nlink, d.xattr)
+        }
+        InodeBody::BasicFile(b) => {
+            let f = FileInode {
+                blocks_start: b.blocks_start as u64,
+                size: b.size as u64,
+                fragment: b.fragment,
+                fragment_offset: b.fragment_offset,
+                block_sizes: Vec::new(),
+                sizes_at: after,
+                sparse: 0,
+            };
+            let f = with_block_sizes(c, cx, f, with_blocks)?;
+            (InodeKind::File(f), 1, INVALID_XATTR)
+        }
+        InodeBody::ExtFile(e) => {
+            let f = FileInode {
+                blocks_start: e.blocks_start,
+                size: e.size,
+                fragment: e.fragment,
+                fragment_offset: e.fragment_offset,
+                block_sizes: Vec::new(),
+                sizes_at: after,
+                sparse: e.sparse,
+            };
+            let f = with_block_sizes(c, cx, f, with_blocks)?;
+            (InodeKind::File(f), e.nlink, e.xattr)
+        }
+        InodeBody::Symlink(s) => (
+            InodeKind::Symlink(s.target),
+            s.nlink,
+            s.xattr.unwrap_or(INVALID_XATTR),
+        ),
+        InodeBody::Device(d) => {
+            let kind = match d.block {
+                true => InodeKind::BlockDev(d.rdev),
+                false => InodeKind::CharDev(d.rdev),
+            };
+            (kind, d.nlink, d.xattr.unwrap_or(INVALID_XATTR))
+        }
+        InodeBody::Ipc(i) => {
+            let kind = match i.socket {
+                true => InodeKind::Socket,
+                false => InodeKind::Fifo,
+            };
+            (kind, i.nlink, i.xattr.unwrap_or(INVALID_XATTR))
+        }
+    })
+}
+
+/// A file inode whose block count is checked against the inode table
+/// ([`full_block_count`]), with its block size list read from the cursor
+/// when `with_blocks`.
+fn with_block_sizes(
+    c: &mut MetaCursor<'_>,
+    cx: &InodeContext<'_>,
+    mut f: FileInode,
+    with_blocks: bool,
+) -> Result<FileInode> {
+    let n = full_block_count(cx, &f)?;
+    if with_blocks {
+        f.block_sizes = read_block_sizes(c, n)?;
+    }
+    Ok(f)
 }
 
 /// Reads `n` block size words from the cursor.

@@ -41,16 +41,16 @@
 //! A path that is a directory in one shard and not in another, or a
 //! non-directory in two, is a conflict. [`OnConflict::Error`] (the default)
 //! refuses to mount plain images with one (checked at open by a merge pass
-//! over the directories present in several images, `open`); a manifest's
+//! over the directories present in several images, `build`); a manifest's
 //! shards come from one source tree and cannot conflict. `First` and `Last`
 //! pick the first or last shard holding the path; when that is a directory,
 //! the directories of the other shards merge with it and their
 //! non-directories are hidden.
 
-mod open;
-mod opener;
+mod build;
+mod options;
 mod tree;
 
-pub use open::{open_images, open_manifest, ManifestSource};
-pub use opener::{OnConflict, OpenFn, UnionOptions};
+pub use build::{open_images, open_manifest, ManifestSource};
+pub use options::{OnConflict, OpenFn, UnionOptions};
 pub use tree::{UnionHandle, UnionImage, MAX_SHARDS};

@@ -1,7 +1,7 @@
 //! The union image itself: routing, merged directories, node ids (see the
 //! module doc of `crate::union`).
 
-use super::opener::{OnConflict, Opener};
+use super::options::{OnConflict, ShardOpener};
 use crate::error::{FsError, Result};
 use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::location::ImageLocation;
@@ -71,7 +71,7 @@ pub struct UnionImage<I: Image> {
     pub(super) rule: OnConflict,
     pub(super) tables: RwLock<Tables>,
     pub(super) root: Arc<MergedDir>,
-    pub(super) opener: Opener<I>,
+    pub(super) opener: ShardOpener<I>,
     /// For statfs: total image bytes and entries, when known.
     pub(super) total_bytes: u64,
     pub(super) total_entries: u64,

@@ -7,7 +7,7 @@
 //! offset x in member n" in O(log n). Both live under one mutex that is held
 //! only for map operations, never while decoding.
 
-use super::data::Checkpoint;
+use super::decoders::Checkpoint;
 use lru::LruCache;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};

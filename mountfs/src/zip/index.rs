@@ -24,7 +24,7 @@
 //!
 //! O(n log n) for the sort, O(n) otherwise; no per-entry hash map or string.
 
-use super::format::*;
+use super::records::*;
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
 use packfs_format::zip::entry::{parse_central, CentralEntry};

@@ -51,7 +51,7 @@
 //!   decoder lock is never held while waiting for a cache slot that another
 //!   thread holds while waiting for the decoder (no deadlock).
 //!
-//! **Checkpoints** ([`checkpoint`], [`data::Checkpoint`]). Deflate is decoded
+//! **Checkpoints** ([`checkpoint`], [`decoders::Checkpoint`]). Deflate is decoded
 //! with miniz_oxide's core inflater into a 32 KiB *wrapping* output buffer,
 //! which is then exactly the LZ77 window; the inflater's state is `Clone`.
 //! A checkpoint is (inflater state, window, input offset, output offset,
@@ -95,9 +95,9 @@
 
 pub mod checkpoint;
 mod coverage;
-pub mod data;
-pub mod format;
+pub mod decoders;
 pub mod index;
+pub mod records;
 
 pub use checkpoint::CheckpointStats;
 pub use index::ZipInfo;
@@ -108,10 +108,10 @@ use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::source::ImageSource;
 use checkpoint::Checkpoints;
 use coverage::{Coverage, Verdict};
-use data::{Checkpoint, Member, Stream};
-use format::*;
+use decoders::{Checkpoint, Member, Stream};
 use index::{Index, Node};
 use packfs_format::zip::*;
+use records::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -542,7 +542,7 @@ impl ZipFs {
     /// them if the member's CRC-32 is not the archive's, and every read of
     /// the member after it.
     fn check_stored(&self, h: &ZipFile, n: &Node, offset: u64, data: &[u8]) -> Result<()> {
-        let mismatch = |got| data::crc_mismatch(&self.path_of(h.node), n.crc, got);
+        let mismatch = |got| decoders::crc_mismatch(&self.path_of(h.node), n.crc, got);
         if self.state(h.node).load(Ordering::Acquire) & CRC_BAD != 0 {
             return Err(FsError::corrupt(format!(
                 "{}: CRC-32 mismatch (expected {:08x})",
@@ -569,7 +569,7 @@ impl ZipFs {
         // No read of an empty member reaches a decoder or a check, so its
         // CRC-32 is checked here: that of no bytes is 0 (unzip -t, zipfile).
         if n.size == 0 && n.crc != 0 {
-            return Err(data::crc_mismatch(&self.path_of(i), n.crc, 0));
+            return Err(decoders::crc_mismatch(&self.path_of(i), n.crc, 0));
         }
         let data_off = self.data_off(i, n)?;
         if n.size / CHUNK > u32::MAX as u64 {
@@ -587,7 +587,7 @@ impl ZipFs {
             let crc = crc32fast::hash(&data);
             crate::buffers::recycle(data);
             if crc != n.crc {
-                return Err(data::crc_mismatch(&self.path_of(i), n.crc, crc));
+                return Err(decoders::crc_mismatch(&self.path_of(i), n.crc, crc));
             }
             self.state(i).fetch_or(VERIFIED, Ordering::AcqRel);
         }

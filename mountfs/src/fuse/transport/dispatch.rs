@@ -8,7 +8,7 @@
 
 use super::abi::*;
 use crate::fs::Image;
-use crate::ops::{Lookup, Ops, Xattr, TTL};
+use crate::fuse::ops::{Lookup, Ops, Xattr, TTL};
 
 /// Who may use the mount besides its owner (`-o allow_root`): as `fuser`
 /// does on `/dev/fuse`, requests other users may send without a uid of
@@ -44,7 +44,7 @@ pub fn dispatch<I: Image>(
     op_in: &[u8; 128],
     out: &mut [u8],
     in_len: usize,
-) -> crate::ops::Answer<usize> {
+) -> crate::fuse::ops::Answer<usize> {
     let node = h.nodeid;
     match h.opcode {
         LOOKUP => {
@@ -127,7 +127,7 @@ pub fn dispatch<I: Image>(
 
 /// Copies an answer into the payload buffer (sized for the largest
 /// request the kernel sends, so an answer to it always fits).
-fn copy(out: &mut [u8], data: &[u8]) -> crate::ops::Answer<usize> {
+fn copy(out: &mut [u8], data: &[u8]) -> crate::fuse::ops::Answer<usize> {
     if data.len() > out.len() {
         log::error!(
             "answer of {} bytes exceeds the FUSE payload buffer",

@@ -1,12 +1,14 @@
 //! The answer to each FUSE operation packfs serves, independent of how the
-//! request arrived: both transports (the `fuser` adapter in `fuse.rs` for
-//! `/dev/fuse`, the io_uring queues in `transport/uring.rs`) call these and
-//! only convert the results to their reply formats, so the policies here
-//! (negative entries, declined OPEN, refused writes, counting) are the same
-//! whichever transport served a request.
+//! request arrived: every transport (the `fuser` adapter in `adapter.rs`,
+//! packfs's own `/dev/fuse` threads and the io_uring queues in
+//! `transport/`) calls these and only converts the results to its reply
+//! format, so the policies here (negative entries, declined OPEN, refused
+//! writes, counting requests by kind) are the same whichever transport
+//! served a request.
 
+use super::stats::{Op, RequestCounters};
 use crate::error::FsError;
-use crate::fs::{Attr, DirEntry, Image, Op, PackFs, StatFs};
+use crate::fs::{Attr, DirEntry, Image, PackFs, StatFs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +39,8 @@ pub struct Ops<I: Image> {
     /// How long the kernel may remember that a name does not exist
     /// (`None`: answer ENOENT, which the kernel does not cache).
     pub negative_ttl: Option<Duration>,
+    /// Requests answered, by kind (the mount's, shared with its stats).
+    pub requests: Arc<RequestCounters>,
 }
 
 /// The errno answered for `e`; a real failure (not a missing name or
@@ -63,7 +67,7 @@ fn xattr(v: crate::error::Result<Vec<u8>>, size: u32) -> Answer<Xattr> {
 
 impl<I: Image> Ops<I> {
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Answer<Lookup> {
-        self.fs.counters.request(Op::Lookup);
+        self.requests.count(Op::Lookup);
         match (self.fs.lookup(parent, name), self.negative_ttl) {
             (Ok(a), _) => Ok(Lookup::Found(a)),
             (Err(FsError::NotFound), Some(ttl)) => Ok(Lookup::Negative(ttl)),
@@ -72,12 +76,12 @@ impl<I: Image> Ops<I> {
     }
 
     pub fn getattr(&self, node: u64) -> Answer<Attr> {
-        self.fs.counters.request(Op::Getattr);
+        self.requests.count(Op::Getattr);
         self.fs.getattr(node).map_err(|e| errno(&e))
     }
 
     pub fn readlink(&self, node: u64) -> Answer<Vec<u8>> {
-        self.fs.counters.request(Op::Readlink);
+        self.requests.count(Op::Readlink);
         self.fs.readlink(node).map_err(|e| errno(&e))
     }
 
@@ -91,7 +95,7 @@ impl<I: Image> Ops<I> {
     }
 
     pub fn read(&self, node: u64, offset: u64, size: u32) -> Answer<Vec<u8>> {
-        self.fs.counters.request(Op::Read);
+        self.requests.count(Op::Read);
         self.fs.read(node, offset, size).map_err(|e| errno(&e))
     }
 
@@ -102,7 +106,7 @@ impl<I: Image> Ops<I> {
         cookie: u64,
         add: &mut dyn FnMut(&DirEntry) -> bool,
     ) -> Answer<()> {
-        self.fs.counters.request(Op::Readdir);
+        self.requests.count(Op::Readdir);
         self.fs
             .readdir(dir, cookie, &mut |e| add(&e))
             .map_err(|e| errno(&e))
@@ -116,7 +120,7 @@ impl<I: Image> Ops<I> {
         cookie: u64,
         add: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
     ) -> Answer<()> {
-        self.fs.counters.request(Op::Readdir);
+        self.requests.count(Op::Readdir);
         let fs = &self.fs;
         let mut failed = None;
         let r = fs.readdir(dir, cookie, &mut |e| {
@@ -141,17 +145,17 @@ impl<I: Image> Ops<I> {
     }
 
     pub fn statfs(&self) -> StatFs {
-        self.fs.counters.request(Op::Other);
+        self.requests.count(Op::Other);
         self.fs.statfs()
     }
 
     pub fn getxattr(&self, node: u64, name: &[u8], size: u32) -> Answer<Xattr> {
-        self.fs.counters.request(Op::Xattr);
+        self.requests.count(Op::Xattr);
         xattr(self.fs.getxattr(node, name), size)
     }
 
     pub fn listxattr(&self, node: u64, size: u32) -> Answer<Xattr> {
-        self.fs.counters.request(Op::Xattr);
+        self.requests.count(Op::Xattr);
         xattr(self.fs.listxattr(node), size)
     }
 
@@ -159,14 +163,14 @@ impl<I: Image> Ops<I> {
     /// the new file; the kernel forwards each to the server (it remembers
     /// no refusal, unlike FLUSH). Answered as "not a terminal".
     pub fn ioctl(&self) -> Answer<()> {
-        self.fs.counters.request(Op::Other);
+        self.requests.count(Op::Other);
         Err(libc::ENOTTY)
     }
 
     /// With default_permissions the kernel checks modes itself; only
     /// writes are refused.
     pub fn access(&self, mask: u32) -> Answer<()> {
-        self.fs.counters.request(Op::Other);
+        self.requests.count(Op::Other);
         if mask & libc::W_OK as u32 != 0 {
             Err(libc::EROFS)
         } else {

@@ -2,9 +2,9 @@
 //! kernel mount options and the `fuser` session.
 
 use crate::fs::{Image, PackFs};
-use crate::fuse::FuseAdapter;
-use crate::ops::Ops;
-use crate::transport::{self, dev, uring, Served, Shared, Transport};
+use crate::fuse::adapter::FuseAdapter;
+use crate::fuse::ops::Ops;
+use crate::fuse::transport::{self, dev, uring, Served, Shared, Transport};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -169,8 +169,8 @@ pub fn serve<I: Image>(
 
 /// [`serve`] for a filesystem the caller built, so that it can keep a
 /// handle on it while it is served (e.g. to report its counters on a
-/// signal). `served` says which transport serves it. Returns when the
-/// mount goes away.
+/// signal). `served` says which transport serves it and counts the
+/// requests answered. Returns when the mount goes away.
 pub fn serve_fs<I: Image>(
     fs: Arc<PackFs<I>>,
     mountpoint: &Path,
@@ -189,6 +189,7 @@ pub fn serve_fs<I: Image>(
     let ops = Arc::new(Ops {
         fs,
         negative_ttl: opts.negative_ttl,
+        requests: served.requests.clone(),
     });
     let (session, serving) = match mount(&ops, mountpoint, opts, want, served) {
         Ok(s) => s,

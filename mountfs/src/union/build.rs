@@ -2,7 +2,7 @@
 //! opened lazily) or from plain images (opened at once, ranges found by
 //! descending each image, conflicts found by a merge pass).
 
-use super::opener::{OnConflict, Opener, UnionOptions};
+use super::options::{OnConflict, ShardOpener, UnionOptions};
 use super::tree::{child_path, Member, MergedDir, Route, Tables, UnionImage, MAX_SHARDS};
 use crate::cache::BlockCache;
 use crate::error::{FsError, Result};
@@ -56,7 +56,7 @@ fn build<I: Image>(
             nodes: (0..n).map(|_| OnceLock::from(ROOT)).collect(),
             parent_ino: 0,
         }),
-        opener: Opener {
+        opener: ShardOpener {
             cache: Arc::new(BlockCache::new(o.cache_bytes)),
             open: o.open,
             next_ns: Default::default(),

@@ -1,7 +1,9 @@
-//! How a union opens its shards: a caller-provided function (the union is
-//! generic over the shards' image type, `open::AnyImage` in practice, so
-//! it does not depend on `mount`), each shard over its own namespace of one
-//! shared cache.
+//! What a union is opened with ([`UnionOptions`]: one cache budget, the
+//! rule for paths several shards hold, and a caller-provided function that
+//! opens a shard), and the [`ShardOpener`] that opens each shard over its
+//! own namespace of the one shared cache. The union is generic over the
+//! shards' image type (`crate::open::AnyImage` in practice), so it does not
+//! depend on the opener of images.
 
 use crate::cache::BlockCache;
 use crate::error::Result;
@@ -10,8 +12,6 @@ use std::sync::Arc;
 
 /// Opens one shard's image (a file or a remote object) over the cache
 /// (namespace) it is given.
-/// The union is generic over the shards' image type, which `mount`
-/// provides (`AnyImage`), so this module does not depend on it.
 pub type OpenFn<I> = Box<dyn Fn(&ImageLocation, Arc<BlockCache>) -> Result<I> + Send + Sync>;
 
 pub struct UnionOptions<I> {
@@ -22,13 +22,13 @@ pub struct UnionOptions<I> {
 }
 
 /// Opens shard images, each with its own namespace of the shared cache.
-pub struct Opener<I> {
+pub struct ShardOpener<I> {
     pub(super) cache: Arc<BlockCache>,
     pub(super) open: OpenFn<I>,
     pub(super) next_ns: std::sync::atomic::AtomicU32,
 }
 
-impl<I> Opener<I> {
+impl<I> ShardOpener<I> {
     pub(super) fn open(&self, path: &ImageLocation) -> std::result::Result<I, String> {
         let ns = self
             .next_ns

@@ -1,4 +1,6 @@
-//! Keeping a woken caller on its queue's CPU.
+//! Keeping a woken caller on its queue's CPU: answers submitted from a
+//! `SCHED_IDLE` window, the hops that decide when to, and the watchdog that
+//! bounds the windows.
 //!
 //! A queue thread answers with `COMMIT_AND_FETCH`, and the kernel wakes the
 //! caller inside that system call, while the queue thread still runs. The

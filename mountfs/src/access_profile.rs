@@ -1,5 +1,7 @@
-//! Recording the order in which a mount's files are first read (`packfs
-//! mount --record-access FILE`), for `pack --order profile:FILE`.
+//! Access profiles: the order in which a mount's files are first read,
+//! recorded (`packfs mount --record-access FILE`, for `pack --order
+//! profile:FILE`) and replayed to warm the cache (`--preload-profile FILE`,
+//! [`preload_profile`]).
 //!
 //! The recorder learns names from lookups (the kernel looks a name up
 //! before it opens it) and, on a file's first read, notes its path. The

@@ -1,7 +1,7 @@
 //! How FUSE requests reach packfs: the `/dev/fuse` threads of `fuser`
-//! (module `fuse`), packfs's own `/dev/fuse` threads that spin before they
-//! sleep ([`dev`]), or FUSE-over-io_uring queues ([`uring`]) where the
-//! kernel offers them. All call the same [`crate::ops::Ops`].
+//! (`super::adapter`), packfs's own `/dev/fuse` threads that spin before
+//! they sleep ([`dev`]), or FUSE-over-io_uring queues ([`uring`]) where the
+//! kernel offers them. All call the same [`crate::fuse::ops::Ops`].
 //!
 //! The choice is made before mounting: once INIT has negotiated
 //! `FUSE_OVER_IO_URING`, the kernel holds every request until a queue for
@@ -14,7 +14,9 @@ mod dispatch;
 mod ring;
 pub mod uring;
 
+use crate::fuse::stats::RequestCounters;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// `--transport`: how the mount receives requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -157,9 +159,12 @@ impl Served {
 }
 
 /// What the adapter's INIT, the queues and the stats share about a mount's
-/// transport.
+/// transport, and the requests it answered.
 #[derive(Debug, Default)]
 pub struct Shared {
+    /// FUSE requests answered, by kind, whichever transport carried them
+    /// (counted by [`crate::fuse::ops::Ops`]).
+    pub requests: Arc<RequestCounters>,
     want_uring: AtomicBool,
     negotiated: AtomicBool,
     /// The largest readahead the kernel allowed at INIT (bytes).
@@ -170,7 +175,7 @@ pub struct Shared {
     /// Under io_uring: the threads serving each queue.
     pub queue_threads: AtomicU64,
     /// Under io_uring: submissions made in `SCHED_IDLE` to keep callers on
-    /// their CPU (`uring/stay.rs`).
+    /// their CPU (`uring/sched_idle.rs`).
     pub stay_submissions: AtomicU64,
     /// Under `dev`: how long packfs's own threads spin (µs), 0 when
     /// `fuser`'s threads serve.

@@ -1,5 +1,6 @@
-//! The `/dev/fuse` transport: turns `fuser` requests into [`Ops`] calls and
-//! the results into replies. No filesystem logic lives here. `fuser` also
+//! The `fuser` adapter ([`FuseAdapter`]), the `/dev/fuse` transport of
+//! `fuser`'s threads: turns `fuser` requests into [`Ops`] calls and the
+//! results into replies. No filesystem logic lives here. `fuser` also
 //! mounts, answers INIT (where the io_uring transport is negotiated) and,
 //! when the io_uring queues serve, still reads what the kernel keeps on
 //! `/dev/fuse` (FORGET, INTERRUPT).
@@ -14,8 +15,8 @@
 //! do not contend on one file lock and the kernel wakes only one of them.
 
 use crate::fs::{Attr, FileKind, Image};
-use crate::ops::{Lookup, Ops, Xattr, TTL};
-use crate::transport::{Shared, MAX_REQUEST};
+use crate::fuse::ops::{Lookup, Ops, Xattr, TTL};
+use crate::fuse::transport::{Shared, MAX_REQUEST};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
@@ -309,7 +310,7 @@ impl<I: Image> fuser::Filesystem for FuseAdapter<I> {
     }
 }
 
-fn xattr_reply(x: crate::ops::Answer<Xattr>, reply: ReplyXattr) {
+fn xattr_reply(x: crate::fuse::ops::Answer<Xattr>, reply: ReplyXattr) {
     match x {
         Ok(Xattr::Size(n)) => reply.size(n),
         Ok(Xattr::Data(v)) => reply.data(&v),

@@ -13,7 +13,7 @@
 //! Requests are decoded and answered by `super::dispatch`, through the
 //! same [`Ops`] as the `/dev/fuse` transports.
 
-mod stay;
+mod sched_idle;
 
 use super::abi::{self, *};
 pub use super::dispatch::Access;
@@ -21,7 +21,7 @@ use super::dispatch::{dispatch, refused};
 use super::ring::{Ring, SQE_BYTES};
 use super::{Served, Shared};
 use crate::fs::Image;
-use crate::ops::Ops;
+use crate::fuse::ops::Ops;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -36,7 +36,7 @@ const ENTRIES: usize = 4;
 pub struct Queues {
     done: mpsc::Receiver<()>,
     threads: usize,
-    windows: Option<Arc<stay::Windows>>,
+    windows: Option<Arc<sched_idle::Windows>>,
 }
 
 impl Drop for Queues {
@@ -96,7 +96,7 @@ pub fn start<I: Image>(
     let threads = cpus.len() * per_queue;
     let payload = super::largest_answer(&shared);
     let wanted = std::env::var_os("PACKFS_URING_STAY").is_none_or(|v| v != "0");
-    let windows = stay::Windows::new(threads, cpus.len(), wanted);
+    let windows = sched_idle::Windows::new(threads, cpus.len(), wanted);
     log::debug!(
         "FUSE io_uring queues: {per_queue} thread(s) each, keeping callers on their CPU: {}",
         windows.is_some()
@@ -171,7 +171,7 @@ struct Entry {
 /// A queue thread's place in the `SCHED_IDLE` windows: callers' hops are
 /// counted by queue (CPU), windows by thread.
 struct Stay {
-    windows: Arc<stay::Windows>,
+    windows: Arc<sched_idle::Windows>,
     queue: usize,
     thread: usize,
 }
@@ -185,7 +185,7 @@ struct Queue<I: Image> {
     shared: Arc<Shared>,
     access: Option<Access>,
     /// The `SCHED_IDLE` windows, when the process may use them (module
-    /// `stay`).
+    /// `sched_idle`).
     stay: Option<Stay>,
     /// Callers of the answers queued since the last submission.
     callers: Vec<u32>,
@@ -341,7 +341,7 @@ impl<I: Image> Queue<I> {
     }
 
     /// Submits the queued answers and waits for the next request. While
-    /// callers are seen to change CPU (module `stay`), the answers go first,
+    /// callers are seen to change CPU (module `sched_idle`), the answers go first,
     /// on their own and in `SCHED_IDLE`, so that the callers they wake stay
     /// on this CPU; otherwise (and for a probe now and then) they go with
     /// the wait, and their callers' next requests tell whether they hopped.
@@ -349,7 +349,7 @@ impl<I: Image> Queue<I> {
         let callers = std::mem::take(&mut self.callers);
         if let Some(s) = &self.stay {
             self.submissions = self.submissions.wrapping_add(1);
-            let probe = self.submissions.is_multiple_of(stay::PROBE_EVERY);
+            let probe = self.submissions.is_multiple_of(sched_idle::PROBE_EVERY);
             if self.ring.pending() > 0 && s.windows.hops.on() && !probe {
                 let ring = &mut self.ring;
                 s.windows.around(s.thread, || ring.submit_and_wait(0))?;

@@ -32,7 +32,7 @@ use super::abi::*;
 use super::dispatch::{dispatch, refused, Access};
 use super::Shared;
 use crate::fs::Image;
-use crate::ops::Ops;
+use crate::fuse::ops::Ops;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
