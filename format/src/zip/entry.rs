@@ -139,7 +139,7 @@ mod tests {
     /// Zip64 sizes and offset, UT time and ux ids as packfs writes them,
     /// applied to a record whose 32-bit fields are saturated. (Extras from
     /// other writers, CRC-checked Unicode Path among them, are tested with
-    /// the reader in `mountfs/src/zip/format.rs`.)
+    /// the reader in `mountfs/src/zip/records.rs`.)
     #[test]
     fn a_record_with_extras_parses_with_them_applied() {
         let mut x = Vec::new();
