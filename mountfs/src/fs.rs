@@ -228,6 +228,11 @@ impl<I: Image> PackFs<I> {
         self.readahead.bytes()
     }
 
+    /// Where regular file `node`'s data lies in the image's storage.
+    pub fn extent(&self, node: NodeId) -> Result<crate::image::Extent> {
+        self.note(self.image.extent(node))
+    }
+
     /// A symlink's target. An empty one, or one holding a NUL byte, is
     /// damage: no system call can make either, the kernel refuses to
     /// follow them, and `extract` could only blame its output for them.

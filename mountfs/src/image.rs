@@ -67,6 +67,21 @@ pub struct DirEntry {
     pub cookie: u64,
 }
 
+/// Where a regular file's data lies in the image's storage, for callers
+/// that order reads by position (a sampler that reads neighbours together,
+/// a reader that coalesces requests). Positions are the format's: they say
+/// where the stored bytes are, not how to decode them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Extent {
+    /// Which file or object of a sharded image holds it (0 for one image).
+    pub part: u32,
+    /// Offset of the file's first stored byte in that part.
+    pub offset: u64,
+    /// Bytes its data takes there: its blocks as stored, plus a tail kept
+    /// in a block shared with other files counted at its decoded length.
+    pub len: u64,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
     pub blocks: u64,
@@ -108,6 +123,9 @@ pub trait Image: Send + Sync + 'static {
     /// Decodes shared unit `unit` into the cache (called off the request
     /// path; errors are left for the read that needs the unit).
     fn prefetch_unit(&self, unit: u64);
+    /// Where regular file `node`'s data lies ([`Extent`]); a directory is
+    /// `IsDir`, another kind `Invalid`.
+    fn extent(&self, node: NodeId) -> Result<Extent>;
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>>;
     fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     fn statfs(&self) -> StatFs;

@@ -476,6 +476,9 @@ impl Image for AnyImage {
         each!(self, i => Image::prefetch_unit(i, unit))
     }
 
+    fn extent(&self, node: crate::image::NodeId) -> Result<crate::image::Extent> {
+        each!(self, i => i.extent(node))
+    }
     fn readlink(&self, node: crate::image::NodeId) -> Result<Vec<u8>> {
         each!(self, i => i.readlink(node))
     }

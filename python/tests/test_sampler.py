@@ -291,3 +291,68 @@ def test_a_two_process_job_killed_mid_epoch_resumes_at_one_process(folder, tmp_p
     subprocess.run([sys.executable, str(script), str(folder), str(out2), "0"], env=env, check=True, timeout=300)
     after = [int(x) for x in (tmp_path / "resumed.0").read_text().split()]
     assert sorted(before + after) == list(range(200))
+
+
+# --- where samples lie: Image.locate and ImageFolder.layout ---------------
+
+
+def test_locate_points_at_the_stored_bytes(tmp_path, packfs_bin):
+    tree = tmp_path / "tree"
+    (tree / "d").mkdir(parents=True)
+    files = {f"d/{i:02d}.bin": os.urandom(5_000 + 3_001 * i) for i in range(12)}
+    for name, data in files.items():
+        (tree / name).write_bytes(data)
+    # SquashFS, 4 KiB blocks: random data is stored raw, so a file's full
+    # blocks are its bytes at its offset; files follow in path order.
+    sq = tmp_path / "t.sqfs"
+    subprocess.run([packfs_bin, "pack", str(tree), "-o", str(sq), "-q", "-b", "4K"], check=True)
+    raw = sq.read_bytes()
+    img = packfs.Image(sq)
+    offsets = []
+    for name, data in sorted(files.items()):
+        e = img.locate(name)
+        assert isinstance(e, packfs.Extent) and e.part == 0
+        full = len(data) // 4096 * 4096
+        assert raw[e.offset : e.offset + full] == data[:full], name
+        assert e.length == len(data)  # raw blocks plus a tail at its length
+        offsets.append(e.offset)
+    assert offsets == sorted(offsets)
+    # ZIP, stored: the local record, then the name and extra, then the data.
+    z = tmp_path / "t.zip"
+    subprocess.run([packfs_bin, "pack", str(tree), "-o", str(z), "-q", "-l", "0"], check=True)
+    raw = z.read_bytes()
+    zimg = packfs.Image(z)
+    for name, data in files.items():
+        e = zimg.locate(name)
+        assert raw[e.offset : e.offset + 4] == b"PK\x03\x04"
+        n, m = int.from_bytes(raw[e.offset + 26 : e.offset + 28], "little"), int.from_bytes(
+            raw[e.offset + 28 : e.offset + 30], "little"
+        )
+        assert raw[e.offset + 30 + n + m :][: len(data)] == data and e.length == len(data)
+    with pytest.raises(IsADirectoryError):
+        img.locate("d")
+    with pytest.raises(FileNotFoundError):
+        img.locate("d/nope")
+
+
+def test_shards_are_parts_and_a_folder_layout_is_locate(tmp_path, packfs_bin):
+    tree = tmp_path / "tree"
+    for c in range(4):
+        (tree / f"c{c}").mkdir(parents=True)
+        for i in range(30):
+            (tree / f"c{c}" / f"{i:02d}").write_bytes(os.urandom(2_000))
+    out = tmp_path / "s-{shard}.sqfs"
+    subprocess.run([packfs_bin, "pack", str(tree), "-o", str(out), "-q", "--shards", "3"], check=True)
+    img = packfs.Image(tmp_path / "s.manifest.json")
+    ds = packfs.torch.ImageFolder(img)
+    offsets, lengths, parts = ds.layout()
+    assert len(offsets) == len(ds) == 120
+    assert set(parts.tolist()) == {0, 1, 2}
+    for i in range(0, 120, 7):
+        assert tuple(img.locate(ds.path(i))) == (parts[i], offsets[i], lengths[i])
+    # Groups of the locality order never cross a shard.
+    s = ShuffleSampler(ds, group_bytes=1 << 20)
+    assert sorted(take(s)) == list(range(120))
+    for g in range(s._layout.groups):
+        members = s._layout.members[s._layout.bounds[g] : s._layout.bounds[g + 1]]
+        assert len(set(parts[members].tolist())) == 1

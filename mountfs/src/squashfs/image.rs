@@ -7,7 +7,7 @@ use super::dir::DirPos;
 use super::inode::{Inode, InodeKind};
 use super::reader::{OpenFile, SquashFs};
 use crate::error::{FsError, Result};
-use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::image::{Attr, DirEntry, Extent, FileKind, Image, NodeId, StatFs, ROOT};
 use packfs_format::squashfs::*;
 
 impl SquashFs {
@@ -158,6 +158,32 @@ impl Image for SquashFs {
         if let Ok(idx) = u32::try_from(unit) {
             self.prefetch_fragment(idx);
         }
+    }
+
+    fn extent(&self, node: NodeId) -> Result<Extent> {
+        let inode = self.inode(self.ref_of(node)?, true)?;
+        let f = match &inode.kind {
+            InodeKind::File(f) => f,
+            InodeKind::Dir(_) => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid("not a regular file".into())),
+        };
+        let stored: u64 = f
+            .block_sizes
+            .iter()
+            .map(|&w| packfs_format::squashfs::metadata::data_stored_len(w) as u64)
+            .sum();
+        let bs = self.sb.block_size as u64;
+        let tail = f.size - (f.block_sizes.len() as u64 * bs).min(f.size);
+        let offset = if f.block_sizes.is_empty() && f.has_fragment() {
+            self.fragment_entry(f.fragment)?.0
+        } else {
+            f.blocks_start
+        };
+        Ok(Extent {
+            part: 0,
+            offset,
+            len: stored + if f.has_fragment() { tail } else { 0 },
+        })
     }
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {

@@ -178,7 +178,7 @@ impl SquashFs {
     }
 
     /// Fragment table entry `idx`: (absolute block position, size word).
-    fn fragment_entry(&self, idx: u32) -> Result<(u64, u32)> {
+    pub(super) fn fragment_entry(&self, idx: u32) -> Result<(u64, u32)> {
         let e = self.tables.fragment_entry(&self.blocks, idx)?;
         Ok((e.start, e.size))
     }

@@ -3,7 +3,7 @@
 
 use super::options::{OnConflict, ShardOpener};
 use crate::error::{FsError, Result};
-use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::image::{Attr, DirEntry, Extent, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::location::ImageLocation;
 use packfs_format::shards::{holds, tree_cmp};
 use std::collections::HashMap;
@@ -541,6 +541,15 @@ impl<I: Image> Image for UnionImage<I> {
             shard: s,
             h: self.member(s)?.open(n)?,
         })
+    }
+
+    fn extent(&self, node: NodeId) -> Result<Extent> {
+        if node == ROOT {
+            return Err(FsError::IsDir);
+        }
+        let (s, n) = self.split_node(node)?;
+        let e = self.member(s)?.extent(n)?;
+        Ok(Extent { part: s, ..e })
     }
 
     fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>> {

@@ -104,7 +104,7 @@ pub use index::ZipInfo;
 
 use crate::cache::{Block, BlockCache};
 use crate::error::{FsError, Result};
-use crate::image::{Attr, DirEntry, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::image::{Attr, DirEntry, Extent, FileKind, Image, NodeId, StatFs, ROOT};
 use crate::source::ImageSource;
 use checkpoint::Checkpoints;
 use coverage::{Coverage, Verdict};
@@ -691,6 +691,23 @@ impl Image for ZipFs {
                 }
             }
         }
+    }
+
+    /// The member's local record onwards: its data follows a local header
+    /// of a few dozen bytes.
+    fn extent(&self, node: NodeId) -> Result<Extent> {
+        let (_, n) = self.node(node)?;
+        if n.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if n.is_symlink() {
+            return Err(FsError::Invalid("not a regular file".into()));
+        }
+        Ok(Extent {
+            part: 0,
+            offset: n.local_offset,
+            len: n.csize,
+        })
     }
 
     /// Every member is its own stream: no storage is shared between files.

@@ -11,8 +11,8 @@ numpy) are imported on demand; importing ``packfs`` imports neither.
 docs/PYTHON.md in the repository describes the whole API.
 """
 
-from ._image import DirEntry, Image, NotAnImageError, ScandirIterator
+from ._image import DirEntry, Extent, Image, NotAnImageError, ScandirIterator
 from ._file import ImageFile
 
-__all__ = ["Image", "DirEntry", "ScandirIterator", "ImageFile", "NotAnImageError"]
+__all__ = ["Image", "DirEntry", "Extent", "ScandirIterator", "ImageFile", "NotAnImageError"]
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ import os
 import stat as _stat
 import threading
 import warnings
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from . import _budget, _native
 from ._file import ImageFile
@@ -59,6 +59,18 @@ def _join(top: Any, name: Any) -> Any:
     if isinstance(top, bytes) and isinstance(name, str):
         name = os.fsencode(name)
     return os.path.join(top, name) if top not in ("", b"") else name
+
+
+class Extent(NamedTuple):
+    """Where a file's data lies in an image's storage (``Image.locate``)."""
+
+    #: Which file or object of a sharded image holds it (0 for one image).
+    part: int
+    #: Offset of the file's first stored byte in that part.
+    offset: int
+    #: Bytes its data takes there (a tail kept in a block shared with other
+    #: files counted at its decoded length).
+    length: int
 
 
 class Image:
@@ -275,6 +287,13 @@ class Image:
         if isinstance(paths, (str, bytes, os.PathLike)):
             raise TypeError("read_many takes an iterable of paths, not one path: use read()")
         return self._native().read_many(paths)
+
+    def locate(self, path: str | bytes | os.PathLike) -> Extent:
+        """Where regular file ``path``'s data lies in the image's storage:
+        files whose extents are close are read together cheaply (one
+        request to object storage, one read-ahead on disk). A directory
+        raises ``IsADirectoryError``, another kind ``OSError``."""
+        return Extent(*self._native().locate(path))
 
     def read_range(self, path: str | bytes | os.PathLike, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of ``path`` from ``offset`` (fewer at the end)."""

@@ -67,6 +67,10 @@ class Image:
     def listdir(self, path: _Path) -> list[str]: ...
     def scandir(self, path: _Path) -> list[tuple[str, int, int]]:
         """(name, st_mode type bits, inode number) of each entry."""
+    def locate(self, path: _Path) -> tuple[int, int, int]:
+        """(part, offset, length) of a regular file's data in the image's storage."""
+    def locate_many(self, paths: object) -> bytes:
+        """`locate` of each path, little-endian u64 triples end to end."""
     def readlink(self, path: _Path) -> str: ...
     def stats(self) -> dict[str, int]: ...
 

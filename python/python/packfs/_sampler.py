@@ -45,9 +45,9 @@ class Layout:
     dataset's indices sorted by position in the image, and group ``g`` is
     ``members[bounds[g]:bounds[g + 1]]``.
 
-    ``keys`` order samples by position (an integer per sample: the byte
-    offset, with the shard number above it for a sharded image); ``sizes``
-    are the bytes each sample occupies there. A group ends before the
+    ``keys`` order samples by position (the byte offset of each sample's
+    data), within ``parts`` when given (the shard of a sharded image);
+    ``sizes`` are the bytes each sample occupies there. A group ends before the
     sample that would take it past ``group_bytes`` (a group has at least
     one sample) and wherever ``parts`` changes (two shards are never one
     request)."""
@@ -60,7 +60,10 @@ class Layout:
         group_bytes: int,
     ) -> None:
         n = len(keys)
-        members = np.argsort(keys, kind="stable")
+        if parts is None:
+            members = np.argsort(keys, kind="stable")
+        else:
+            members = np.lexsort((keys, parts))
         sizes = np.asarray(sizes, dtype=np.int64)[members]
         starts = np.zeros(n, dtype=bool)
         if n:
