@@ -12,6 +12,7 @@ then the first --samples samples. Reported: samples/s, MB fetched from the serve
 label mixing (distinct classes per batch, over a uniform shuffle's on the same batches count).
 
   python3 benches/loaders/shuffle.py IMAGE ROOT [--latency-ms 5] [--samples 5000] [--workers 0,2,4]
+                                   [--range-size BYTES]
 
 IMAGE is a SquashFS image of an ImageFolder tree under ROOT (class directories); the script serves it
 with scripts/range_server.py. Needs torch and packfs (scripts/python_env.sh's venv has both).
@@ -58,13 +59,13 @@ def control(base: str, what: str) -> dict:
     return json.loads(body) if body.strip().startswith(b"{") else {}
 
 
-def sampler_for(side: str, ds, seed: int):
+def sampler_for(side: str, ds, seed: int, group_bytes: int):
     if side == "random":
         return RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
     if side == "shuffle":
-        return packfs.torch.ShuffleSampler(ds, seed=seed, locality=False)
+        return packfs.torch.ShuffleSampler(ds, seed=seed, locality=False, group_bytes=group_bytes)
     if side == "locality":
-        return packfs.torch.ShuffleSampler(ds, seed=seed)
+        return packfs.torch.ShuffleSampler(ds, seed=seed, group_bytes=group_bytes)
     if side == "sequential":
         return None
     raise SystemExit(f"unknown side {side}")
@@ -83,10 +84,10 @@ def run(args) -> list[dict]:
         for workers in args.workers:
             for side in args.sides:
                 control(base, "reset")
-                ds = packfs.torch.ImageFolder(packfs.Image(url), args.root)
+                ds = packfs.torch.ImageFolder(packfs.Image(url, range_size=args.range_size), args.root)
                 listing = control(base, "stats")
                 control(base, "reset")
-                dl = DataLoader(ds, batch_size=args.batch, sampler=sampler_for(side, ds, args.seed),
+                dl = DataLoader(ds, batch_size=args.batch, sampler=sampler_for(side, ds, args.seed, args.range_size),
                                 num_workers=workers, collate_fn=collate,
                                 multiprocessing_context="fork" if workers else None)
                 t0 = time.perf_counter()
@@ -121,6 +122,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--range-size", type=int, default=4 << 20,
+                    help="bytes per range request, and the sampler's group_bytes (default 4 MiB)")
     ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 2])
     ap.add_argument("--sides", type=lambda s: s.split(","), default=["random", "shuffle", "locality", "sequential"])
     args = ap.parse_args()

@@ -380,7 +380,8 @@ impl NativeImage {
     /// `disk_cache_size` bytes, or half the free space there).
     #[new]
     #[pyo3(signature = (location, cache_size, range_cache, threads, profile=None, endpoint=None,
-                        disk_cache=None, disk_cache_size=None, remote_timeout=None, inherited=None))]
+                        disk_cache=None, disk_cache_size=None, remote_timeout=None, inherited=None,
+                        range_size=None))]
     #[allow(clippy::too_many_arguments)] // the keyword arguments of packfs.Image
     fn new(
         py: Python<'_>,
@@ -394,6 +395,7 @@ impl NativeImage {
         disk_cache_size: Option<u64>,
         remote_timeout: Option<f64>,
         inherited: Option<PyRef<'_, NativeImage>>,
+        range_size: Option<u64>,
     ) -> PyResult<Self> {
         let timeout = remote_timeout
             .map(|s| {
@@ -417,6 +419,7 @@ impl NativeImage {
         let o = Options {
             cache_bytes: cache_size,
             range_cache,
+            range_size,
             profile,
             endpoint,
             disk_cache,

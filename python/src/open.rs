@@ -21,6 +21,9 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Byte budget of a remote image's fetched-range cache.
     pub range_cache: u64,
+    /// Bytes per range request of a remote image (`None`: the command
+    /// line's default).
+    pub range_size: Option<u64>,
     pub profile: Option<String>,
     pub endpoint: Option<String>,
     /// The node-local disk cache of a remote image's fetched bytes, shared
@@ -84,6 +87,10 @@ pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> 
         cache_bytes: o.range_cache,
         disk_cache: o.disk_cache.clone(),
         ..Default::default()
+    };
+    let remote = RemoteOptions {
+        range_size: o.range_size.unwrap_or(remote.range_size),
+        ..remote
     };
     remote.validate().map_err(FsError::Invalid)?;
     let storage = Arc::new(StorageCounters::default());

@@ -464,3 +464,19 @@ def test_shards_of_a_relative_manifest_open_after_a_chdir(tmp_path, packfs_bin, 
     os.chdir("/")
     assert img.read("c/f29") == b"c29\n"
     assert img.read("b/f7") == b"b7\n"
+
+
+def test_range_size_sets_the_bytes_of_each_request(images, tree, range_server):
+    loc = f"{range_server}/{images['packfs-sqfs'][0].name}"
+    want = (tree / "big.txt").read_bytes()
+    fetched = {}
+    for size in (64 << 10, 4 << 20):
+        with packfs.Image(loc, range_size=size) as img:
+            assert img.read("big.txt") == want
+            s = img.stats()
+        fetched[size] = (s["storage_bytes"], s["get_requests"])
+        # Every fetch is whole ranges of that size (the last one cut at the end).
+        assert s["storage_bytes"] <= s["get_requests"] * size, (size, s)
+    assert fetched[64 << 10][1] > fetched[4 << 20][1], fetched
+    with pytest.raises((ValueError, OSError), match="power of two"):
+        packfs.Image(loc, range_size=100_000).read("big.txt")

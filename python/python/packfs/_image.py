@@ -92,7 +92,11 @@ class Image:
     ``remote_timeout`` is how long, in seconds, a remote fetch may take with
     its retries before it raises ``OSError(EIO)`` (as ``--remote-timeout``;
     default 60): the call waits that long for a stalled server, and Ctrl-C
-    is seen only when it returns.
+    is seen only when it returns. ``range_size`` is the bytes of one range
+    request (as ``--range-size``: a power of two from 64 KiB to 256 MiB,
+    default 4 MiB); a shuffled reader fetches one range per sample it
+    misses, so smaller ranges fetch fewer bytes and larger ones fewer
+    requests (``packfs.torch.ShuffleSampler``'s ``group_bytes`` should match).
 
     Paths are relative to the image root, with or without a leading ``/``
     (``""`` and ``"/"`` are the root); symlinks inside the image are followed
@@ -114,6 +118,7 @@ class Image:
         disk_cache: str | os.PathLike | None = None,
         disk_cache_size: int | None = None,
         remote_timeout: float | None = None,
+        range_size: int | None = None,
     ) -> None:
         if isinstance(location, Image):
             raise TypeError("location is an Image already")
@@ -141,6 +146,7 @@ class Image:
             "disk_cache": None if disk_cache is None else os.fsdecode(os.fspath(disk_cache)),
             "disk_cache_size": disk_cache_size,
             "remote_timeout": None if remote_timeout is None else float(remote_timeout),
+            "range_size": range_size,
         }
         # (pid, native image, DataLoader workers sharing the budget then) of
         # the process that opened it, or None.
@@ -219,6 +225,7 @@ class Image:
             # parent of a forked worker), is taken over if the file is
             # unchanged: its memory stays shared with that process.
             None if opened is None else opened[1],
+            range_size=self._options.get("range_size"),
         )
         if key is not None:
             with _SHARED_LOCK:

@@ -40,6 +40,7 @@ class Image:
         disk_cache_size: int | None = None,
         remote_timeout: float | None = None,
         inherited: Image | None = None,
+        range_size: int | None = None,
     ) -> Image: ...
     @property
     def pid(self) -> int: ...

@@ -16,8 +16,9 @@ the first ``start + k*W`` positions are consumed, whatever ``W`` was, and a
 job resumed at another world size splits the rest among its own ranks.
 
 With locality the permutation is built from where samples lie in the image
-instead of uniformly. Samples sorted by position are cut into *groups* of
-about ``group_bytes`` (what one storage request should fetch); the groups
+instead of uniformly. Samples sorted by position are cut into *groups*:
+those that start in one aligned span of ``group_bytes`` (what one storage
+request fetches: a remote image's ranges are aligned so); the groups
 are shuffled and read by ``window`` slots at once, each slot taking the
 next group when its own is done; the order takes one sample from every
 slot in turn, the slots in a new random order each round. Any ``window``
@@ -46,45 +47,27 @@ class Layout:
     ``members[bounds[g]:bounds[g + 1]]``.
 
     ``keys`` order samples by position (the byte offset of each sample's
-    data), within ``parts`` when given (the shard of a sharded image);
-    ``sizes`` are the bytes each sample occupies there. A group ends before the
-    sample that would take it past ``group_bytes`` (a group has at least
-    one sample) and wherever ``parts`` changes (two shards are never one
-    request)."""
+    data), within ``parts`` when given (the shard of a sharded image).
+    A group is the samples that start in one aligned span of
+    ``group_bytes`` of one part: a remote image is fetched in aligned ranges,
+    so with ``group_bytes`` equal to the range size a group is one request.
+    Spans where no sample starts make no group."""
 
-    def __init__(
-        self,
-        keys: np.ndarray,
-        sizes: np.ndarray,
-        parts: np.ndarray | None,
-        group_bytes: int,
-    ) -> None:
+    def __init__(self, keys: np.ndarray, parts: np.ndarray | None, group_bytes: int) -> None:
         n = len(keys)
+        keys = np.asarray(keys, dtype=np.int64)
         if parts is None:
             members = np.argsort(keys, kind="stable")
         else:
+            parts = np.asarray(parts, dtype=np.int64)
             members = np.lexsort((keys, parts))
-        sizes = np.asarray(sizes, dtype=np.int64)[members]
+        span = keys[members] // group_bytes
         starts = np.zeros(n, dtype=bool)
         if n:
             starts[0] = True
-            # Greedy cut: a running sum restarted at each cut. Vectorised
-            # cuts by `cumsum // group_bytes` drift over long runs of tiny
-            # samples; this loop is over groups, not samples, and ends in
-            # O(groups * log n).
-            cum = np.cumsum(sizes)
-            base = 0
-            i = 0
-            while i < n:
-                # The first sample past the budget that started at `i`.
-                j = int(np.searchsorted(cum, base + group_bytes, side="right"))
-                j = max(j, i + 1)
-                if j < n:
-                    starts[j] = True
-                    base = int(cum[j - 1])
-                i = j
+            starts[1:] = span[1:] != span[:-1]
             if parts is not None:
-                p = np.asarray(parts)[members]
+                p = parts[members]
                 starts[1:] |= p[1:] != p[:-1]
         self.members = members.astype(np.int64)
         self.bounds = np.append(np.flatnonzero(starts), n).astype(np.int64)

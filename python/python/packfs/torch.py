@@ -266,7 +266,8 @@ class ShuffleSampler:
 
     ``locality=True`` orders samples by where their bytes lie in the image
     (the dataset's ``layout()``; :class:`ImageFolder` has one): groups of
-    about ``group_bytes`` of neighbouring samples are shuffled and
+    the samples in one aligned span of ``group_bytes`` (set it to the
+    image's ``range_size`` for a remote image) are shuffled and
     ``window`` groups at a time interleaved at random, so that batches stay
     mixed while reads move forward through a few regions of the image. A
     dataset without ``layout()`` is grouped by index, 64 samples a group.
@@ -329,13 +330,13 @@ class ShuffleSampler:
         layout = getattr(self.dataset, "layout", None)
         if layout is None:
             n = self._size
-            return _sampler.Layout(
-                np.arange(n), np.full(n, max(self.group_bytes // 64, 1)), None, self.group_bytes
-            )
-        keys, sizes, parts = layout()
+            # 64 samples to a group.
+            unit = -(-self.group_bytes // 64)
+            return _sampler.Layout(np.arange(n, dtype=np.int64) * unit, None, self.group_bytes)
+        keys, _lengths, parts = layout()
         if len(keys) != self._size:
             raise ValueError(f"the dataset's layout has {len(keys)} samples, the dataset {self._size}")
-        return _sampler.Layout(keys, sizes, parts, self.group_bytes)
+        return _sampler.Layout(keys, parts, self.group_bytes)
 
     def __iter__(self) -> Iterator[int]:
         share = _sampler.rank_share(
