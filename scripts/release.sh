@@ -148,4 +148,18 @@ bash -c "source '$check/$name/share/completions/packfs.bash' && complete -p pack
 echo "release: man pages and completion load; the empty-root test on $name/bin/packfs:"
 PACKFS_EMPTY_ROOT_BIN="$check/$name/bin/packfs" CI=${CI:-1} \
     cargo test --test tests -- --exact suite::empty_root::pack_inspect_mount_and_http_work_in_an_empty_root
+# Legacy-LZMA SquashFS (mksquashfs -comp lzma): a static build decodes with
+# the liblzma lzma-sys compiles in, older than the system's, which once
+# refused every such image; read one with the released binary.
+lz="$check/lzma"
+mkdir -p "$lz/src/d"
+seq 1 200000 >"$lz/src/d/numbers.txt"
+head -c 300000 /dev/urandom >"$lz/src/random.bin"
+mksquashfs "$lz/src" "$lz/l.sqfs" -comp lzma -noappend -quiet -no-progress >/dev/null \
+    || die "mksquashfs -comp lzma failed (scripts/setup.sh installs squashfs-tools)"
+for f in d/numbers.txt random.bin; do
+    "$check/$name/bin/packfs" cat "$lz/l.sqfs" "$f" | cmp - "$lz/src/$f" \
+        || die "$name/bin/packfs does not read $f of a legacy-LZMA image as written"
+done
+echo "release: $name/bin/packfs reads legacy-LZMA images"
 echo "release: $tarball passed its checks"

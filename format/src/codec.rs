@@ -89,7 +89,8 @@ pub fn decompress(
     out.clear();
     match codec {
         Compressor::Gzip => inflate(input, out, limit),
-        Compressor::Xz | Compressor::Lzma => unxz(codec, input, out, limit),
+        Compressor::Xz => unxz(codec, input, out, limit),
+        Compressor::Lzma => unlzma(input, out, limit),
         Compressor::Lz4 => {
             out.resize(limit, 0);
             let n = lz4_flex::block::decompress_into(input, out).map_err(|e| corrupt(codec, e))?;
@@ -169,6 +170,42 @@ fn unxz(
             }
             _ => {}
         }
+    }
+}
+
+/// [`decompress`] for legacy lzma: an `.lzma` stream (13-byte header:
+/// properties, dictionary size, uncompressed size).
+///
+/// mksquashfs's liblzma wrapper writes the block's size into the header
+/// and an end marker after the data. liblzma before 5.4 refuses that pair
+/// as a data error; the liblzma that lzma-sys compiles into static builds
+/// (the musl release, the Python wheel) is such a one. So a stream it
+/// refuses is decoded again with the size marked unknown, which lets the
+/// end marker end it, and must then hold exactly the size it declared.
+fn unlzma(input: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), CodecError> {
+    let codec = Compressor::Lzma;
+    let first = unxz(codec, input, out, limit);
+    if !matches!(first, Err(CodecError::Corrupt { .. })) || input.len() < 13 {
+        return first;
+    }
+    let declared = u64::from_le_bytes(input[5..13].try_into().expect("8 bytes"));
+    if declared == u64::MAX {
+        return first;
+    }
+    let mut unknown = input.to_vec();
+    unknown[5..13].fill(0xff);
+    out.clear();
+    match unxz(codec, &unknown, out, limit) {
+        Ok(()) if out.len() as u64 == declared => Ok(()),
+        Ok(()) => Err(corrupt(
+            codec,
+            format!(
+                "the stream holds {} bytes, its header says {declared}",
+                out.len()
+            ),
+        )),
+        // The first error is the one that describes the stream as written.
+        Err(_) => first,
     }
 }
 
@@ -437,6 +474,38 @@ mod tests {
             .flat_map(|i| format!("line {} {}\n", i % 977, i / 13).into_bytes())
             .take(131072)
             .collect()
+    }
+
+    /// An `.lzma` stream as mksquashfs writes one: liblzma's alone encoder
+    /// (size unknown, end marker), then the size written into the header.
+    fn lzma_as_mksquashfs_writes(data: &[u8]) -> Vec<u8> {
+        let opts = xz2::stream::LzmaOptions::new_preset(6).unwrap();
+        let mut s = xz2::stream::Stream::new_lzma_encoder(&opts).unwrap();
+        let mut c = Vec::with_capacity(data.len() + 1024);
+        s.process_vec(data, &mut c, xz2::stream::Action::Finish)
+            .unwrap();
+        assert_eq!(c[5..13], [0xff; 8]);
+        c[5..13].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        c
+    }
+
+    #[test]
+    fn legacy_lzma_with_a_size_and_an_end_marker_decodes() {
+        let data = sample();
+        let c = lzma_as_mksquashfs_writes(&data);
+        let mut out = Vec::new();
+        decompress(Compressor::Lzma, &c, &mut out, data.len()).unwrap();
+        assert_eq!(out, data);
+        // A header that lies about the size is damage, whichever liblzma.
+        let mut lie = c.clone();
+        lie[5..13].copy_from_slice(&(data.len() as u64 - 1).to_le_bytes());
+        let e = decompress(Compressor::Lzma, &lie, &mut out, data.len()).unwrap_err();
+        assert!(matches!(e, CodecError::Corrupt { .. }), "{e}");
+        // A damaged stream is still refused.
+        let mut bad = c;
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x55;
+        assert!(decompress(Compressor::Lzma, &bad, &mut out, data.len()).is_err());
     }
 
     #[test]
