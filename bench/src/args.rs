@@ -18,6 +18,10 @@ pub enum Workload {
     Sequential,
     /// Read every regular file in a random order fixed by --seed (a training epoch).
     Shuffle,
+    /// Read every regular file in the layout-aware shuffle of
+    /// packfs.torch.ShuffleSampler: files grouped by where their data lies
+    /// in --image (--group-bytes), --window groups read at once (fixed by --seed).
+    Grouped,
     /// Read random byte ranges of the large files.
     Sample,
     /// Run `<tree>/bin/python -c 'import MODULES'` (a venv tree).
@@ -30,6 +34,7 @@ impl Workload {
             Workload::Walk => "walk",
             Workload::Sequential => "sequential",
             Workload::Shuffle => "shuffle",
+            Workload::Grouped => "grouped",
             Workload::Sample => "sample",
             Workload::Import => "import",
         }
@@ -83,6 +88,13 @@ pub struct BenchArgs {
     /// Seed for the shuffle order, the sample offsets and the verified files.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// `grouped`: the span of the image whose files form one group (as the
+    /// sampler's group_bytes).
+    #[arg(long, default_value = "4M", value_parser = crate::size::parse_size)]
+    pub group_bytes: u64,
+    /// `grouped`: groups read at once (as the sampler's window).
+    #[arg(long, default_value_t = 64, value_parser = at_least_one)]
+    pub window: usize,
     /// Modules for the `import` workload, comma-separated (e.g. numpy,pandas).
     #[arg(long, value_delimiter = ',')]
     pub import: Vec<String>,

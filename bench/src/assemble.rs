@@ -83,6 +83,8 @@ fn config(a: &BenchArgs, p: &Prepared) -> report::Config {
         samples: a.samples,
         sample_size: a.sample_size,
         sample_min_size: a.sample_min_size,
+        group_bytes: a.group_bytes,
+        window: a.window,
         emulate_latency: p.latency.map(|l| report::LatencyConfig {
             meta_us: l.meta_us,
             read_us: l.read_us,

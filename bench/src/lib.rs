@@ -30,6 +30,7 @@ mod assemble;
 mod cold;
 mod error;
 mod grid;
+mod grouped;
 mod iostat;
 mod measure;
 mod mounts;

@@ -159,7 +159,7 @@ fn resolve_paths(a: &BenchArgs) -> Result<(PathBuf, Option<PathBuf>, bool), Benc
 fn reads_files(w: Workload) -> bool {
     matches!(
         w,
-        Workload::Sequential | Workload::Shuffle | Workload::Sample
+        Workload::Sequential | Workload::Shuffle | Workload::Grouped | Workload::Sample
     )
 }
 
@@ -197,6 +197,9 @@ fn plan_workloads(a: &BenchArgs, tree: &Tree) -> Result<Vec<(Workload, Plan)>, B
         sample_min_size: a.sample_min_size,
         python: &a.python,
         modules: &a.import,
+        image: a.image.as_deref(),
+        group_bytes: a.group_bytes,
+        window: a.window,
     };
     let mut plans: Vec<(Workload, Plan)> = Vec::new();
     for &w in &a.workload {

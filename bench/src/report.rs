@@ -36,6 +36,11 @@ pub struct Config {
     pub samples: usize,
     pub sample_size: u64,
     pub sample_min_size: u64,
+    /// `grouped`'s group span and window (absent from older reports).
+    #[serde(default)]
+    pub group_bytes: u64,
+    #[serde(default)]
+    pub window: usize,
     pub emulate_latency: Option<LatencyConfig>,
     /// False with --no-verify: nothing checked that the sides hold the same data.
     pub verified: bool,

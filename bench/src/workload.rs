@@ -43,6 +43,10 @@ pub struct PlanOptions<'a> {
     pub sample_min_size: u64,
     pub python: &'a Path,
     pub modules: &'a [String],
+    /// The image as given (`grouped` reads its layout).
+    pub image: Option<&'a Path>,
+    pub group_bytes: u64,
+    pub window: usize,
 }
 
 impl Plan {
@@ -57,6 +61,23 @@ impl Plan {
             Workload::Shuffle => {
                 let mut files: Vec<PathBuf> = tree.files().map(|e| e.rel.clone()).collect();
                 Rng::new(o.seed).shuffle(&mut files);
+                Plan::Read { files }
+            }
+            Workload::Grouped => {
+                let files: Vec<PathBuf> = tree.files().map(|e| e.rel.clone()).collect();
+                let image = o.image.ok_or_else(|| {
+                    BenchError::Usage(
+                        "--workload grouped needs --image: the order follows its layout".into(),
+                    )
+                })?;
+                let extents = super::grouped::extents(image, &files)?;
+                let files = super::grouped::order(
+                    files,
+                    &extents,
+                    o.group_bytes,
+                    o.window,
+                    &mut Rng::new(o.seed),
+                );
                 Plan::Read { files }
             }
             Workload::Sample => {

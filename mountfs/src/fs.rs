@@ -233,6 +233,11 @@ impl<I: Image> PackFs<I> {
         self.note(self.image.extent(node))
     }
 
+    /// The caller will read all of `span` soon ([`Image::will_read`]).
+    pub fn will_read(&self, span: crate::image::Extent) {
+        self.image.will_read(span)
+    }
+
     /// A symlink's target. An empty one, or one holding a NUL byte, is
     /// damage: no system call can make either, the kernel refuses to
     /// follow them, and `extract` could only blame its output for them.

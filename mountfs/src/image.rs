@@ -82,6 +82,12 @@ pub struct Extent {
     pub len: u64,
 }
 
+/// A span's length as a hint's `usize`: a span longer than memory can
+/// only be hinted in part, and a hint may be cut.
+pub fn clamp_len(len: u64) -> usize {
+    usize::try_from(len).unwrap_or(usize::MAX)
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
     pub blocks: u64,
@@ -126,6 +132,12 @@ pub trait Image: Send + Sync + 'static {
     /// Where regular file `node`'s data lies ([`Extent`]); a directory is
     /// `IsDir`, another kind `Invalid`.
     fn extent(&self, node: NodeId) -> Result<Extent>;
+    /// The caller will read all of `span` (extents this image gave,
+    /// merged) soon: the storage starts fetching it in the background
+    /// ([`crate::source::ImageSource::will_read`]). A span outside the
+    /// image, or of a part it does not have, is ignored: a hint is never
+    /// an error.
+    fn will_read(&self, span: Extent);
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>>;
     fn xattrs(&self, node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     fn statfs(&self) -> StatFs;

@@ -479,6 +479,9 @@ impl Image for AnyImage {
     fn extent(&self, node: crate::image::NodeId) -> Result<crate::image::Extent> {
         each!(self, i => i.extent(node))
     }
+    fn will_read(&self, span: crate::image::Extent) {
+        each!(self, i => Image::will_read(i, span))
+    }
     fn readlink(&self, node: crate::image::NodeId) -> Result<Vec<u8>> {
         each!(self, i => i.readlink(node))
     }

@@ -33,6 +33,19 @@ pub trait ImageSource: Send + Sync {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()>;
     /// Hint that `off..off+len` will be read soon (readahead). Default: nothing.
     fn will_need(&self, _off: u64, _len: usize) {}
+    /// Hint that all of `off..off+len` will be read soon, by a reader that
+    /// knows it (a sampler's next group of samples): unlike
+    /// [`ImageSource::will_need`], which names a block about to be read and
+    /// which a source may serve narrowly, this asks for the whole span.
+    /// A source told this stops guessing from then on: readahead that
+    /// follows sequential streams is for readers that do not say what they
+    /// will read, and a planned reader's regions follow each other in an
+    /// order no stream detector can see, so its guesses would only fetch
+    /// bytes no one reads. Default: `will_need`, which a local file
+    /// already serves whole.
+    fn will_read(&self, off: u64, len: usize) {
+        self.will_need(off, len)
+    }
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -87,6 +100,9 @@ impl<S: ImageSource + ?Sized> ImageSource for std::sync::Arc<S> {
     fn will_need(&self, off: u64, len: usize) {
         (**self).will_need(off, len)
     }
+    fn will_read(&self, off: u64, len: usize) {
+        (**self).will_read(off, len)
+    }
     fn identity(&self) -> Option<FileIdentity> {
         (**self).identity()
     }
@@ -101,6 +117,9 @@ impl<S: ImageSource + ?Sized> ImageSource for Box<S> {
     }
     fn will_need(&self, off: u64, len: usize) {
         (**self).will_need(off, len)
+    }
+    fn will_read(&self, off: u64, len: usize) {
+        (**self).will_read(off, len)
     }
     fn identity(&self) -> Option<FileIdentity> {
         (**self).identity()
@@ -393,6 +412,9 @@ impl<S: ImageSource> ImageSource for CountingSource<S> {
     }
     fn will_need(&self, off: u64, len: usize) {
         self.inner.will_need(off, len)
+    }
+    fn will_read(&self, off: u64, len: usize) {
+        self.inner.will_read(off, len)
     }
     fn identity(&self) -> Option<FileIdentity> {
         self.inner.identity()

@@ -20,6 +20,7 @@ use mountfs::open::{AnyImage, ZipIndex};
 use mountfs::remote::disk_cache::DiskCache;
 use mountfs::FsError;
 use packfs_objstore::RemoteCounters;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use rayon::prelude::*;
@@ -682,6 +683,34 @@ impl NativeImage {
             return Err(self.err(py, e, &paths[k], None));
         }
         Ok(PyBytes::new(py, &out))
+    }
+
+    /// Starts fetching `spans` (little-endian u64 triples part, offset,
+    /// length, as `locate_many` gives) in the background: the caller will
+    /// read all of them soon. Hints only: a span outside the image is
+    /// ignored, nothing waits and nothing raises but a malformed argument.
+    fn will_read(&self, py: Python<'_>, spans: &[u8]) -> PyResult<()> {
+        if spans.len() % 24 != 0 {
+            return Err(PyValueError::new_err(format!(
+                "spans must be whole (part, offset, length) triples of 24 bytes, got {} bytes",
+                spans.len()
+            )));
+        }
+        let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        self.call(py, |i| {
+            for t in spans.chunks_exact(24) {
+                let Ok(part) = u32::try_from(u64_at(&t[..8])) else {
+                    continue;
+                };
+                i.fs.will_read(mountfs::image::Extent {
+                    part,
+                    offset: u64_at(&t[8..16]),
+                    len: u64_at(&t[16..]),
+                });
+            }
+            Ok(())
+        })
+        .map_err(|e| self.err(py, e, b"", None))
     }
 
     /// The target of the symlink `path`.

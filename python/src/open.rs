@@ -64,6 +64,9 @@ impl<S: ImageSource> ImageSource for Counted<S> {
     fn will_need(&self, off: u64, len: usize) {
         self.inner.will_need(off, len)
     }
+    fn will_read(&self, off: u64, len: usize) {
+        self.inner.will_read(off, len)
+    }
 }
 
 /// An opened image and its counters.

@@ -19,7 +19,7 @@ import pytest
 
 import packfs
 import packfs.torch
-from conftest import need, pack
+from conftest import REPO, free_port, need, pack, wait_port
 from packfs.torch import ShuffleSampler
 
 try:
@@ -44,6 +44,15 @@ class Laid:
         keys = np.arange(self.n, dtype=np.int64) * self.size
         parts = None if self.per_part is None else np.arange(self.n) // self.per_part
         return keys, np.full(self.n, self.size), parts
+
+
+def class_tree(tree, classes: int, per_class: int, data, suffix: str = ""):
+    """``tree/c{c}/{i:03d}{suffix}`` holding ``data(c, i)``."""
+    for c in range(classes):
+        (tree / f"c{c}").mkdir(parents=True)
+        for i in range(per_class):
+            (tree / f"c{c}" / f"{i:03d}{suffix}").write_bytes(data(c, i))
+    return tree
 
 
 def take(sampler) -> list[int]:
@@ -186,6 +195,101 @@ def test_groups_never_span_two_shards():
         assert len(members) <= 10
 
 
+class Planned(Laid):
+    """A ``Laid`` dataset that takes a read plan, as ImageFolder does."""
+
+    plan = None
+
+    def set_read_plan(self, plan):
+        self.plan = plan
+
+
+def test_a_read_plan_fetches_each_group_whole_before_its_samples_and_the_next_one_ahead():
+    ds = Planned(3_000, size=9_000, per_part=1_000)
+    sampler = ShuffleSampler(ds, seed=3, window=8, group_bytes=1 << 20)
+    order, plan, layout = sampler.order(), ds.plan, sampler._layout
+    assert plan is not None
+    # Each group's successor starts after the group's last sample; every
+    # group but the slots' first ones follows exactly one other.
+    first = {}
+    last = {}
+    for pos, g in enumerate(plan.group_of[order].tolist()):
+        first.setdefault(g, pos)
+        last[g] = pos
+    nxt = plan.after
+    followed = nxt[nxt >= 0]
+    assert len(set(followed.tolist())) == len(followed) == layout.groups - 8
+    for g, h in enumerate(nxt.tolist()):
+        if h >= 0:
+            assert first[h] > last[g]
+    # Read in batches of 16: a group's span, covering all its samples'
+    # bytes, is asked for no later than its first sample's batch, once, and
+    # the group after it at the same time.
+    keys, lengths, parts = ds.layout()
+    asked: dict = {}
+    for b, i in enumerate(range(0, len(order), 16)):
+        batch = order[i : i + 16]
+        raw = np.frombuffer(plan.spans_for(batch), dtype="<u8").reshape(-1, 3)
+        for part, off, length in raw.tolist():
+            asked.setdefault((part, off, length), b)
+        for x in batch.tolist():
+            g = int(plan.group_of[x])
+            span = tuple(int(v) for v in plan.spans[g])
+            assert asked.get(span, b + 1) <= b
+            assert span[0] == parts[x] and span[1] <= keys[x] and keys[x] + lengths[x] <= span[1] + span[2]
+            if nxt[g] >= 0:
+                assert tuple(int(v) for v in plan.spans[nxt[g]]) in asked
+    assert len(asked) == layout.groups
+    # Asked once: the same batches again ask for nothing.
+    assert plan.spans_for(order[:16]) == b""
+    # A new epoch gives a new plan; no locality or read_ahead=False none.
+    sampler.set_epoch(1)
+    assert ds.plan is not plan and not ds.plan._seen.any()
+    for kw in ({"locality": False}, {"read_ahead": False}):
+        quiet = Planned(100)
+        ShuffleSampler(quiet, **kw)
+        assert quiet.plan is None
+
+
+def test_read_ahead_fetches_a_remote_image_in_whole_ranges(tmp_path, packfs_bin):
+    """An image larger than its range cache is read by pieces when reads
+    look random; with the read plan each group arrives as whole ranges,
+    one request each, and the bytes served are the same."""
+    tree = class_tree(tmp_path / "tree", 8, 100, lambda c, i: os.urandom(30_000), ".bin")
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    img = pack(packfs_bin, tree, srv / "img.sqfs")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "range_server.py"), "--root", str(srv), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    rs = 256 << 10
+    try:
+        wait_port(port, proc, "range_server.py")
+        gets = {}
+        for read_ahead in (True, False):
+            image = packfs.Image(f"http://127.0.0.1:{port}/img.sqfs", range_size=rs, range_cache=16 << 20)
+            ds = packfs.torch.ImageFolder(image)
+            sampler = ShuffleSampler(ds, seed=1, group_bytes=rs, window=16, read_ahead=read_ahead)
+            order = list(sampler)
+            got = []
+            for i in range(0, len(order), 16):
+                got += [data for data, _ in ds.__getitems__(order[i : i + 16])]
+            want = [(tree / ds.path(i)).read_bytes() for i in order]
+            assert got == want
+            gets[read_ahead] = image.stats()["get_requests"]
+            image.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    ranges = -(-img.stat().st_size // rs)
+    assert img.stat().st_size > 16 << 20  # larger than the cache: pieces
+    assert gets[True] <= ranges * 3 // 2 + 4, gets
+    assert gets[False] >= 2 * gets[True], gets
+
+
 # --- with torch ----------------------------------------------------------
 
 
@@ -193,11 +297,8 @@ def test_groups_never_span_two_shards():
 def folder(tmp_path_factory, packfs_bin):
     need(torch is not None, "torch is not installed (scripts/python_tests.sh installs it)")
     root = tmp_path_factory.mktemp("sampled")
-    tree = root / "tree"
-    for c in range(5):
-        (tree / f"c{c}").mkdir(parents=True)
-        for i in range(40):
-            (tree / f"c{c}" / f"{i:03d}.bin").write_bytes(os.urandom(3_000 + 97 * i) + f"{c}/{i}".encode())
+    data = lambda c, i: os.urandom(3_000 + 97 * i) + f"{c}/{i}".encode()  # noqa: E731
+    tree = class_tree(root / "tree", 5, 40, data, ".bin")
     return pack(packfs_bin, tree, root / "sampled.sqfs")
 
 
@@ -336,11 +437,7 @@ def test_locate_points_at_the_stored_bytes(tmp_path, packfs_bin):
 
 
 def test_shards_are_parts_and_a_folder_layout_is_locate(tmp_path, packfs_bin):
-    tree = tmp_path / "tree"
-    for c in range(4):
-        (tree / f"c{c}").mkdir(parents=True)
-        for i in range(30):
-            (tree / f"c{c}" / f"{i:02d}").write_bytes(os.urandom(2_000))
+    tree = class_tree(tmp_path / "tree", 4, 30, lambda c, i: os.urandom(2_000))
     out = tmp_path / "s-{shard}.sqfs"
     subprocess.run([packfs_bin, "pack", str(tree), "-o", str(out), "-q", "--shards", "3"], check=True)
     img = packfs.Image(tmp_path / "s.manifest.json")

@@ -315,6 +315,38 @@ fn bench_prints_table_and_writes_valid_json_and_svg() {
 }
 
 #[test]
+fn grouped_reads_every_file_once_in_the_image_layout_order() {
+    let tmp = scratch();
+    let (src, img) = packed(tmp.path());
+    let json_path = tmp.path().join("out.json");
+    let args = [
+        "--workload",
+        "grouped",
+        "--group-bytes",
+        "64K",
+        "--window",
+        "3",
+        "--epochs",
+        "1",
+        "--json",
+        json_path.to_str().unwrap(),
+    ];
+    ok(&bench(&src, &img, &args));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    validate_against_doc(&json);
+    assert_eq!(json["config"]["group_bytes"], 65536);
+    assert_eq!(json["config"]["window"], 3);
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "raw and packfs");
+    for r in runs {
+        assert_eq!(r["workload"], "grouped", "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        assert_eq!(r["items"], json["tree"]["files"], "{r}");
+        assert_eq!(r["bytes"], json["tree"]["file_bytes"], "{r}");
+    }
+}
+
+#[test]
 fn mismatched_tree_is_refused_unless_no_verify() {
     let tmp = scratch();
     let (src, img) = packed(tmp.path());

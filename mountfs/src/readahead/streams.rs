@@ -21,6 +21,7 @@
 
 use crate::error::Result;
 use crate::source::ImageSource;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Streams tracked at once.
@@ -38,6 +39,9 @@ const RA_SLACK: u64 = 1 << 20;
 pub struct StreamReadahead<S> {
     inner: S,
     streams: Mutex<Streams>,
+    /// Set by the first [`ImageSource::will_read`]: the reader plans its
+    /// reads, and hints pass on unwidened.
+    planned: AtomicBool,
 }
 
 impl<S> StreamReadahead<S> {
@@ -45,6 +49,7 @@ impl<S> StreamReadahead<S> {
         StreamReadahead {
             inner,
             streams: Default::default(),
+            planned: AtomicBool::new(false),
         }
     }
 
@@ -61,6 +66,9 @@ impl<S: ImageSource> ImageSource for StreamReadahead<S> {
         self.inner.read_at(off, buf)
     }
     fn will_need(&self, off: u64, len: usize) {
+        if self.planned.load(Relaxed) {
+            return self.inner.will_need(off, len);
+        }
         let (from, to) = self
             .streams
             .lock()
@@ -69,6 +77,12 @@ impl<S: ImageSource> ImageSource for StreamReadahead<S> {
         // Forwarded even when empty (a hint the stream covers already), as
         // the map did when this detector lived inside it.
         self.inner.will_need(from, (to - from) as usize);
+    }
+    /// Not a stream's hint: passed on as it is, and streams are no longer
+    /// widened (see [`ImageSource::will_read`]).
+    fn will_read(&self, off: u64, len: usize) {
+        self.planned.store(true, Relaxed);
+        self.inner.will_read(off, len)
     }
     fn identity(&self) -> Option<crate::source::FileIdentity> {
         self.inner.identity()

@@ -89,6 +89,18 @@ impl RangeCache {
     /// The range `idx`: cached, in flight, or claimed for the caller to fetch.
     /// `ahead` (readahead) claims only within `MAX_AHEAD` and the budget.
     pub fn lookup(&self, idx: u64, ahead: bool) -> Lookup {
+        self.claim(idx, ahead, if ahead { MAX_AHEAD } else { usize::MAX })
+    }
+
+    /// As a readahead [`RangeCache::lookup`], for a reader that said what it
+    /// will read: its plan bounds how much it asks for at once (a sampler's
+    /// window of regions), so only the budget limits it.
+    pub fn lookup_planned(&self, idx: u64) -> Lookup {
+        self.claim(idx, true, usize::MAX)
+    }
+
+    /// `lookup` with at most `flights` readahead fetches in flight.
+    fn claim(&self, idx: u64, ahead: bool, flights: usize) -> Lookup {
         let mut s = self.lock();
         if let Some(b) = s.ready.get(&idx) {
             return Lookup::Ready(b.clone());
@@ -99,7 +111,7 @@ impl RangeCache {
         // Readahead may evict cached ranges (it is what a reader moving
         // through the object needs next) but never have more than half the
         // budget in flight, so it cannot evict what it fetched before use.
-        if ahead && (s.ahead >= MAX_AHEAD || (s.ahead + 1) * self.range > self.budget / 2) {
+        if ahead && (s.ahead >= flights || (s.ahead + 1) * self.range > self.budget / 2) {
             return Lookup::Skip;
         }
         let f = Arc::new(Flight {

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::source::{range_check, ImageSource};
 use bytes::Bytes;
 use packfs_objstore::{Remote, RemoteCounters, RemoteError, RemoteStats, Version};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +51,9 @@ pub struct RemoteSource {
     next: AtomicU64,
     /// Bytes per piece; equal to the range size when pieces are off.
     piece: u64,
+    /// Set by the first [`ImageSource::will_read`]: the reader plans its
+    /// reads, and no range is read ahead for a stream.
+    planned: AtomicBool,
 }
 
 struct Shared {
@@ -123,6 +126,7 @@ impl RemoteSource {
                 failing: Default::default(),
             }),
             next: AtomicU64::new(u64::MAX),
+            planned: AtomicBool::new(false),
         };
         // The entry a first read of byte 0 uses (see `entries`), so that
         // read finds it cached. Fetched here, not spawned, so that an
@@ -171,7 +175,11 @@ impl RemoteSource {
     /// The range or piece `key` (see [`PIECE`]), in flight or cached;
     /// starts its fetch when neither.
     fn start(&self, key: u64, ahead: bool) -> Lookup {
-        let l = self.shared.ranges.lookup(key, ahead);
+        self.fetch_claimed(key, ahead, self.shared.ranges.lookup(key, ahead))
+    }
+
+    /// Starts the fetch of `key` when `l` claimed it for this caller.
+    fn fetch_claimed(&self, key: u64, ahead: bool, l: Lookup) -> Lookup {
         if let Lookup::Wait(flight, true) = &l {
             let (shared, flight) = (self.shared.clone(), flight.clone());
             let span = self.span(key);
@@ -225,7 +233,7 @@ impl RemoteSource {
         let prev = self.next.swap(last + 1, Relaxed);
         let n = self.shared.opts.readahead as u64;
         let moving = prev == first || (prev == first + 1 && !self.pieces());
-        if n == 0 || !moving {
+        if n == 0 || !moving || self.planned.load(Relaxed) {
             return;
         }
         for idx in last + 1..=(last + n).min(self.last_range()) {
@@ -404,6 +412,24 @@ impl ImageSource for RemoteSource {
         for idx in off / rs..=(end - 1) / rs {
             let started = self.entries(idx, off, end, whole, true);
             if started.iter().any(|(_, l)| matches!(l, Lookup::Skip)) {
+                break;
+            }
+        }
+    }
+
+    /// Whole ranges, as readahead: the reader said it will read all of
+    /// the span, so a range serves it with one request where pieces would
+    /// take many, whatever the object's size against the cache.
+    fn will_read(&self, off: u64, len: usize) {
+        self.planned.store(true, Relaxed);
+        if len == 0 || off >= self.len() {
+            return;
+        }
+        let rs = self.range_size();
+        let end = (off + len as u64).min(self.len());
+        for idx in off / rs..=(end - 1) / rs {
+            let claimed = self.shared.ranges.lookup_planned(idx);
+            if let Lookup::Skip = self.fetch_claimed(idx, true, claimed) {
                 break;
             }
         }

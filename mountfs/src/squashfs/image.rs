@@ -7,7 +7,7 @@ use super::dir::DirPos;
 use super::inode::{Inode, InodeKind};
 use super::reader::{OpenFile, SquashFs};
 use crate::error::{FsError, Result};
-use crate::image::{Attr, DirEntry, Extent, FileKind, Image, NodeId, StatFs, ROOT};
+use crate::image::{clamp_len, Attr, DirEntry, Extent, FileKind, Image, NodeId, StatFs, ROOT};
 use packfs_format::squashfs::*;
 
 impl SquashFs {
@@ -157,6 +157,12 @@ impl Image for SquashFs {
     fn prefetch_unit(&self, unit: u64) {
         if let Ok(idx) = u32::try_from(unit) {
             self.prefetch_fragment(idx);
+        }
+    }
+
+    fn will_read(&self, span: Extent) {
+        if span.part == 0 {
+            self.source().will_read(span.offset, clamp_len(span.len));
         }
     }
 

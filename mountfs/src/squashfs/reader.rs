@@ -120,6 +120,11 @@ impl SquashFs {
         &self.blocks.cache
     }
 
+    /// The image's storage.
+    pub(crate) fn source(&self) -> &dyn crate::source::ImageSource {
+        &*self.blocks.src
+    }
+
     pub fn compressor(&self) -> Compressor {
         self.blocks.compressor
     }

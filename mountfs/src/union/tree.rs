@@ -552,6 +552,17 @@ impl<I: Image> Image for UnionImage<I> {
         Ok(Extent { part: s, ..e })
     }
 
+    /// The part is the shard; a shard not opened yet is opened, as the
+    /// read that follows would.
+    fn will_read(&self, span: Extent) {
+        if span.part as usize >= self.members.len() {
+            return;
+        }
+        if let Ok(m) = self.member(span.part) {
+            m.will_read(Extent { part: 0, ..span });
+        }
+    }
+
     fn read(&self, h: &Self::Handle, offset: u64, size: u32) -> Result<Vec<u8>> {
         self.member(h.shard)?.read(&h.h, offset, size)
     }

@@ -693,6 +693,13 @@ impl Image for ZipFs {
         }
     }
 
+    fn will_read(&self, span: Extent) {
+        if span.part == 0 {
+            self.src
+                .will_read(span.offset, crate::image::clamp_len(span.len));
+        }
+    }
+
     /// The member's local record onwards: its data follows a local header
     /// of a few dozen bytes.
     fn extent(&self, node: NodeId) -> Result<Extent> {

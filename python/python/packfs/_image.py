@@ -7,6 +7,7 @@ import errno
 import io
 import os
 import stat as _stat
+import struct
 import threading
 import warnings
 from typing import Any, Iterable, Iterator, NamedTuple
@@ -301,6 +302,18 @@ class Image:
         request to object storage, one read-ahead on disk). A directory
         raises ``IsADirectoryError``, another kind ``OSError``."""
         return Extent(*self._native().locate(path))
+
+    def will_read(self, extents: Iterable[tuple[int, int, int]]) -> None:
+        """Say that the bytes at ``extents`` (``Extent`` or ``(part, offset,
+        length)``, as :meth:`locate` gives; neighbours merged into one span
+        are best) will all be read soon: the image starts fetching them in
+        the background, whole (one ranged request per range of a remote
+        image, a read-ahead of the span on disk), and returns at once. A
+        hint: nothing waits, and a span outside the image is ignored."""
+        raw = bytearray()
+        for part, offset, length in extents:
+            raw += struct.pack("<QQQ", part, offset, length)
+        self._native().will_read(bytes(raw))
 
     def read_range(self, path: str | bytes | os.PathLike, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of ``path`` from ``offset`` (fewer at the end)."""

@@ -72,6 +72,8 @@ class Image:
         """(part, offset, length) of a regular file's data in the image's storage."""
     def locate_many(self, paths: object) -> bytes:
         """`locate` of each path, little-endian u64 triples end to end."""
+    def will_read(self, spans: bytes) -> None:
+        """Fetch spans (little-endian u64 triples) in the background."""
     def readlink(self, path: _Path) -> str: ...
     def stats(self) -> dict[str, int]: ...
 

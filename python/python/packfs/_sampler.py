@@ -53,9 +53,19 @@ class Layout:
     so with ``group_bytes`` equal to the range size a group is one request.
     Spans where no sample starts make no group."""
 
-    def __init__(self, keys: np.ndarray, parts: np.ndarray | None, group_bytes: int) -> None:
+    def __init__(
+        self,
+        keys: np.ndarray,
+        parts: np.ndarray | None,
+        group_bytes: int,
+        lengths: np.ndarray | None = None,
+    ) -> None:
         n = len(keys)
         keys = np.asarray(keys, dtype=np.int64)
+        self.keys = keys
+        self.parts = None if parts is None else np.asarray(parts, dtype=np.int64)
+        #: Bytes of each sample from its key; None when keys are not offsets.
+        self.lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
         if parts is None:
             members = np.argsort(keys, kind="stable")
         else:
@@ -84,6 +94,14 @@ def uniform_order(n: int, seed: int, epoch: int) -> np.ndarray:
 
 def local_order(layout: Layout, window: int, seed: int, epoch: int) -> np.ndarray:
     """The locality order (see the module doc) for ``(seed, epoch)``."""
+    return local_schedule(layout, window, seed, epoch)[0]
+
+
+def local_schedule(
+    layout: Layout, window: int, seed: int, epoch: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The locality order for ``(seed, epoch)`` and, for each group, the
+    group its slot takes after it (-1 for a slot's last)."""
     rng = _rng(seed, epoch)
     n = len(layout.members)
     lo, hi = layout.bounds[:-1], layout.bounds[1:]
@@ -92,17 +110,65 @@ def local_order(layout: Layout, window: int, seed: int, epoch: int) -> np.ndarra
     # the slot that frees first, so the slots stay busy together until the
     # epoch's last groups. Its k-th sample is read in round start + k.
     start = np.empty(layout.groups, dtype=np.int64)
-    free = [(0, slot) for slot in range(min(window, layout.groups))]
+    after = np.full(layout.groups, -1, dtype=np.int64)
+    slots = min(window, layout.groups)
+    last = [-1] * slots
+    free = [(0, slot) for slot in range(slots)]
     heapq.heapify(free)
     for g in shuffled.tolist():
         at, slot = heapq.heappop(free)
         start[g] = at
+        if last[slot] >= 0:
+            after[last[slot]] = g
+        last[slot] = g
         heapq.heappush(free, (at + int(hi[g] - lo[g]), slot))
     group_of = np.repeat(np.arange(layout.groups), hi - lo)
     rounds = start[group_of] + (np.arange(n) - lo[group_of])
     # Each round takes one sample of every busy slot, in random order: any
     # `window` consecutive samples come from `window` different regions.
-    return layout.members[np.lexsort((rng.random(n), rounds))]
+    return layout.members[np.lexsort((rng.random(n), rounds))], after
+
+
+class ReadPlan:
+    """What a dataset fetches ahead under one epoch's locality order (see
+    "Read ahead" in the module doc): :meth:`spans_for` a batch of sample
+    indices gives the spans, as ``Image.will_read`` takes them, of the
+    groups the batch starts and of the groups their slots take next; a
+    group is asked for once per plan (the plan remembers, in the process
+    that holds it, which groups it has seen)."""
+
+    def __init__(self, layout: Layout, after: np.ndarray) -> None:
+        if layout.lengths is None:
+            raise ValueError("a read plan needs the samples' lengths (a layout from the image)")
+        n = len(layout.members)
+        lo, hi = layout.bounds[:-1], layout.bounds[1:]
+        self.group_of = np.empty(n, dtype=np.int64)
+        self.group_of[layout.members] = np.repeat(np.arange(layout.groups), hi - lo)
+        keys = layout.keys[layout.members]
+        ends = keys + layout.lengths[layout.members]
+        spans = np.zeros((layout.groups, 3), dtype="<u8")
+        if layout.groups:
+            if layout.parts is not None:
+                spans[:, 0] = layout.parts[layout.members][lo]
+            # A group starts at its first sample (the members are sorted by
+            # position) and ends where its furthest-reaching sample ends.
+            spans[:, 1] = keys[lo]
+            spans[:, 2] = np.maximum.reduceat(ends, lo) - keys[lo]
+        self.spans = spans
+        self.after = np.asarray(after, dtype=np.int64)
+        self._seen = np.zeros(layout.groups, dtype=bool)
+
+    def spans_for(self, indices: np.ndarray) -> bytes:
+        """Little-endian ``(part, offset, length)`` triples to fetch before
+        reading ``indices`` (empty when every group was asked for)."""
+        groups = np.unique(self.group_of[np.asarray(indices, dtype=np.int64)])
+        new = groups[~self._seen[groups]]
+        if not len(new):
+            return b""
+        self._seen[new] = True
+        nxt = self.after[new]
+        want = np.concatenate([new, nxt[nxt >= 0]])
+        return self.spans[want].tobytes()
 
 
 def rank_share(

@@ -126,6 +126,7 @@ class ImageFolder:
         if isinstance(extensions, str):
             extensions = (extensions,)
         self.image = image if isinstance(image, Image) else Image(image)
+        self._read_plan: _sampler.ReadPlan | None = None
         self.root = os.fsdecode(os.fspath(root)).strip("/")
         self.transform = transform
         self.target_transform = target_transform
@@ -228,13 +229,29 @@ class ImageFolder:
         a = np.frombuffer(raw, dtype="<u8").reshape(-1, 3).astype(np.int64)
         return a[:, 1], a[:, 2], a[:, 0]
 
+    def set_read_plan(self, plan: _sampler.ReadPlan | None) -> None:
+        """What to fetch ahead of the samples read next (:class:`ShuffleSampler`
+        with locality sets it; None stops it). A hint only: any order of
+        reads stays correct under any plan."""
+        self._read_plan = plan
+
+    def _read_ahead(self, indices: Sequence[int]) -> None:
+        plan = self._read_plan
+        if plan is not None:
+            spans = plan.spans_for(np.asarray(indices, dtype=np.int64))
+            if spans:
+                self.image._native().will_read(spans)
+
     def __getitem__(self, i: int) -> tuple:
         i = int(i)
+        self._read_ahead([i])
         return self._item(i, self.image.read(self._path_bytes(i)))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        """A batch: the files read together (``Image.read_many``)."""
+        """A batch: the files read together (``Image.read_many``), after
+        the read plan's hints, if any."""
         indices = [int(i) for i in indices]
+        self._read_ahead(indices)
         datas = self.image.read_many([self._path_bytes(i) for i in indices])
         return [self._item(i, d) for i, d in zip(indices, datas)]
 
@@ -273,6 +290,15 @@ class ShuffleSampler:
     dataset without ``layout()`` is grouped by index, 64 samples a group.
     ``locality=False`` is a uniform shuffle. docs/PYTHON.md ("Shuffling")
     says what locality trades.
+
+    ``read_ahead=True`` (with locality) gives a dataset that has
+    ``set_read_plan`` (:class:`ImageFolder` does) the epoch's read plan:
+    when a batch starts a group, the dataset asks the image for all of it
+    and for the group the same slot reads next, so each region arrives in
+    one request, ahead of its samples. The plan travels to DataLoader
+    workers with the dataset when they start; workers kept across epochs
+    (``persistent_workers=True``) keep the plan of the epoch they started
+    in, which then fetches the wrong regions (reads stay correct).
     """
 
     def __init__(
@@ -286,6 +312,7 @@ class ShuffleSampler:
         drop_last: bool = False,
         group_bytes: int = 4 << 20,
         window: int = 64,
+        read_ahead: bool = True,
     ) -> None:
         if rank is None or world_size is None:
             dist_rank, dist_world = _distributed()
@@ -304,27 +331,49 @@ class ShuffleSampler:
         self.drop_last = bool(drop_last)
         self.group_bytes = operator.index(group_bytes)
         self.window = operator.index(window)
+        self.read_ahead = bool(read_ahead)
         self.epoch = 0
         self._size = len(dataset)
         self._layout: _sampler.Layout | None = None
+        # The last locality schedule made: (seed, epoch, order, after).
+        self._schedule: tuple[int, int, np.ndarray, np.ndarray] | None = None
         # Global position where the next iteration starts (set by
         # load_state_dict), and what the current one has yielded.
         self._start = 0
         self._yielded = 0
+        self._plan_dataset()
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next iteration gives, from its start."""
         self.epoch = operator.index(epoch)
         self._start = 0
         self._yielded = 0
+        self._plan_dataset()
 
     def order(self) -> np.ndarray:
         """The global order of this epoch (every rank's samples interleaved)."""
         if not self.locality:
             return _sampler.uniform_order(self._size, self.seed, self.epoch)
-        if self._layout is None:
-            self._layout = self._make_layout()
-        return _sampler.local_order(self._layout, self.window, self.seed, self.epoch)
+        return self._local_schedule()[0]
+
+    def _local_schedule(self) -> tuple[np.ndarray, np.ndarray]:
+        s = self._schedule
+        if s is None or s[:2] != (self.seed, self.epoch):
+            if self._layout is None:
+                self._layout = self._make_layout()
+            order, after = _sampler.local_schedule(self._layout, self.window, self.seed, self.epoch)
+            s = self._schedule = (self.seed, self.epoch, order, after)
+        return s[2], s[3]
+
+    def _plan_dataset(self) -> None:
+        """Gives the dataset this epoch's read plan (see the class doc)."""
+        setter = getattr(self.dataset, "set_read_plan", None)
+        if not (self.locality and self.read_ahead and setter is not None):
+            return
+        _, after = self._local_schedule()
+        layout = self._layout
+        if layout is not None and layout.lengths is not None:
+            setter(_sampler.ReadPlan(layout, after))
 
     def _make_layout(self) -> _sampler.Layout:
         layout = getattr(self.dataset, "layout", None)
@@ -333,10 +382,10 @@ class ShuffleSampler:
             # 64 samples to a group.
             unit = -(-self.group_bytes // 64)
             return _sampler.Layout(np.arange(n, dtype=np.int64) * unit, None, self.group_bytes)
-        keys, _lengths, parts = layout()
+        keys, lengths, parts = layout()
         if len(keys) != self._size:
             raise ValueError(f"the dataset's layout has {len(keys)} samples, the dataset {self._size}")
-        return _sampler.Layout(keys, parts, self.group_bytes)
+        return _sampler.Layout(keys, parts, self.group_bytes, lengths)
 
     def __iter__(self) -> Iterator[int]:
         share = _sampler.rank_share(
@@ -388,6 +437,7 @@ class ShuffleSampler:
         self.epoch = state["epoch"]
         self._start = state["position"]
         self._yielded = 0
+        self._plan_dataset()
 
     def __repr__(self) -> str:
         return (
