@@ -317,15 +317,23 @@ fn cancelled_job(dir: &Path, image: &Path) {
         "job cancelled ({id}): gone {:.1} s after scancel",
         took.as_secs_f64()
     );
+    // The job leaves squeue when the processes Slurm tracks have ended.
+    // This node tracks them by parentage (proctrack/linuxproc, no
+    // cgroups): the batch shell dies of the SIGTERM at once, and `packfs
+    // run`, orphaned, is no longer tracked while it unmounts and removes
+    // its directories. So its cleanup is awaited, within the same bound.
     let job_tmp = mnt.parent().unwrap();
+    while (is_mounted_under(job_tmp) || job_tmp.exists()) && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(
         !is_mounted_under(job_tmp),
-        "{} still mounted after scancel",
+        "{} still mounted 20 s after scancel",
         mnt.display()
     );
     assert!(
         !job_tmp.exists(),
-        "{} left behind after scancel",
+        "{} left behind 20 s after scancel",
         job_tmp.display()
     );
     assert!(
