@@ -22,7 +22,7 @@ the DataLoader's processes from each one's `Image.stats()`; for the WebDataset s
 counters), and label mixing (distinct classes per batch over a uniform shuffle's on as many batches).
 
   python3 benches/loaders/shuffle.py IMAGE [ROOT] [--storage http,s3,local] [--latency-ms 5]
-      [--samples 5000] [--workers 0,2,4] [--range-size BYTES] [--sides ...]
+      [--samples 5000] [--workers 0,2,4] [--range-size BYTES] [--sides ...] [--disk-cache DIR]
 
 IMAGE is a SquashFS image of an ImageFolder tree under ROOT (class directories). The WebDataset
 sides write their shards once, from the image, into IMAGE_STEM-wds/ beside it. Needs torch and
@@ -36,6 +36,7 @@ import io
 import json
 import os
 import subprocess
+import shutil
 import sys
 import tarfile
 import time
@@ -186,7 +187,16 @@ def one_side(args, storage: str, location: str, side: str, workers: int, base: s
             fd = os.open(location, os.O_RDONLY)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(fd)
-        image = packfs.Image(location, range_size=args.range_size) if storage != "local" else packfs.Image(location)
+        if storage == "local":
+            image = packfs.Image(location)
+        else:
+            disk = None
+            if args.disk_cache:
+                # A fresh cache per side: nothing carried over from the one before.
+                disk = args.disk_cache / f"{storage}-{side}-{workers}"
+                shutil.rmtree(disk, ignore_errors=True)
+                disk.mkdir(parents=True)
+            image = packfs.Image(location, range_size=args.range_size, disk_cache=disk)
         ds = packfs.torch.ImageFolder(image, args.root)
         COUNTED[0] = ds
         listing = image.stats()
@@ -263,6 +273,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--range-size", type=int, default=4 << 20,
                     help="bytes per range request, and the sampler's group_bytes (default 4 MiB)")
+    ap.add_argument("--disk-cache", type=Path, default=None,
+                    help="give every remote side a fresh node-local disk cache under this directory "
+                         "(DataLoader workers share what they fetch through it)")
     ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 2])
     ap.add_argument("--sides", type=lambda s: s.split(","),
                     default=["random", "shuffle", "locality", "locality-nora", "sequential", "wds", "wds-mixed"])

@@ -20,6 +20,7 @@ import pytest
 import packfs
 import packfs.torch
 from conftest import REPO, free_port, need, pack, wait_port
+from packfs import _sampler
 from packfs.torch import ShuffleSampler
 
 try:
@@ -240,6 +241,22 @@ def test_a_read_plan_fetches_each_group_whole_before_its_samples_and_the_next_on
             if nxt[g] >= 0:
                 assert tuple(int(v) for v in plan.spans[nxt[g]]) in asked
     assert len(asked) == layout.groups
+    # Workers sharing a disk cache split the groups read ahead: each next
+    # group is asked for ahead of its first batch by one worker of two (the
+    # other asks when it gets there, and finds it on disk).
+    first_batch = {}
+    for b, i in enumerate(range(0, len(order), 16)):
+        for g in plan.group_of[order[i : i + 16]].tolist():
+            first_batch.setdefault(tuple(int(v) for v in plan.spans[g]), b)
+    ahead = [set(), set()]
+    for w in range(2):
+        shared = _sampler.ReadPlan(layout, plan.after)
+        for b, i in enumerate(range(0, len(order), 16)):
+            raw = np.frombuffer(shared.spans_for(order[i : i + 16], (w, 2)), dtype="<u8")
+            ahead[w] |= {t for t in map(tuple, raw.reshape(-1, 3).tolist()) if first_batch[t] > b}
+    nexts = {tuple(int(v) for v in plan.spans[h]) for h in nxt[nxt >= 0]}
+    assert not ahead[0] & ahead[1]
+    assert ahead[0] | ahead[1] == {t for t in nexts if first_batch[t] > 0}
     # Asked once: the same batches again ask for nothing.
     assert plan.spans_for(order[:16]) == b""
     # A new epoch gives a new plan; no locality or read_ahead=False none.

@@ -158,17 +158,26 @@ class ReadPlan:
         self.after = np.asarray(after, dtype=np.int64)
         self._seen = np.zeros(layout.groups, dtype=bool)
 
-    def spans_for(self, indices: np.ndarray) -> bytes:
+    def spans_for(self, indices: np.ndarray, share: tuple[int, int] = (0, 1)) -> bytes:
         """Little-endian ``(part, offset, length)`` triples to fetch before
-        reading ``indices`` (empty when every group was asked for)."""
+        reading ``indices`` (empty when every group was asked for).
+
+        ``share`` is ``(worker, workers)`` when the processes reading the
+        epoch share what they fetch (a node-local disk cache): each reads
+        ahead only the next groups it owns (group number modulo
+        ``workers``), and finds the others' on disk when it gets to them,
+        so that the storage serves each region once, not once per worker."""
         groups = np.unique(self.group_of[np.asarray(indices, dtype=np.int64)])
         new = groups[~self._seen[groups]]
         if not len(new):
             return b""
         self._seen[new] = True
         nxt = self.after[new]
-        want = np.concatenate([new, nxt[nxt >= 0]])
-        return self.spans[want].tobytes()
+        nxt = nxt[nxt >= 0]
+        worker, workers = share
+        if workers > 1:
+            nxt = nxt[nxt % workers == worker]
+        return self.spans[np.concatenate([new, nxt])].tobytes()
 
 
 def rank_share(

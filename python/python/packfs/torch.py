@@ -238,9 +238,18 @@ class ImageFolder:
     def _read_ahead(self, indices: Sequence[int]) -> None:
         plan = self._read_plan
         if plan is not None:
-            spans = plan.spans_for(np.asarray(indices, dtype=np.int64))
+            spans = plan.spans_for(np.asarray(indices, dtype=np.int64), self._fetch_share())
             if spans:
                 self.image._native().will_read(spans)
+
+    def _fetch_share(self) -> tuple[int, int]:
+        """``(worker, workers)`` of this DataLoader worker when the workers
+        share fetched bytes through the image's disk cache, else (0, 1)."""
+        torch = sys.modules.get("torch")
+        if torch is None or not self.image._options.get("disk_cache"):
+            return 0, 1
+        info = torch.utils.data.get_worker_info()
+        return (info.id, info.num_workers) if info is not None else (0, 1)
 
     def __getitem__(self, i: int) -> tuple:
         i = int(i)
