@@ -23,7 +23,14 @@
 //! Memory: the namespace (names and inodes) plus at most four batches of
 //! data in flight ([`STREAM_BATCH_BYTES`] each: the one being filled, the
 //! one waiting in the channel, the two being compressed), whatever a
-//! member's size or a header's claims (see [`tar`]).
+//! member's size or a header's claims (see [`tar`]). The namespace grows
+//! with the entry count, and is the part that matters at millions of
+//! entries: what each entry holds in each phase (the stage's node, inode
+//! and name; the data writer's location and dedup key; the tree the
+//! metadata is written from) is measured in docs/BENCHMARKS.md, "Scale".
+//! The stage and the tree are compact for that reason, and
+//! [`Stage::into_tree`](stage::Stage::into_tree) frees the stage's nodes
+//! before the tree's inodes are made.
 //!
 //! The image depends only on the sources and options: batches are cut by
 //! the stream alone, so the same archives give the same bytes whatever the

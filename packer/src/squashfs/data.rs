@@ -57,7 +57,7 @@ pub struct FileLoc {
     /// While the data is written: [`NO_START`], or with `blocks_start` the
     /// [`Mark`] where the file's blocks start, resolved to `blocks_start`
     /// at the end. Kept here rather than in a vector of `Option<Mark>` of
-    /// its own: one file costs 48 bytes, not 72 (millions of files).
+    /// its own: one file costs 48 bytes, not 64 (millions of files).
     start_frags: u32,
 }
 
