@@ -90,6 +90,29 @@ pub struct Inode {
     pub src_ino: u64,
 }
 
+impl Inode {
+    /// An inode standing in for one that could not be made, whose error
+    /// is returned instead of the tree it would be in.
+    pub(crate) fn placeholder() -> Inode {
+        Inode {
+            kind: Kind::File,
+            mode: 0,
+            uid_idx: 0,
+            gid_idx: 0,
+            mtime: 0,
+            size: 0,
+            rdev: 0,
+            nlink: 0,
+            xattr: INVALID_XATTR,
+            node: 0,
+            target_off: 0,
+            maybe_sparse: false,
+            from_overlay: false,
+            src_ino: 0,
+        }
+    }
+}
+
 pub struct Tree {
     pub root: PathBuf,
     /// [`PackOptions::overlay`]: a tree laid over `root`.

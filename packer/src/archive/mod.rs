@@ -45,7 +45,7 @@ pub mod stage;
 pub mod tar;
 pub mod zip;
 
-use crate::squashfs::data::{Batch, DataOutput, FileLoc};
+use crate::squashfs::data::{Batch, DataOutput};
 use crate::tree::Tree;
 use crate::{output, PackError, PackOptions, PackSummary};
 use reader::Reader;
@@ -197,14 +197,9 @@ fn laid_out(
         .stage
         .into_tree(root.clone(), opts.all_root, opts.mtime)
         .map_err(|_| PackError::TooManyIds { path: root })?;
-    let locs = data_of
-        .iter()
-        .map(|&d| match d {
-            stage::NO_DATA => FileLoc::default(),
-            d => data.locs.get(d as usize).cloned().unwrap_or_default(),
-        })
-        .collect();
-    data.locs = locs;
+    // The locations stay by data number, found through the tree's map:
+    // a copy by inode would be a second one of every file's at the peak.
+    data.data_of = Some(data_of);
     data.bytes_in = read.file_bytes;
     Ok((tree, data))
 }

@@ -143,6 +143,12 @@ struct Stored {
     explicit: bool,
 }
 
+// `Stage::into_tree` turns the stored inodes into the tree's in their own
+// allocation, which collecting a vector into another does for items of one
+// size: a change to either struct that breaks this doubles the layout's
+// memory at millions of entries.
+const _: () = assert!(std::mem::size_of::<Stored>() == std::mem::size_of::<Inode>());
+
 /// Child lookup by (parent, name): an open-addressing table of node
 /// numbers, 4 bytes a slot, hashing the name in the arena. Nodes are never
 /// removed (a replaced entry keeps its node), so there are no tombstones.
@@ -270,10 +276,6 @@ impl Stage {
 
     fn name(&self, node: u32) -> &[u8] {
         &self.arena[self.nodes[node as usize].name.range()]
-    }
-
-    fn target(&self, e: &Stored) -> &[u8] {
-        &self.arena[e.aux as usize..(e.aux + e.size) as usize]
     }
 
     /// The child of directory node `parent` named `name`, if any.
@@ -565,11 +567,45 @@ impl Stage {
             b.tree.set_children(tn, first, children.len() as u32);
             subdirs_of.push((b.tree.nodes[tn as usize].inode, subdirs));
         }
-        drop((tree_ino, children, queue));
+        drop((children, queue, inode_order));
         self.nodes = Vec::new();
-        for (&si, &node) in inode_order.iter().zip(&first_node) {
-            b.add_inode(&self, si, node)?;
+        // The stage's inodes are put in tree order where they are (those no
+        // name reaches any more last, then dropped) and made into the tree's
+        // in their own allocation: a `Stored` is as large as an `Inode`, so
+        // collecting the one into the other reuses the vector, and the two
+        // never take memory side by side.
+        let count = first_node.len();
+        let mut dest = tree_ino;
+        let unnamed = dest.iter_mut().filter(|d| **d == u32::MAX);
+        for (place, d) in (count as u32..).zip(unnamed) {
+            *d = place;
         }
+        for i in 0..dest.len() {
+            while dest[i] as usize != i {
+                let j = dest[i] as usize;
+                self.entries.swap(i, j);
+                dest.swap(i, j);
+            }
+        }
+        drop(dest);
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.truncate(count);
+        let mut failed = None;
+        let inodes: Vec<Inode> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(ti, e)| {
+                b.inode_of(&e, &self.arena, &self.xattrs, first_node[ti])
+                    .unwrap_or_else(|err| {
+                        failed.get_or_insert(err);
+                        Inode::placeholder()
+                    })
+            })
+            .collect();
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        b.tree.inodes = inodes;
         for (ti, subdirs) in subdirs_of {
             b.tree.inodes[ti as usize].nlink = 2 + subdirs;
         }
@@ -607,10 +643,16 @@ struct TreeBuilder {
 }
 
 impl TreeBuilder {
-    /// Adds the inode of the stage's inode `si`, first named by tree node
-    /// `node`.
-    fn add_inode(&mut self, stage: &Stage, si: u32, node: u32) -> Result<u32, String> {
-        let e = &stage.entries[si as usize];
+    /// The tree's inode for the staged `e` (its names and targets in
+    /// `arena`, its xattrs among `sets`), first named by tree node `node`;
+    /// called in tree inode order.
+    fn inode_of(
+        &mut self,
+        e: &Stored,
+        arena: &[u8],
+        sets: &XattrSets,
+        node: u32,
+    ) -> Result<Inode, String> {
         let tree = &mut self.tree;
         let (uid, gid) = if self.all_root {
             (0, 0)
@@ -631,7 +673,10 @@ impl TreeBuilder {
         };
         let (size, target_off) = match e.kind {
             Kind::File => (e.size, 0),
-            Kind::Symlink => (e.size, tree.push_target(stage.target(e))),
+            Kind::Symlink => {
+                let target = &arena[e.aux as usize..(e.aux + e.size) as usize];
+                (e.size, tree.push_target(target))
+            }
             _ => (0, 0),
         };
         let rdev = match e.kind {
@@ -643,10 +688,10 @@ impl TreeBuilder {
             NONE => INVALID_XATTR,
             x => self
                 .xattrs
-                .intern(stage.xattrs.sets[x as usize].clone())
+                .intern(sets.sets[x as usize].clone())
                 .unwrap_or(INVALID_XATTR),
         };
-        tree.inodes.push(Inode {
+        let inode = Inode {
             kind: e.kind,
             mode: e.mode & 0o7777,
             uid_idx,
@@ -661,13 +706,13 @@ impl TreeBuilder {
             maybe_sparse: false,
             from_overlay: false,
             src_ino: 0,
-        });
+        };
         self.data_of.push(if e.kind == Kind::File {
             e.data
         } else {
             NO_DATA
         });
-        Ok(tree.inodes.len() as u32 - 1)
+        Ok(inode)
     }
 
     /// The tree, its xattr sets and image time set, and each inode's data

@@ -90,8 +90,12 @@ impl Default for FileLoc {
 }
 
 pub struct DataOutput {
-    /// Indexed by inode; meaningful for regular files only.
+    /// Indexed by inode, or by data number with [`DataOutput::data_of`];
+    /// meaningful for regular files only. Read through [`DataOutput::loc`].
     pub locs: Vec<FileLoc>,
+    /// A stream's files: each inode's data number (none, `u32::MAX`, for
+    /// other than files), `locs`' index.
+    pub data_of: Option<Vec<u32>>,
     /// Size words of all stored files' blocks, back to back.
     pub block_sizes: Vec<u32>,
     /// Fragment table entries (16 bytes each).
@@ -100,6 +104,17 @@ pub struct DataOutput {
     pub bytes_in: u64,
     pub dedup_files: u64,
     pub dedup_bytes: u64,
+}
+
+impl DataOutput {
+    /// Where the data of regular file `ino` is.
+    pub fn loc(&self, ino: u32) -> FileLoc {
+        let at = match &self.data_of {
+            Some(map) => map[ino as usize],
+            None => ino,
+        };
+        self.locs.get(at as usize).cloned().unwrap_or_default()
+    }
 }
 
 /// A few consecutive blocks of one file, the unit of parallel work.
@@ -746,6 +761,7 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
             pool,
             out: DataOutput {
                 locs: vec![FileLoc::default(); files],
+                data_of: None,
                 block_sizes: Vec::new(),
                 fragment_entries: Vec::new(),
                 fragment_count: 0,
