@@ -152,23 +152,25 @@ const _: () = assert!(std::mem::size_of::<Stored>() == std::mem::size_of::<Inode
 /// Child lookup by (parent, name): an open-addressing table of node
 /// numbers, 4 bytes a slot, hashing the name in the arena. Nodes are never
 /// removed (a replaced entry keeps its node), so there are no tombstones.
+/// The hash is keyed at random per pack (SipHash, std's `RandomState`): the
+/// names come from an archive anyone may have made, and with a fixed hash
+/// names chosen to collide would make every insertion scan the table. The
+/// image does not depend on it: children are sorted when laid out.
 #[derive(Default)]
 struct Lookup {
     slots: Vec<u32>,
     len: usize,
+    keys: std::collections::hash_map::RandomState,
 }
 
-/// FNV-1a over the parent and the name, then a final mix so that the low
-/// bits the table uses depend on every byte.
-fn hash(parent: u32, name: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in parent.to_le_bytes().iter().chain(name) {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
+impl Lookup {
+    fn hash(&self, parent: u32, name: &[u8]) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.keys.build_hasher();
+        h.write_u32(parent);
+        h.write(name);
+        h.finish()
     }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^ (h >> 33)
 }
 
 /// The namespace being built. Node 0 is the root.
@@ -284,7 +286,7 @@ impl Stage {
             return None;
         }
         let mask = self.lookup.slots.len() - 1;
-        let mut i = hash(parent, name) as usize & mask;
+        let mut i = self.lookup.hash(parent, name) as usize & mask;
         loop {
             let n = self.lookup.slots[i];
             if n == NONE {
@@ -312,7 +314,10 @@ impl Stage {
 
     fn place(&mut self, n: u32) {
         let mask = self.lookup.slots.len() - 1;
-        let mut i = hash(self.nodes[n as usize].parent, self.name(n)) as usize & mask;
+        let mut i = self
+            .lookup
+            .hash(self.nodes[n as usize].parent, self.name(n)) as usize
+            & mask;
         while self.lookup.slots[i] != NONE {
             i = (i + 1) & mask;
         }
