@@ -43,6 +43,7 @@ mod suite {
     mod remote_s3;
     mod remote_shards;
     mod remote_stream;
+    mod scale;
     mod shards;
     mod slurm_jobs;
     mod transport;

@@ -27,15 +27,33 @@ pub enum Kind {
 }
 
 /// A directory entry. Node 0 is the root (its own parent, empty name).
+/// 24 bytes: there is one per entry.
 #[derive(Clone, Debug)]
 pub struct Node {
     pub parent: u32,
     pub inode: u32,
-    name_off: u64,
-    name_len: u16,
+    name: NameSpan,
     /// Directories only: children are `first_child..first_child + child_count`.
     pub first_child: u32,
     pub child_count: u32,
+}
+
+/// Where a name lies in an arena: offset (48 bits) and length (16 bits) in
+/// two `u32`s, so a struct holding one needs no 8-byte alignment.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NameSpan([u32; 2]);
+
+impl NameSpan {
+    pub(crate) fn new(off: u64, len: usize) -> NameSpan {
+        let packed = off << 16 | (len as u64 & 0xffff);
+        NameSpan([(packed >> 32) as u32, packed as u32])
+    }
+
+    pub(crate) fn range(self) -> std::ops::Range<usize> {
+        let packed = (self.0[0] as u64) << 32 | self.0[1] as u64;
+        let off = (packed >> 16) as usize;
+        off..off + (packed & 0xffff) as usize
+    }
 }
 
 /// An inode; hard links make several nodes share one.
@@ -72,6 +90,29 @@ pub struct Inode {
     pub src_ino: u64,
 }
 
+impl Inode {
+    /// An inode standing in for one that could not be made, whose error
+    /// is returned instead of the tree it would be in.
+    pub(crate) fn placeholder() -> Inode {
+        Inode {
+            kind: Kind::File,
+            mode: 0,
+            uid_idx: 0,
+            gid_idx: 0,
+            mtime: 0,
+            size: 0,
+            rdev: 0,
+            nlink: 0,
+            xattr: INVALID_XATTR,
+            node: 0,
+            target_off: 0,
+            maybe_sparse: false,
+            from_overlay: false,
+            src_ino: 0,
+        }
+    }
+}
+
 pub struct Tree {
     pub root: PathBuf,
     /// [`PackOptions::overlay`]: a tree laid over `root`.
@@ -90,8 +131,7 @@ pub struct Tree {
 
 impl Tree {
     pub fn name(&self, node: u32) -> &[u8] {
-        let n = &self.nodes[node as usize];
-        &self.arena[n.name_off as usize..n.name_off as usize + n.name_len as usize]
+        &self.arena[self.nodes[node as usize].name.range()]
     }
 
     pub fn children(&self, node: u32) -> std::ops::Range<u32> {
@@ -188,8 +228,7 @@ impl Tree {
             nodes: vec![Node {
                 parent: 0,
                 inode: 0,
-                name_off: 0,
-                name_len: 0,
+                name: NameSpan::default(),
                 first_child: 0,
                 child_count: 0,
             }],
@@ -204,13 +243,12 @@ impl Tree {
     /// Appends a node named `name` under `parent`; the caller keeps each
     /// directory's children contiguous and sorted ([`Tree::set_children`]).
     pub(crate) fn push_node(&mut self, parent: u32, name: &[u8], inode: u32) -> u32 {
-        let name_off = self.arena.len() as u64;
+        let span = NameSpan::new(self.arena.len() as u64, name.len());
         self.arena.extend_from_slice(name);
         self.nodes.push(Node {
             parent,
             inode,
-            name_off,
-            name_len: name.len() as u16,
+            name: span,
             first_child: 0,
             child_count: 0,
         });
@@ -302,8 +340,9 @@ impl Tree {
         };
         for n in (0..self.nodes.len()).filter(|&n| keep[n]) {
             let old = &self.nodes[n];
-            let name_off = t.arena.len() as u64;
-            t.arena.extend_from_slice(self.name(n as u32));
+            let name = self.name(n as u32);
+            let span = NameSpan::new(t.arena.len() as u64, name.len());
+            t.arena.extend_from_slice(name);
             let kept: Vec<u32> = self
                 .children(n as u32)
                 .filter(|&c| keep[c as usize])
@@ -311,8 +350,7 @@ impl Tree {
             t.nodes.push(Node {
                 parent: new_node[old.parent as usize],
                 inode: new_ino[old.inode as usize],
-                name_off,
-                name_len: old.name_len,
+                name: span,
                 first_child: kept.first().map_or(0, |&c| new_node[c as usize]),
                 child_count: kept.len() as u32,
             });

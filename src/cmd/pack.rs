@@ -761,8 +761,18 @@ fn print_summary(summary: &packer::PackSummary, output: &std::path::Path) {
         0 => String::new(),
         n => format!(" (from {} of archives)", human(n)),
     };
+    let secs = summary.elapsed.as_secs_f64();
+    let rate = if secs > 0.0 {
+        summary.entries as f64 / secs
+    } else {
+        0.0
+    };
+    let peak = match peak_rss() {
+        Some(b) => format!(", peak memory {}", human(b)),
+        None => String::new(),
+    };
     say!(
-        "packed {} entries ({} inodes): {} in{from}, {} out (ratio {:.3}), dedup saved {} in {} files, {:.2} s -> {}",
+        "packed {} entries ({} inodes): {} in{from}, {} out (ratio {:.3}), dedup saved {} in {} files, {secs:.2} s ({rate:.0} entries/s{peak}) -> {}",
         summary.entries,
         summary.inodes,
         human(summary.bytes_in),
@@ -770,7 +780,17 @@ fn print_summary(summary: &packer::PackSummary, output: &std::path::Path) {
         ratio,
         human(summary.dedup_bytes),
         summary.dedup_files,
-        summary.elapsed.as_secs_f64(),
         output.display()
     );
+}
+
+/// This process's peak resident memory so far (`getrusage`'s high-water
+/// mark), which is what `--memory` bounds; `None` if the kernel says nothing.
+fn peak_rss() -> Option<u64> {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    // ru_maxrss is in KiB on Linux.
+    (rc == 0 && ru.ru_maxrss > 0).then(|| ru.ru_maxrss as u64 * 1024)
 }

@@ -14,6 +14,8 @@
 //! anything); what is checked by running this is that no answer is a
 //! panic, a hang or an allocation out of proportion to the input.
 
+pub mod tarstream;
+
 use mountfs::cache::BlockCache;
 use mountfs::fs::{FileKind, NodeId, PackFs, ROOT};
 use mountfs::image::Image;

@@ -23,7 +23,14 @@
 //! Memory: the namespace (names and inodes) plus at most four batches of
 //! data in flight ([`STREAM_BATCH_BYTES`] each: the one being filled, the
 //! one waiting in the channel, the two being compressed), whatever a
-//! member's size or a header's claims (see [`tar`]).
+//! member's size or a header's claims (see [`tar`]). The namespace grows
+//! with the entry count, and is the part that matters at millions of
+//! entries: what each entry holds in each phase (the stage's node, inode
+//! and name; the data writer's location and dedup key; the tree the
+//! metadata is written from) is measured in docs/BENCHMARKS.md, "Scale".
+//! The stage and the tree are compact for that reason, and
+//! [`Stage::into_tree`](stage::Stage::into_tree) frees the stage's nodes
+//! before the tree's inodes are made.
 //!
 //! The image depends only on the sources and options: batches are cut by
 //! the stream alone, so the same archives give the same bytes whatever the
@@ -38,7 +45,7 @@ pub mod stage;
 pub mod tar;
 pub mod zip;
 
-use crate::squashfs::data::{Batch, DataOutput, FileLoc};
+use crate::squashfs::data::{Batch, DataOutput};
 use crate::tree::Tree;
 use crate::{output, PackError, PackOptions, PackSummary};
 use reader::Reader;
@@ -190,14 +197,9 @@ fn laid_out(
         .stage
         .into_tree(root.clone(), opts.all_root, opts.mtime)
         .map_err(|_| PackError::TooManyIds { path: root })?;
-    let locs = data_of
-        .iter()
-        .map(|&d| match d {
-            stage::NO_DATA => FileLoc::default(),
-            d => data.locs.get(d as usize).cloned().unwrap_or_default(),
-        })
-        .collect();
-    data.locs = locs;
+    // The locations stay by data number, found through the tree's map:
+    // a copy by inode would be a second one of every file's at the peak.
+    data.data_of = Some(data_of);
     data.bytes_in = read.file_bytes;
     Ok((tree, data))
 }

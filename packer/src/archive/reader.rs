@@ -341,7 +341,7 @@ impl<'a> Reader<'a> {
             }
             let i = &tree.inodes[ino as usize];
             let id = self.next_id()?;
-            self.stage.entry_mut(si).data = id;
+            self.stage.set_data(si, id);
             let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
             for (first_block, nblocks, last) in piece_spans(i.size, self.bs) {
                 self.emit(Piece {
@@ -531,7 +531,7 @@ impl<'a> Reader<'a> {
         reported: &mut u64,
     ) -> Result<(), PackError> {
         let id = self.next_id()?;
-        self.stage.entry_mut(si).data = id;
+        self.stage.set_data(si, id);
         let path: Arc<Path> = Arc::from(
             PathBuf::from(format!(
                 "{}:{}",
@@ -873,13 +873,13 @@ impl Reader<'_> {
             }
             // Progress: the archive's bytes up to the end of this member's data.
             let upto = m.local_offset.saturating_add(m.csize).min(len);
-            if self.stage.entry_mut(si).kind == Kind::Symlink {
+            if self.stage.kind(si) == Kind::Symlink {
                 let target = zip::read_target(name, src, &m)?;
                 if target.contains(&0) {
                     let message = "a symlink target holding a NUL byte".into();
                     return Err(PackError::archive(name, Some(&m.name), message));
                 }
-                self.stage.entry_mut(si).target = target;
+                self.stage.set_target(si, &target);
             } else {
                 self.zip_data(name, src, (si, m))?;
             }
@@ -961,7 +961,7 @@ impl Reader<'_> {
         (inode, p): (u32, zip::Member),
     ) -> Result<(), PackError> {
         let id = self.next_id()?;
-        self.stage.entry_mut(inode).data = id;
+        self.stage.set_data(inode, id);
         let path: Arc<Path> = Arc::from(
             PathBuf::from(format!(
                 "{}:{}",

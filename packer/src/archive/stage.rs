@@ -12,11 +12,11 @@
 //! unless both are directories (they merge) or [`OnConflict`] says which
 //! wins.
 
-use crate::tree::{Inode, Kind, Tree};
+use crate::tree::{Inode, Kind, NameSpan, Tree};
 use crate::xattrs::{Xattr, XattrSets};
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::INVALID_XATTR;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// Which source's entry a path given by several keeps.
@@ -54,8 +54,6 @@ pub struct Entry {
     pub explicit: bool,
     /// Index of the source that gave it.
     pub source: u16,
-    /// Names it has in the namespace.
-    names: u32,
 }
 
 impl Entry {
@@ -73,7 +71,6 @@ impl Entry {
             data: NO_DATA,
             explicit: true,
             source,
-            names: 0,
         }
     }
 }
@@ -97,11 +94,98 @@ pub enum StageError {
     Conflict { first: u16 },
 }
 
+/// No node: the end of a sibling list, an empty slot of [`Lookup`].
+const NONE: u32 = u32::MAX;
+/// [`Node::first_child`] of a node that is not a directory.
+const NOT_DIR: u32 = u32::MAX - 1;
+
+/// A name in the namespace: 24 bytes, its name in [`Stage::arena`]. A
+/// directory's children form a list through [`Node::next_sibling`] in no
+/// order (they are sorted once, when laid out as a tree); finding a child by
+/// name goes through [`Lookup`].
 struct Node {
-    name: Box<[u8]>,
+    parent: u32,
     inode: u32,
-    /// Directories: children by name.
-    children: Option<BTreeMap<Box<[u8]>, u32>>,
+    /// Directories: the most recently added child, or [`NONE`];
+    /// [`NOT_DIR`] for other nodes.
+    first_child: u32,
+    next_sibling: u32,
+    name: NameSpan,
+}
+
+impl Node {
+    fn is_dir(&self) -> bool {
+        self.first_child != NOT_DIR
+    }
+
+    fn has_children(&self) -> bool {
+        self.is_dir() && self.first_child != NONE
+    }
+}
+
+/// An inode as staged: [`Entry`] without its allocations (the symlink
+/// target in the arena, the xattrs as an interned set).
+struct Stored {
+    mtime: i64,
+    /// Files: their size. Symlinks: the target's length.
+    size: u64,
+    /// Symlinks: the target's arena offset. Devices: major << 32 | minor.
+    aux: u64,
+    uid: u32,
+    gid: u32,
+    data: u32,
+    names: u32,
+    /// Index into [`Stage::xattrs`], or [`NONE`].
+    xattrs: u32,
+    mode: u16,
+    source: u16,
+    kind: Kind,
+    explicit: bool,
+}
+
+// `Stage::into_tree` turns the stored inodes into the tree's in their own
+// allocation, which collecting a vector into another does for items of one
+// size: a change to either struct that breaks this doubles the layout's
+// memory at millions of entries.
+const _: () = assert!(std::mem::size_of::<Stored>() == std::mem::size_of::<Inode>());
+
+/// Child lookup by (parent, name): an open-addressing table of node
+/// numbers, 4 bytes a slot, hashing the name in the arena. Nodes are never
+/// removed (a replaced entry keeps its node), so there are no tombstones.
+/// The hash is keyed at random per pack (SipHash, std's `RandomState`): the
+/// names come from an archive anyone may have made, and with a fixed hash
+/// names chosen to collide would make every insertion scan the table. The
+/// image does not depend on it: children are sorted when laid out.
+#[derive(Default)]
+struct Lookup {
+    slots: Vec<u32>,
+    len: usize,
+    keys: std::collections::hash_map::RandomState,
+}
+
+impl Lookup {
+    fn hash(&self, parent: u32, name: &[u8]) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.keys.build_hasher();
+        h.write_u32(parent);
+        h.write(name);
+        h.finish()
+    }
+}
+
+/// The namespace being built. Node 0 is the root.
+pub struct Stage {
+    nodes: Vec<Node>,
+    entries: Vec<Stored>,
+    /// Names and symlink targets, back to back.
+    arena: Vec<u8>,
+    xattrs: XattrSets,
+    lookup: Lookup,
+    on_conflict: OnConflict,
+}
+
+fn show(comps: &[&[u8]]) -> String {
+    String::from_utf8_lossy(&comps.join(&b'/')).into_owned()
 }
 
 /// What an insertion did.
@@ -113,35 +197,72 @@ pub enum Added {
     Skipped,
 }
 
-/// The namespace being built. Node 0 is the root.
-pub struct Stage {
-    nodes: Vec<Node>,
-    entries: Vec<Entry>,
-    on_conflict: OnConflict,
-}
-
-fn show(comps: &[&[u8]]) -> String {
-    String::from_utf8_lossy(&comps.join(&b'/')).into_owned()
-}
-
 impl Stage {
     pub fn new(on_conflict: OnConflict) -> Stage {
-        let mut root = Entry::new(Kind::Dir, 0);
+        let mut s = Stage {
+            nodes: vec![Node {
+                parent: 0,
+                inode: 0,
+                first_child: NONE,
+                next_sibling: NONE,
+                name: NameSpan::default(),
+            }],
+            entries: Vec::new(),
+            arena: Vec::new(),
+            xattrs: XattrSets::default(),
+            lookup: Lookup::default(),
+            on_conflict,
+        };
+        let mut root = s.store(Entry::new(Kind::Dir, 0));
         root.explicit = false;
         root.names = 1;
-        Stage {
-            nodes: vec![Node {
-                name: Box::default(),
-                inode: 0,
-                children: Some(BTreeMap::new()),
-            }],
-            entries: vec![root],
-            on_conflict,
+        s.entries.push(root);
+        s
+    }
+
+    /// `e` as staged, its target and xattrs moved into the stage.
+    fn store(&mut self, e: Entry) -> Stored {
+        let (size, aux) = match e.kind {
+            Kind::Symlink => {
+                let off = self.arena.len() as u64;
+                self.arena.extend_from_slice(&e.target);
+                (e.target.len() as u64, off)
+            }
+            Kind::BlockDev | Kind::CharDev => (e.size, (e.dev.0 as u64) << 32 | e.dev.1 as u64),
+            _ => (e.size, 0),
+        };
+        Stored {
+            mtime: e.mtime,
+            size,
+            aux,
+            uid: e.uid,
+            gid: e.gid,
+            data: e.data,
+            names: 0,
+            xattrs: self.xattrs.intern(e.xattrs).unwrap_or(NONE),
+            mode: e.mode,
+            source: e.source,
+            kind: e.kind,
+            explicit: e.explicit,
         }
     }
 
-    pub fn entry_mut(&mut self, inode: u32) -> &mut Entry {
-        &mut self.entries[inode as usize]
+    /// The kind of `inode`.
+    pub fn kind(&self, inode: u32) -> Kind {
+        self.entries[inode as usize].kind
+    }
+
+    /// Records the number `inode`'s data was written under.
+    pub fn set_data(&mut self, inode: u32, data: u32) {
+        self.entries[inode as usize].data = data;
+    }
+
+    /// Sets symlink `inode`'s target (known only once its data is read).
+    pub fn set_target(&mut self, inode: u32, target: &[u8]) {
+        let off = self.arena.len() as u64;
+        self.arena.extend_from_slice(target);
+        let e = &mut self.entries[inode as usize];
+        (e.size, e.aux) = (target.len() as u64, off);
     }
 
     /// Whether `inode` still has a name (a later member may have replaced
@@ -155,11 +276,59 @@ impl Stage {
         self.nodes.len()
     }
 
+    fn name(&self, node: u32) -> &[u8] {
+        &self.arena[self.nodes[node as usize].name.range()]
+    }
+
+    /// The child of directory node `parent` named `name`, if any.
+    fn child(&self, parent: u32, name: &[u8]) -> Option<u32> {
+        if !self.nodes[parent as usize].is_dir() || self.lookup.slots.is_empty() {
+            return None;
+        }
+        let mask = self.lookup.slots.len() - 1;
+        let mut i = self.lookup.hash(parent, name) as usize & mask;
+        loop {
+            let n = self.lookup.slots[i];
+            if n == NONE {
+                return None;
+            }
+            if self.nodes[n as usize].parent == parent && self.name(n) == name {
+                return Some(n);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Puts node `n` in the lookup table, growing it at 3/4 full.
+    fn index(&mut self, n: u32) {
+        if (self.lookup.len + 1) * 4 > self.lookup.slots.len() * 3 {
+            let cap = (self.lookup.slots.len() * 2).max(1024);
+            self.lookup.slots = vec![NONE; cap];
+            for m in 1..n {
+                self.place(m);
+            }
+        }
+        self.place(n);
+        self.lookup.len = n as usize;
+    }
+
+    fn place(&mut self, n: u32) {
+        let mask = self.lookup.slots.len() - 1;
+        let mut i = self
+            .lookup
+            .hash(self.nodes[n as usize].parent, self.name(n)) as usize
+            & mask;
+        while self.lookup.slots[i] != NONE {
+            i = (i + 1) & mask;
+        }
+        self.lookup.slots[i] = n;
+    }
+
     /// The node at `comps`, if any.
     fn find(&self, comps: &[&[u8]]) -> Option<u32> {
         let mut at = 0u32;
         for c in comps {
-            at = *self.nodes[at as usize].children.as_ref()?.get(*c)?;
+            at = self.child(at, c)?;
         }
         Some(at)
     }
@@ -168,11 +337,7 @@ impl Stage {
     fn parent_of(&mut self, comps: &[&[u8]], source: u16) -> Result<u32, StageError> {
         let mut at = 0u32;
         for (k, c) in comps[..comps.len() - 1].iter().enumerate() {
-            let next = self.nodes[at as usize]
-                .children
-                .as_ref()
-                .and_then(|m| m.get(*c).copied());
-            at = match next {
+            at = match self.child(at, c) {
                 Some(n) => {
                     let e = &self.entries[self.nodes[n as usize].inode as usize];
                     match e.kind {
@@ -200,24 +365,27 @@ impl Stage {
         Ok(at)
     }
 
-    fn push_entry(&mut self, mut e: Entry) -> u32 {
-        e.names = 1;
-        self.entries.push(e);
+    fn push_entry(&mut self, e: Entry) -> u32 {
+        let mut s = self.store(e);
+        s.names = 1;
+        self.entries.push(s);
         self.entries.len() as u32 - 1
     }
 
     fn push_node(&mut self, parent: u32, name: &[u8], inode: u32, dir: bool) -> u32 {
         let n = self.nodes.len() as u32;
+        let span = NameSpan::new(self.arena.len() as u64, name.len());
+        self.arena.extend_from_slice(name);
+        let p = &mut self.nodes[parent as usize];
+        let next_sibling = std::mem::replace(&mut p.first_child, n);
         self.nodes.push(Node {
-            name: name.into(),
+            parent,
             inode,
-            children: dir.then(BTreeMap::new),
+            first_child: if dir { NONE } else { NOT_DIR },
+            next_sibling,
+            name: span,
         });
-        self.nodes[parent as usize]
-            .children
-            .as_mut()
-            .expect("a parent is a directory")
-            .insert(name.into(), n);
+        self.index(n);
         n
     }
 
@@ -233,11 +401,7 @@ impl Stage {
         let source = e.source;
         let parent = self.parent_of(comps, source)?;
         let name = comps[comps.len() - 1];
-        let existing = self.nodes[parent as usize]
-            .children
-            .as_ref()
-            .and_then(|m| m.get(name).copied());
-        let Some(node) = existing else {
+        let Some(node) = self.child(parent, name) else {
             let dir = e.kind == Kind::Dir;
             let ino = self.push_entry(e);
             self.push_node(parent, name, ino, dir);
@@ -256,12 +420,7 @@ impl Stage {
                 OnConflict::Last => {}
             }
         }
-        if old_dir
-            && self.nodes[node as usize]
-                .children
-                .as_ref()
-                .is_some_and(|m| !m.is_empty())
-        {
+        if self.nodes[node as usize].has_children() {
             return Err(StageError::ReplacesDir);
         }
         // Unlink the old name, create the new entry under it.
@@ -270,7 +429,7 @@ impl Stage {
         let ino = self.push_entry(e);
         let n = &mut self.nodes[node as usize];
         n.inode = ino;
-        n.children = new_dir.then(BTreeMap::new);
+        n.first_child = if new_dir { NONE } else { NOT_DIR };
         Ok(Added::Inode(ino))
     }
 
@@ -279,11 +438,13 @@ impl Stage {
     /// [`OnConflict::Last`].
     fn update_dir(&mut self, node: u32, e: Entry) -> Added {
         let ino = self.nodes[node as usize].inode;
-        let old = &mut self.entries[ino as usize];
+        let old = &self.entries[ino as usize];
         let take = !old.explicit || old.source == e.source || self.on_conflict == OnConflict::Last;
         if take {
             let names = old.names;
-            *old = Entry { names, ..e };
+            let mut s = self.store(e);
+            s.names = names;
+            self.entries[ino as usize] = s;
         }
         Added::Inode(ino)
     }
@@ -318,11 +479,7 @@ impl Stage {
         }
         let parent = self.parent_of(comps, source)?;
         let name = comps[comps.len() - 1];
-        if let Some(node) = self.nodes[parent as usize]
-            .children
-            .as_ref()
-            .and_then(|m| m.get(name).copied())
-        {
+        if let Some(node) = self.child(parent, name) {
             let old_ino = self.nodes[node as usize].inode;
             let old = &self.entries[old_ino as usize];
             if old.source != source && old.explicit {
@@ -332,18 +489,14 @@ impl Stage {
                     OnConflict::Last => {}
                 }
             }
-            if self.nodes[node as usize]
-                .children
-                .as_ref()
-                .is_some_and(|m| !m.is_empty())
-            {
+            if self.nodes[node as usize].has_children() {
                 return Err(StageError::ReplacesDir);
             }
             self.entries[old_ino as usize].names -= 1;
             self.entries[t_ino as usize].names += 1;
             let n = &mut self.nodes[node as usize];
             n.inode = t_ino;
-            n.children = None;
+            n.first_child = NOT_DIR;
             return Ok(Added::Inode(t_ino));
         }
         self.entries[t_ino as usize].names += 1;
@@ -362,6 +515,8 @@ impl Stage {
         all_root: bool,
         mtime: Option<u32>,
     ) -> Result<(Tree, Vec<u32>), String> {
+        // Lookups are over: the table's memory goes before the tree's comes.
+        self.lookup = Lookup::default();
         self.date_implied_dirs();
         let mut b = TreeBuilder {
             tree: Tree::with_root(root),
@@ -372,37 +527,92 @@ impl Stage {
             all_root,
             mtime,
         };
+        // In two passes, so that the stage's nodes are gone before the
+        // tree's inodes are made: first the tree's nodes, breadth-first
+        // (stage node, tree node), each inode numbered where first named;
+        // then the inodes, in that order.
         let mut tree_ino = vec![u32::MAX; self.entries.len()];
-        let root_ino = b.add_inode(&self.entries[0], 0)?;
-        b.tree.nodes[0].inode = root_ino;
-        tree_ino[0] = root_ino;
-        // Breadth-first: (stage node, tree node).
+        // Stage inode and first tree node, by tree inode.
+        let mut inode_order = vec![0u32];
+        let mut first_node = vec![0u32];
+        tree_ino[0] = 0;
+        // (tree inode, subdirectories) of every directory.
+        let mut subdirs_of = Vec::new();
         let mut queue = std::collections::VecDeque::from([(0u32, 0u32)]);
+        let mut children = Vec::new();
         while let Some((sn, tn)) = queue.pop_front() {
-            let children = self.nodes[sn as usize].children.take().unwrap_or_default();
+            children.clear();
+            let mut c = self.nodes[sn as usize].first_child;
+            while c != NONE && c != NOT_DIR {
+                children.push(c);
+                c = self.nodes[c as usize].next_sibling;
+            }
+            children.sort_unstable_by(|&a, &b| self.name(a).cmp(self.name(b)));
             let first = b.tree.nodes.len() as u32;
             let mut subdirs = 0;
-            for (_, c) in children.iter() {
-                let node = &self.nodes[*c as usize];
-                let si = node.inode as usize;
-                let tnode = b.tree.push_node(tn, &node.name, 0);
-                let ti = match tree_ino[si] {
+            for &c in &children {
+                let si = self.nodes[c as usize].inode;
+                let tnode = b.tree.push_node(tn, self.name(c), 0);
+                let ti = match tree_ino[si as usize] {
                     u32::MAX => {
-                        let ti = b.add_inode(&self.entries[si], tnode)?;
-                        tree_ino[si] = ti;
+                        let ti = inode_order.len() as u32;
+                        inode_order.push(si);
+                        first_node.push(tnode);
+                        tree_ino[si as usize] = ti;
                         ti
                     }
                     ti => ti,
                 };
                 b.tree.nodes[tnode as usize].inode = ti;
-                if self.entries[si].kind == Kind::Dir {
+                if self.entries[si as usize].kind == Kind::Dir {
                     subdirs += 1;
-                    queue.push_back((*c, tnode));
+                    queue.push_back((c, tnode));
                 }
             }
             b.tree.set_children(tn, first, children.len() as u32);
-            let ti = b.tree.nodes[tn as usize].inode as usize;
-            b.tree.inodes[ti].nlink = 2 + subdirs;
+            subdirs_of.push((b.tree.nodes[tn as usize].inode, subdirs));
+        }
+        drop((children, queue, inode_order));
+        self.nodes = Vec::new();
+        // The stage's inodes are put in tree order where they are (those no
+        // name reaches any more last, then dropped) and made into the tree's
+        // in their own allocation: a `Stored` is as large as an `Inode`, so
+        // collecting the one into the other reuses the vector, and the two
+        // never take memory side by side.
+        let count = first_node.len();
+        let mut dest = tree_ino;
+        let unnamed = dest.iter_mut().filter(|d| **d == u32::MAX);
+        for (place, d) in (count as u32..).zip(unnamed) {
+            *d = place;
+        }
+        for i in 0..dest.len() {
+            while dest[i] as usize != i {
+                let j = dest[i] as usize;
+                self.entries.swap(i, j);
+                dest.swap(i, j);
+            }
+        }
+        drop(dest);
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.truncate(count);
+        let mut failed = None;
+        let inodes: Vec<Inode> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(ti, e)| {
+                b.inode_of(&e, &self.arena, &self.xattrs, first_node[ti])
+                    .unwrap_or_else(|err| {
+                        failed.get_or_insert(err);
+                        Inode::placeholder()
+                    })
+            })
+            .collect();
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        b.tree.inodes = inodes;
+        for (ti, subdirs) in subdirs_of {
+            b.tree.inodes[ti as usize].nlink = 2 + subdirs;
         }
         Ok(b.finish())
     }
@@ -411,17 +621,10 @@ impl Stage {
     /// come after their parents: one backward pass carries the newest mtime
     /// up through implied directories.
     fn date_implied_dirs(&mut self) {
-        let mut parent_of = vec![0u32; self.nodes.len()];
-        for (n, node) in self.nodes.iter().enumerate() {
-            if let Some(c) = &node.children {
-                for &k in c.values() {
-                    parent_of[k as usize] = n as u32;
-                }
-            }
-        }
         for n in (1..self.nodes.len()).rev() {
-            let t = self.entries[self.nodes[n].inode as usize].mtime;
-            let p = self.nodes[parent_of[n] as usize].inode as usize;
+            let node = &self.nodes[n];
+            let t = self.entries[node.inode as usize].mtime;
+            let p = self.nodes[node.parent as usize].inode as usize;
             if !self.entries[p].explicit && self.entries[p].mtime < t {
                 self.entries[p].mtime = t;
             }
@@ -445,8 +648,16 @@ struct TreeBuilder {
 }
 
 impl TreeBuilder {
-    /// Adds the inode of `e`, first named by tree node `node`.
-    fn add_inode(&mut self, e: &Entry, node: u32) -> Result<u32, String> {
+    /// The tree's inode for the staged `e` (its names and targets in
+    /// `arena`, its xattrs among `sets`), first named by tree node `node`;
+    /// called in tree inode order.
+    fn inode_of(
+        &mut self,
+        e: &Stored,
+        arena: &[u8],
+        sets: &XattrSets,
+        node: u32,
+    ) -> Result<Inode, String> {
         let tree = &mut self.tree;
         let (uid, gid) = if self.all_root {
             (0, 0)
@@ -467,14 +678,25 @@ impl TreeBuilder {
         };
         let (size, target_off) = match e.kind {
             Kind::File => (e.size, 0),
-            Kind::Symlink => (e.target.len() as u64, tree.push_target(&e.target)),
+            Kind::Symlink => {
+                let target = &arena[e.aux as usize..(e.aux + e.size) as usize];
+                (e.size, tree.push_target(target))
+            }
             _ => (0, 0),
         };
         let rdev = match e.kind {
-            Kind::BlockDev | Kind::CharDev => encode_dev(e.dev.0, e.dev.1),
+            Kind::BlockDev | Kind::CharDev => encode_dev((e.aux >> 32) as u32, e.aux as u32),
             _ => 0,
         };
-        tree.inodes.push(Inode {
+        // Sets are numbered again in tree order, as a walk numbers them.
+        let xattr = match e.xattrs {
+            NONE => INVALID_XATTR,
+            x => self
+                .xattrs
+                .intern(sets.sets[x as usize].clone())
+                .unwrap_or(INVALID_XATTR),
+        };
+        let inode = Inode {
             kind: e.kind,
             mode: e.mode & 0o7777,
             uid_idx,
@@ -483,22 +705,19 @@ impl TreeBuilder {
             size,
             rdev,
             nlink: if e.kind == Kind::Dir { 2 } else { e.names },
-            xattr: self
-                .xattrs
-                .intern(e.xattrs.clone())
-                .unwrap_or(INVALID_XATTR),
+            xattr,
             node,
             target_off,
             maybe_sparse: false,
             from_overlay: false,
             src_ino: 0,
-        });
+        };
         self.data_of.push(if e.kind == Kind::File {
             e.data
         } else {
             NO_DATA
         });
-        Ok(tree.inodes.len() as u32 - 1)
+        Ok(inode)
     }
 
     /// The tree, its xattr sets and image time set, and each inode's data

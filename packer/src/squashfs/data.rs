@@ -54,6 +54,25 @@ pub struct FileLoc {
     pub frag_offset: u32,
     /// Bytes stored as sparse (all-zero) blocks.
     pub sparse: u64,
+    /// While the data is written: [`NO_START`], or with `blocks_start` the
+    /// [`Mark`] where the file's blocks start, resolved to `blocks_start`
+    /// at the end. Kept here rather than in a vector of `Option<Mark>` of
+    /// its own: one file costs 48 bytes, not 64 (millions of files).
+    start_frags: u32,
+}
+
+/// [`FileLoc::start_frags`] of a file whose start is not marked (no data).
+const NO_START: u32 = u32::MAX;
+
+impl FileLoc {
+    fn start(&self) -> Option<Mark> {
+        (self.start_frags != NO_START)
+            .then(|| Mark::from_parts(self.blocks_start, self.start_frags))
+    }
+
+    fn set_start(&mut self, m: Mark) {
+        (self.blocks_start, self.start_frags) = m.parts();
+    }
 }
 
 impl Default for FileLoc {
@@ -65,13 +84,18 @@ impl Default for FileLoc {
             fragment: INVALID_FRAG,
             frag_offset: 0,
             sparse: 0,
+            start_frags: NO_START,
         }
     }
 }
 
 pub struct DataOutput {
-    /// Indexed by inode; meaningful for regular files only.
+    /// Indexed by inode, or by data number with [`DataOutput::data_of`];
+    /// meaningful for regular files only. Read through [`DataOutput::loc`].
     pub locs: Vec<FileLoc>,
+    /// A stream's files: each inode's data number (none, `u32::MAX`, for
+    /// other than files), `locs`' index.
+    pub data_of: Option<Vec<u32>>,
     /// Size words of all stored files' blocks, back to back.
     pub block_sizes: Vec<u32>,
     /// Fragment table entries (16 bytes each).
@@ -80,6 +104,17 @@ pub struct DataOutput {
     pub bytes_in: u64,
     pub dedup_files: u64,
     pub dedup_bytes: u64,
+}
+
+impl DataOutput {
+    /// Where the data of regular file `ino` is.
+    pub fn loc(&self, ino: u32) -> FileLoc {
+        let at = match &self.data_of {
+            Some(map) => map[ino as usize],
+            None => ino,
+        };
+        self.locs.get(at as usize).cloned().unwrap_or_default()
+    }
 }
 
 /// A few consecutive blocks of one file, the unit of parallel work.
@@ -184,9 +219,6 @@ struct Writer<'a, 'f, 'p> {
     frag_sealed: VecDeque<SealedFragment>,
     /// The data area: placed blocks, written in order as they are ready.
     behind: WriteBehind,
-    /// Where each file's blocks start (indexed by inode), resolved into
-    /// [`FileLoc::blocks_start`] once everything is written.
-    starts: Vec<Option<Mark>>,
     /// Files of an access profile still to be written; when the last one is
     /// done its open fragment block is sealed and written at once, so the
     /// profile's data (blocks and tails) is one region at the image's start
@@ -729,6 +761,7 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
             pool,
             out: DataOutput {
                 locs: vec![FileLoc::default(); files],
+                data_of: None,
                 block_sizes: Vec::new(),
                 fragment_entries: Vec::new(),
                 fragment_count: 0,
@@ -743,7 +776,6 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
             frag_sealed: VecDeque::new(),
             // As much data may wait behind fragment blocks as one batch reads.
             behind: WriteBehind::new(base, pool.current_num_threads(), BATCH_BYTES as usize),
-            starts: vec![None; files],
             files_left_in_profile: profiled,
         }
     }
@@ -784,20 +816,21 @@ impl Writer<'_, '_, '_> {
         self.behind.flush(self.img, opts, true)?;
         self.out.fragment_count = self.behind.fragments_placed();
         self.out.fragment_entries = std::mem::take(&mut self.behind.entries);
-        for (loc, start) in self.out.locs.iter_mut().zip(&self.starts) {
-            if let Some(m) = start {
-                loc.blocks_start = self.behind.resolve(*m);
+        for loc in self.out.locs.iter_mut() {
+            if let Some(m) = loc.start() {
+                loc.blocks_start = self.behind.resolve(m);
             }
+            loc.start_frags = NO_START;
         }
         Ok(self.out)
     }
 
     fn consume(&mut self, p: &Piece, blocks: Vec<(Block, blake3::Hash)>) -> Result<(), PackError> {
         if p.ino as usize >= self.out.locs.len() {
-            // A stream's files are numbered as they come.
-            let n = (p.ino as usize + 1).max(self.out.locs.len() * 2);
-            self.out.locs.resize(n, FileLoc::default());
-            self.starts.resize(n, None);
+            // A stream's files are numbered as they come. The vector's
+            // capacity grows by doubling; only the slots in use are written
+            // (and so resident).
+            self.out.locs.resize(p.ino as usize + 1, FileLoc::default());
         }
         if p.first_block == 0 {
             self.cur = Some(Current {
@@ -872,6 +905,7 @@ impl Writer<'_, '_, '_> {
             fragment: INVALID_FRAG,
             frag_offset: 0,
             sparse: cur.sparse,
+            start_frags: NO_START,
         };
         let mut all_shared = true;
         let mut saved = 0;
@@ -886,7 +920,7 @@ impl Writer<'_, '_, '_> {
                 let p = &self.out.locs[prev as usize];
                 (loc.sizes_start, loc.block_count, loc.sparse) =
                     (p.sizes_start, p.block_count, p.sparse);
-                if let Some(m) = self.starts[prev as usize] {
+                if let Some(m) = p.start() {
                     start = m;
                 }
                 saved += cur.block_bytes;
@@ -910,8 +944,8 @@ impl Writer<'_, '_, '_> {
             self.out.dedup_files += 1;
         }
         self.out.dedup_bytes += saved;
+        loc.set_start(start);
         self.out.locs[cur.ino as usize] = loc;
-        self.starts[cur.ino as usize] = Some(start);
         Ok(())
     }
 

@@ -224,24 +224,24 @@ fn encode_metadata(
         data,
         inodes: MetadataWriter::new(enc),
         dirs: MetadataWriter::new(enc),
-        refs: vec![u64::MAX; tree.inodes.len()],
         export: Vec::with_capacity(inode_count as usize * 8),
     };
     let mut buf = Vec::new();
     for &n in post_order {
         let ino = tree.nodes[n as usize].inode;
-        if m.refs[ino as usize] != u64::MAX {
+        if m.written(ino) {
             continue; // a further hard link to an inode already written
         }
         buf.clear();
         m.encode_inode(n, &mut buf)?;
         m.add_inode(ino, &buf)?;
     }
+    let root_inode = m.inode_ref(tree.nodes[0].inode);
     Ok(Metadata {
         inodes: m.inodes.finish()?.0,
         dirs: m.dirs.finish()?.0,
         export: m.export,
-        root_inode: m.refs[tree.nodes[0].inode as usize],
+        root_inode,
     })
 }
 
@@ -254,13 +254,25 @@ struct MetadataEncoder<'a> {
     data: &'a data::DataOutput,
     inodes: MetadataWriter,
     dirs: MetadataWriter,
-    /// Inode references by inode index; `u64::MAX` until written.
-    refs: Vec<u64>,
-    /// Inode references by inode number - 1.
+    /// Inode references by inode number - 1: the export table, and the
+    /// references of the inodes written so far (numbers follow the order
+    /// they are written in), so there is no second table of them by inode
+    /// index.
     export: Vec<u8>,
 }
 
 impl MetadataEncoder<'_> {
+    /// Whether inode `ino` is in the inode table already.
+    fn written(&self, ino: u32) -> bool {
+        self.numbers[ino as usize] as usize <= self.export.len() / 8
+    }
+
+    /// The reference of inode `ino`, which is written.
+    fn inode_ref(&self, ino: u32) -> u64 {
+        let at = (self.numbers[ino as usize] as usize - 1) * 8;
+        u64::from_le_bytes(self.export[at..at + 8].try_into().expect("8 bytes"))
+    }
+
     /// Encodes the inode of node `n` into `buf` (a directory's listing is
     /// written to the directory table first).
     fn encode_inode(&mut self, n: u32, buf: &mut Vec<u8>) -> Result<(), CodecError> {
@@ -303,7 +315,7 @@ impl MetadataEncoder<'_> {
                 let ci = tree.nodes[ch as usize].inode as usize;
                 dir::Entry {
                     name: tree.name(ch),
-                    inode_ref: self.refs[ci],
+                    inode_ref: self.inode_ref(ci as u32),
                     number: numbers[ci],
                     basic_type: basic_type(tree.inodes[ci].kind),
                 }
@@ -334,7 +346,7 @@ impl MetadataEncoder<'_> {
     /// Encodes the inode of regular file `ino`, whose data is written.
     fn file_inode(&self, ino: u32, c: &inode::Common, buf: &mut Vec<u8>) {
         let i = &self.tree.inodes[ino as usize];
-        let loc = &self.data.locs[ino as usize];
+        let loc = self.data.loc(ino);
         inode::file(
             buf,
             c,
@@ -357,7 +369,6 @@ impl MetadataEncoder<'_> {
     fn add_inode(&mut self, ino: u32, buf: &[u8]) -> Result<(), CodecError> {
         let (block, offset) = self.inodes.position();
         let r = make_ref(block, offset);
-        self.refs[ino as usize] = r;
         // Numbers were handed out in this same order, so the export table
         // (indexed by number - 1) fills sequentially.
         debug_assert_eq!(

@@ -40,6 +40,18 @@ pub(super) struct Mark {
     frags: u32,
 }
 
+impl Mark {
+    /// The mark as (data bytes, fragment blocks), for a caller that keeps
+    /// many of them in a struct of its own instead of a `Mark` with padding.
+    pub fn parts(self) -> (u64, u32) {
+        (self.data, self.frags)
+    }
+
+    pub fn from_parts(data: u64, frags: u32) -> Mark {
+        Mark { data, frags }
+    }
+}
+
 enum Item {
     Fragment(SealedFragment),
     Data(Vec<u8>),
