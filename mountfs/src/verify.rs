@@ -213,12 +213,17 @@ fn has_records(img: &AnyImage) -> bool {
     }
 }
 
-/// Checks the pieces of each hash record that the file reads did not;
-/// returns how many.
+/// Checks the pieces of each hash record that the file reads did not
+/// (returns how many), and each ZIP member's local header.
 fn rest_of_records(img: &AnyImage, note: &Note<'_>) -> u64 {
     match img {
         AnyImage::SquashFs(s) => rest_of_record(s, note),
-        AnyImage::Zip(_) => 0,
+        AnyImage::Zip(z) => {
+            for (path, e) in z.check_local_headers() {
+                note(&format!("/{path}"), e);
+            }
+            0
+        }
         AnyImage::Union(u) => {
             let mut n = 0;
             if let Err(e) = u.each_shard(|s| {

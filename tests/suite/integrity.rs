@@ -55,13 +55,13 @@ fn file_inode(img: &Path, path: &str) -> FileInode {
     crate::common::file_inode(&fs, path)
 }
 
-/// A scratch directory with [`tree`] in `src` packed into `a.sqfs` with
-/// `args`; returns it and the image.
-fn packed(args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
+/// A scratch directory with [`tree`] in `src` packed into `name` (its
+/// format from the extension) with `args`; returns it and the image.
+fn packed(name: &str, args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
     let t = scratch();
     let src = t.path().join("src");
     tree(&src);
-    let img = t.path().join("a.sqfs");
+    let img = t.path().join(name);
     pack(&src, &img, args);
     (t, img)
 }
@@ -314,7 +314,7 @@ fn verify_finds_a_flipped_bit_anywhere_in_the_file() {
 
 #[test]
 fn a_damaged_hash_record_is_reported_not_trusted() {
-    let (_t, img) = packed(&[]);
+    let (_t, img) = packed("a.sqfs", &[]);
     let len = std::fs::metadata(&img).unwrap().len();
     let sb = {
         let b = std::fs::read(&img).unwrap();
@@ -340,8 +340,8 @@ fn a_damaged_hash_record_is_reported_not_trusted() {
 
 #[test]
 fn the_mount_answers_eio_for_a_block_that_fails_its_hash() {
-    let (_t, img) = packed(&[]);
-    let (_u, bare) = packed(&["--no-checksums"]);
+    let (_t, img) = packed("a.sqfs", &[]);
+    let (_u, bare) = packed("a.sqfs", &["--no-checksums"]);
     // The middle of a raw block: no codec checks it.
     let (at, len) = stored_range(&img, "d/noise.jpg");
     let (at2, _) = stored_range(&bare, "d/noise.jpg");
@@ -408,4 +408,41 @@ fn verify_checks_every_shard_of_a_manifest() {
     let (code, text) = verify(&manifest);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("/text: DAMAGED"), "{text}");
+}
+
+/// Where regular file `path`'s data lies in image `img` (any format):
+/// (offset, stored length).
+fn extent_of(img: &Path, path: &str) -> (u64, u64) {
+    let loc = mountfs::location::ImageLocation::Local(img.to_path_buf());
+    let o = mountfs::open::Opener::new(mountfs::open::OpenOptions::new(1 << 20))
+        .open(&loc)
+        .unwrap();
+    let fs = mountfs::fs::PackFs::new(o.image, 0, 0);
+    let a = fs.resolve(path.as_bytes()).unwrap();
+    let x = fs.extent(a.node).unwrap();
+    (x.offset, x.len)
+}
+
+#[test]
+fn verify_finds_damage_in_zip_members_and_local_headers() {
+    let (_t, img) = packed("a.zip", &[]);
+    if require_tool("unzip") {
+        run(Command::new("unzip").arg("-tq").arg(&img));
+    }
+    let mut spots = Vec::new();
+    for (name, path) in [("/text", "text"), ("/d/noise.jpg", "d/noise.jpg")] {
+        let (at, len) = extent_of(&img, path);
+        spots.extend([(name, at), (name, at + len / 2), (name, at + len - 1)]);
+    }
+    // The first member's local header signature: no read of data needs it.
+    let first = {
+        let z = std::fs::read(&img).unwrap();
+        let name_len = u16::from_le_bytes([z[26], z[27]]) as usize;
+        String::from_utf8_lossy(&z[30..30 + name_len])
+            .trim_end_matches('/')
+            .to_string()
+    };
+    let first = format!("/{first}");
+    spots.push((&first, 1));
+    assert_found(&img, &spots);
 }

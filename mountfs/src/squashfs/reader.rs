@@ -345,6 +345,11 @@ impl SquashFs {
                     )));
                 } else if self.reads_raw_in_place(word) {
                     self.copy_raw(file.starts[i] + in_block as u64, take, out)?;
+                } else if word & DATA_UNCOMPRESSED != 0 && in_block == 0 && take == blen {
+                    // A whole raw block asked for (a small file read at
+                    // once): read and checked straight into `out`, not
+                    // cached, as without a record.
+                    self.copy_checked(file.starts[i], blen, out)?;
                 } else {
                     let b = self.data_block(file.starts[i], word, bs as usize)?;
                     if b.data.len() != blen {
@@ -416,6 +421,18 @@ impl SquashFs {
         self.blocks
             .src
             .read_at(at, &mut out[from..])
+            .inspect_err(|_| out.truncate(from))
+    }
+
+    /// Appends the whole raw block of `len` bytes at `at` to `out`,
+    /// checked against the hash record; on failure `out` is left as it was.
+    fn copy_checked(&self, at: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.copy_raw(at, len, out)?;
+        let from = out.len() - len;
+        self.blocks
+            .check(at, &[&out[from..]], &|| {
+                format!("data block at offset {at}")
+            })
             .inspect_err(|_| out.truncate(from))
     }
 
