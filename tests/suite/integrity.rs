@@ -446,3 +446,18 @@ fn verify_finds_damage_in_zip_members_and_local_headers() {
     spots.push((&first, 1));
     assert_found(&img, &spots);
 }
+
+#[test]
+fn verify_reads_a_remote_image_and_names_the_damaged_file() {
+    let (t, img) = packed("a.sqfs", &[]);
+    let server = crate::common::servers::RangeServer::start(t.path(), &[]);
+    let url = std::path::PathBuf::from(server.url("a.sqfs"));
+    let (code, out) = verify(&url);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("hash record"), "{out}");
+    let (at, len) = stored_range(&img, "d/noise.jpg");
+    flip(&img, at + len / 2, 2);
+    let (code, out) = verify(&url);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("/d/noise.jpg: DAMAGED"), "{out}");
+}
