@@ -347,9 +347,19 @@ fn the_mount_answers_eio_for_a_block_that_fails_its_hash() {
     let (at2, _) = stored_range(&bare, "d/noise.jpg");
     flip(&img, at + len / 2, 1);
     flip(&bare, at2 + len / 2, 1);
-    let m = PackfsMount::new(&img, &[]);
+    let log = img.with_extension("log");
+    let m = PackfsMount::new(&img, &["--log", log.to_str().unwrap()]);
     let e = std::fs::read(m.path().join("d/noise.jpg")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    // The log names the image, the file's inode number (as the kernel's
+    // mount shows it) and the block.
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains(img.to_str().unwrap())
+            && said.contains(&format!("inode 1: data block at offset {at}"))
+            && said.contains("hash record"),
+        "log: {said}"
+    );
     assert_eq!(std::fs::read(m.path().join("text")).unwrap(), text());
     // Without the record the damage is served as data.
     let m2 = PackfsMount::new(&bare, &[]);

@@ -439,7 +439,17 @@ impl SquashFs {
     /// Reads into a fresh buffer.
     pub fn read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(len.min(file.file().size.saturating_sub(offset) as usize));
-        self.read_into(file, offset, len, &mut out)?;
+        // A mount knows a file by its node only; the inode number in the
+        // message is the one the kernel's mount of the image shows as
+        // st_ino (`find KERNEL_MOUNT -inum N`), and `packfs verify` names
+        // the path.
+        self.read_into(file, offset, len, &mut out)
+            .map_err(|e| match e {
+                FsError::Damaged(m) => {
+                    FsError::Damaged(format!("inode {}: {m}", file.inode.number))
+                }
+                e => e,
+            })?;
         Ok(out)
     }
 
