@@ -19,6 +19,7 @@ mod suite {
     mod format_records;
     mod fuzz_regressions;
     mod install_cli;
+    mod integrity;
     mod jobs_cli;
     mod load;
     mod lustre_stripe;

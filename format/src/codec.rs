@@ -233,6 +233,14 @@ fn unzstd(input: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), CodecErro
     Ok(())
 }
 
+/// Whether zstd frames carry their content checksum. They do not: the
+/// kernel's SquashFS zstd decoder (fs/squashfs/zstd_wrapper.c, Linux 6.18)
+/// fails with EIO on some full blocks whose frame ends in one ("zstd
+/// decompression failed, data probably corrupt"), though libzstd, packfs
+/// and unsquashfs decode them (docs/FORMAT.md, "Integrity"). mksquashfs
+/// writes none either. Damage is caught by the image's hash record instead.
+pub const ZSTD_FRAME_CHECKSUM: bool = false;
+
 /// liblzma's flag for a preset's slower, deeper match search (`xz -9e`).
 const LZMA_PRESET_EXTREME: u32 = 1 << 31;
 
@@ -380,14 +388,17 @@ impl Encoder {
     }
 
     /// [`Encoder::compress`] for zstd, with a per-thread context kept for
-    /// its level. Always complete.
+    /// its level: one frame, without a content checksum
+    /// ([`ZSTD_FRAME_CHECKSUM`]). Always complete.
     fn zstd(&self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, CodecError> {
         out.reserve(zstd::zstd_safe::compress_bound(input.len()));
         ZSTD_C.with(|cell| {
             let mut slot = cell.borrow_mut();
             if slot.as_ref().map(|(l, _)| *l) != Some(self.level) {
-                let c =
+                let mut c =
                     zstd::bulk::Compressor::new(self.level).map_err(|e| corrupt(self.codec, e))?;
+                c.include_checksum(ZSTD_FRAME_CHECKSUM)
+                    .map_err(|e| corrupt(self.codec, e))?;
                 *slot = Some((self.level, c));
             }
             let (_, c) = slot.as_mut().expect("just set");

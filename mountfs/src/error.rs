@@ -24,6 +24,10 @@ pub enum FsError {
         #[source]
         source: CodecError,
     },
+    /// Bytes that do not match the image's own check of them (the hash
+    /// record), or a hash record that does not check out itself.
+    #[error("damaged image: {0}")]
+    Damaged(String),
     #[error("unsupported image: {0}")]
     Unsupported(String),
     #[error("no such file or directory")]
@@ -79,6 +83,7 @@ impl FsError {
             FsError::UnknownFormat(_)
             | FsError::Corrupt(_)
             | FsError::BadBlock { .. }
+            | FsError::Damaged(_)
             | FsError::Unsupported(_)
             | FsError::Shards(_) => libc::EIO,
             FsError::NotFound => libc::ENOENT,

@@ -28,6 +28,7 @@ pub mod resolve;
 pub mod source;
 pub mod squashfs;
 pub mod union;
+pub mod verify;
 pub mod zip;
 
 pub use error::{FsError, Result};

@@ -56,6 +56,7 @@ fn named(name: &str) -> impl Fn(FsError) -> FsError + '_ {
     move |e| match e {
         FsError::Corrupt(m) => FsError::Corrupt(format!("{name}: {m}")),
         FsError::Unsupported(m) => FsError::Unsupported(format!("{name}: {m}")),
+        FsError::Damaged(m) => FsError::Damaged(format!("{name}: {m}")),
         FsError::BadBlock { what, source } => FsError::BadBlock {
             what: format!("{name}: {what}"),
             source,
@@ -107,6 +108,10 @@ pub struct OpenOptions {
     /// instead of reading the central directory again if the file opened
     /// is still the one it describes. Not used for a manifest's shards.
     pub zip_index: Option<ZipIndex>,
+    /// Check every piece read against a SquashFS image's hash record (a
+    /// damaged record fails the open). Off only for `packfs verify`'s
+    /// second look at an image whose record is damaged.
+    pub hash_records: bool,
 }
 
 impl OpenOptions {
@@ -120,6 +125,7 @@ impl OpenOptions {
             on_conflict: OnConflict::default(),
             wrap_source: None,
             zip_index: None,
+            hash_records: true,
         }
     }
 }
@@ -216,7 +222,7 @@ impl Opener {
             (Some(z), Some(file)) if z.file == file => {
                 AnyImage::Zip(ZipFs::with_index(Arc::from(src), cache, z.index.clone()))
             }
-            _ => image_of(src, &o.name, cache)?,
+            _ => image_of(src, &o.name, cache, me.o.hash_records)?,
         };
         let zip_index = match (&image, file) {
             (AnyImage::Zip(z), Some(file)) => Some(ZipIndex {
@@ -264,7 +270,12 @@ impl Opener {
     /// source): no wrapper, no readahead; `name` (a path or URL) prefixes
     /// errors.
     pub fn open_source(&self, src: Box<dyn ImageSource>, name: &str) -> Result<AnyImage> {
-        image_of(src, name, Arc::new(BlockCache::new(self.o.cache_bytes)))
+        image_of(
+            src,
+            name,
+            Arc::new(BlockCache::new(self.o.cache_bytes)),
+            self.o.hash_records,
+        )
     }
 
     /// This opener with its requests counted in one set of counters: the
@@ -304,7 +315,7 @@ impl Opener {
     /// One shard of a union: a file or a remote object, over `cache`.
     fn shard(&self, loc: &ImageLocation, cache: Arc<BlockCache>) -> Result<AnyImage> {
         let o = location::open_location(loc, self.o.io, &self.o.remote)?;
-        image_of(self.wrapped(o.source), &o.name, cache)
+        image_of(self.wrapped(o.source), &o.name, cache, self.o.hash_records)
     }
 
     /// The union a manifest's `bytes` describe, its shards resolved against
@@ -322,11 +333,17 @@ impl Opener {
     }
 }
 
-/// Detects the format of the image `src` holds and opens it over `cache`;
-/// `name` (a path or URL) prefixes errors.
-fn image_of(src: Box<dyn ImageSource>, name: &str, cache: Arc<BlockCache>) -> Result<AnyImage> {
+/// Detects the format of the image `src` holds and opens it over `cache`,
+/// checking a SquashFS image's hash record with `hash_records`; `name` (a
+/// path or URL) prefixes errors.
+fn image_of(
+    src: Box<dyn ImageSource>,
+    name: &str,
+    cache: Arc<BlockCache>,
+    hash_records: bool,
+) -> Result<AnyImage> {
     match detect(&*src, name) {
-        Ok(Format::SquashFs) => SquashFs::open(src, cache)
+        Ok(Format::SquashFs) => SquashFs::open_with(src, cache, hash_records)
             .map(AnyImage::SquashFs)
             .map_err(named(name)),
         Ok(Format::Zip) => ZipFs::open(src, cache)

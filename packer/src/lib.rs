@@ -84,6 +84,10 @@ pub struct PackOptions {
     /// Tells a follower (an upload) which bytes of the SquashFS image are
     /// final while it is written.
     pub follow: Option<Arc<follow::Follow>>,
+    /// Append the hash record to a SquashFS image: a hash of every block
+    /// as stored, after the filesystem's end, which packfs's readers check
+    /// and standard readers never see (`packfs_format::squashfs::hashes`).
+    pub checksums: bool,
 }
 
 impl Default for PackOptions {
@@ -106,6 +110,7 @@ impl Default for PackOptions {
             stripe: lustre::StripeCount::Auto,
             order: order::DataOrder::Path,
             follow: None,
+            checksums: true,
         }
     }
 }

@@ -729,6 +729,33 @@ impl NativeImage {
         py_name(py, &target)
     }
 
+    /// The whole image checked (`packfs verify`): every directory listed,
+    /// every file read to its end on `threads` threads (0: all cores), every
+    /// hash, checksum and CRC the image has checked. A dict: `entries`,
+    /// `files`, `bytes`, `pieces`, `hash_record` and `damaged`, a list of
+    /// (path, message).
+    fn verify<'py>(&self, py: Python<'py>, threads: usize) -> PyResult<Bound<'py, PyDict>> {
+        let r = self
+            .call(py, |i| {
+                Ok(mountfs::verify::verify(
+                    &i.fs,
+                    threads,
+                    &mountfs::verify::Quiet,
+                ))
+            })
+            .map_err(|e| self.err(py, e, b"/", None))?;
+        let d = PyDict::new(py);
+        d.set_item("entries", r.entries)?;
+        d.set_item("files", r.files)?;
+        d.set_item("bytes", r.bytes)?;
+        d.set_item("pieces", r.pieces)?;
+        d.set_item("hash_record", r.hash_record)?;
+        let damaged: Vec<(String, String)> =
+            r.damaged.into_iter().map(|x| (x.path, x.error)).collect();
+        d.set_item("damaged", damaged)?;
+        Ok(d)
+    }
+
     /// Counters since the image was opened in this process.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let i = self.inner();

@@ -110,6 +110,7 @@ pub fn open(location: &std::path::Path, o: &Options) -> Result<Opened, FsError> 
             })
         })),
         zip_index: o.zip_index.clone(),
+        hash_records: true,
     })
     .open(&loc)?;
     Ok(Opened { image, storage })

@@ -237,6 +237,19 @@ pub enum Command {
     /// A shard manifest, or several images, mount as one tree.
     #[command(override_usage = "packfs mount [OPTIONS] <IMAGE>... <MOUNTPOINT>")]
     Mount(MountArgs),
+    /// Check a whole image (or every shard of a manifest): parse every table,
+    /// decode every block, check every hash, checksum and CRC it has. Names
+    /// each damaged file; exits 1 if any.
+    Verify {
+        /// The image or shard manifest: a file, s3://BUCKET/KEY or http(s)://HOST/PATH.
+        image: PathBuf,
+        /// Threads reading the image (default: all cores).
+        #[arg(short = 'j', long, default_value_t = 0)]
+        threads: usize,
+        /// No progress bar, only the summary line and the damage found.
+        #[arg(short, long)]
+        quiet: bool,
+    },
     /// Shard manifests: write one from the shards' sidecars, or check the shards.
     Shards {
         #[command(subcommand)]
@@ -374,6 +387,12 @@ pub struct PackArgs {
     /// (SquashFS images only).
     #[arg(long, conflicts_with = "no_fragments")]
     pub fragment_incompressible: bool,
+    /// Leave out the hash record (a hash of every block as stored, after
+    /// the filesystem's end, which packfs checks on every read and
+    /// `packfs verify` checks in full; standard readers never see it).
+    /// zstd blocks keep their frame checksums (SquashFS images only).
+    #[arg(long)]
+    pub no_checksums: bool,
     /// Python environments: rewrite, in the image only, what ties the venv
     /// to its build path (console-script shebangs, activate scripts,
     /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.

@@ -104,6 +104,16 @@ fn info_squashfs(image: &Path, s: &mountfs::squashfs::SquashFs, len: u64) {
         }
     );
     outln!("flags:        {}", flags.join(" "));
+    outln!(
+        "hash record:  {}",
+        match s.hash_record() {
+            Some(r) => format!(
+                "{} pieces (checked on every read; `packfs verify` checks all)",
+                r.len()
+            ),
+            None => "none".into(),
+        }
+    );
 }
 
 fn info_zip(image: &Path, z: &mountfs::zip::ZipFs, len: u64) {

@@ -12,6 +12,7 @@ mod shards;
 mod stats;
 mod stream_upload;
 mod upload;
+mod verify;
 
 use crate::args::cli::{Cli, Command, RemoteArgs};
 use crate::args::usage::usage;
@@ -41,6 +42,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Mount(args) => mount::run(args, &remote),
         Command::Umount { mountpoint } => crate::mount::fusermount::umount(&mountpoint),
         Command::Shards { cmd } => shards::run(cmd),
+        Command::Verify {
+            image,
+            threads,
+            quiet,
+        } => verify::run(&image, threads, quiet, &remote),
         Command::Bench(args) => Ok(packfs_bench::run(&args, &bench_mount_command(&remote))?),
         Command::UnmountWatcher {
             fd,
@@ -59,7 +65,8 @@ fn one_image(cmd: &Command) -> Option<&std::path::Path> {
         Command::Info { image }
         | Command::Ls { image, .. }
         | Command::Cat { image, .. }
-        | Command::Extract { image, .. } => Some(image),
+        | Command::Extract { image, .. }
+        | Command::Verify { image, .. } => Some(image),
         Command::Mount(m) if m.paths.len() == 2 => Some(&m.paths[0]),
         _ => None,
     }

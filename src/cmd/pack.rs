@@ -151,6 +151,11 @@ fn zip_takes(args: &PackArgs) -> anyhow::Result<()> {
         (args.no_fragments, "--no-fragments"),
         (args.fragment_incompressible, "--fragment-incompressible"),
     ];
+    if args.no_checksums {
+        return Err(usage(
+            "--no-checksums applies to SquashFS images; a ZIP archive's members carry their CRC-32 whatever the flags",
+        ));
+    }
     if let Some((_, flag)) = squashfs_only.iter().find(|(given, _)| *given) {
         return Err(usage(format!(
             "{flag} applies to SquashFS images; a ZIP archive stores each file as one stream"
@@ -424,6 +429,7 @@ fn pack_options(
         stripe: args.stripe_count,
         order: plan.order.clone(),
         follow: None,
+        checksums: !args.no_checksums,
     }
 }
 

@@ -563,3 +563,26 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// The file inode at `path` ('/'-separated, from the root) in a SquashFS image.
+pub fn file_inode(
+    fs: &mountfs::squashfs::SquashFs,
+    path: &str,
+) -> mountfs::squashfs::inode::FileInode {
+    use mountfs::squashfs::inode::InodeKind;
+    let mut inode = fs.inode(fs.root_ref(), false).unwrap();
+    for part in path.split('/') {
+        let InodeKind::Dir(d) = &inode.kind else {
+            panic!("{path}: {part}'s parent is not a directory")
+        };
+        let e = fs
+            .lookup_raw(d, part.as_bytes())
+            .unwrap()
+            .unwrap_or_else(|| panic!("{path}: no {part}"));
+        inode = fs.inode(e.inode_ref, true).unwrap();
+    }
+    match inode.kind {
+        InodeKind::File(f) => f,
+        k => panic!("{path}: not a file: {k:?}"),
+    }
+}

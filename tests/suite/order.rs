@@ -6,7 +6,7 @@
 use crate::common::*;
 use mountfs::cache::BlockCache;
 use mountfs::source::FileSource;
-use mountfs::squashfs::inode::{FileInode, InodeKind};
+use mountfs::squashfs::inode::FileInode;
 use mountfs::squashfs::SquashFs;
 use packfs_format::squashfs::superblock::Superblock;
 use packfs_format::squashfs::{DATA_SIZE_MASK, INVALID_FRAG, SUPERBLOCK_SIZE};
@@ -182,25 +182,6 @@ fn the_similarity_order_packs_alike_tails_together_and_smaller() {
         by_similarity < by_path,
         "similarity {by_similarity} B, path {by_path} B"
     );
-}
-
-/// The file inode at `path` in the image.
-fn file_inode(fs: &SquashFs, path: &str) -> FileInode {
-    let mut inode = fs.inode(fs.root_ref(), false).unwrap();
-    for part in path.split('/') {
-        let InodeKind::Dir(d) = &inode.kind else {
-            panic!("{path}: {part}'s parent is not a directory")
-        };
-        let e = fs
-            .lookup_raw(d, part.as_bytes())
-            .unwrap()
-            .unwrap_or_else(|| panic!("{path}: no {part}"));
-        inode = fs.inode(e.inode_ref, true).unwrap();
-    }
-    match inode.kind {
-        InodeKind::File(f) => f,
-        k => panic!("{path}: not a file: {k:?}"),
-    }
 }
 
 fn stored_len(f: &FileInode) -> u64 {

@@ -30,6 +30,7 @@
 //! | [`xattr`] | xattr keys and values, name prefixes |
 
 pub mod dir;
+pub mod hashes;
 pub mod inode;
 pub mod metadata;
 pub mod superblock;

@@ -1,7 +1,10 @@
 //! The image's blocks, decoded through the shared cache: the one place the
 //! SquashFS reader touches the [`ImageSource`], the [`BlockCache`] and the
-//! codec. Everything above works on decoded blocks.
+//! codec. Everything above works on decoded blocks. With a hash record,
+//! every piece read here is checked against it before it is decoded or
+//! cached.
 
+use super::hashes::HashRecord;
 use crate::cache::{Block, BlockCache};
 use crate::error::{FsError, Result};
 use crate::source::ImageSource;
@@ -19,6 +22,8 @@ pub struct Blocks {
     pub(crate) src: Box<dyn ImageSource>,
     pub(crate) cache: Arc<BlockCache>,
     pub compressor: Compressor,
+    /// The image's hash record, if it has one.
+    pub record: Option<HashRecord>,
 }
 
 impl Blocks {
@@ -27,15 +32,35 @@ impl Blocks {
             src,
             cache,
             compressor,
+            record: None,
         }
+    }
+
+    /// Checks a piece read from the source against the hash record (if
+    /// any); `parts` are its bytes as read, `what` names it.
+    pub fn check(&self, pos: u64, parts: &[&[u8]], what: &dyn Fn() -> String) -> Result<()> {
+        match &self.record {
+            Some(r) => r.check(pos, parts, what),
+            None => Ok(()),
+        }
+    }
+
+    /// The stored bytes of the piece at `pos..pos + len`, checked.
+    pub fn read_piece(&self, pos: u64, len: usize, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+        let raw = self.src.read_vec(pos, len)?;
+        if let Err(e) = self.check(pos, &[&raw], what) {
+            crate::buffers::recycle(raw);
+            return Err(e);
+        }
+        Ok(raw)
     }
 
     /// The decoded metadata block whose header sits at absolute position `pos`.
     pub fn meta_block(&self, pos: u64) -> Result<Arc<Block>> {
         self.cache.get_or_load(pos | META_KEY, || {
-            let mut hdr = [0u8; MetaHeader::SIZE];
-            self.src.read_at(pos, &mut hdr)?;
-            let hdr = MetaHeader::decode(hdr);
+            let mut hdr_bytes = [0u8; MetaHeader::SIZE];
+            self.src.read_at(pos, &mut hdr_bytes)?;
+            let hdr = MetaHeader::decode(hdr_bytes);
             let stored = hdr.stored_len as usize;
             if !hdr.compressed && stored > METADATA_SIZE {
                 return Err(FsError::corrupt(format!(
@@ -43,6 +68,12 @@ impl Blocks {
                 )));
             }
             let raw = self.src.read_vec(pos + MetaHeader::SIZE as u64, stored)?;
+            if let Err(e) = self.check(pos, &[&hdr_bytes, &raw], &|| {
+                format!("metadata block at offset {pos}")
+            }) {
+                crate::buffers::recycle(raw);
+                return Err(e);
+            }
             let data = if !hdr.compressed {
                 raw
             } else {
@@ -90,7 +121,7 @@ impl Blocks {
         // The hint lets stream readahead see this block (and run ahead
         // of a sequential pass) before the read below waits for it.
         self.src.will_need(pos, stored);
-        let raw = self.src.read_vec(pos, stored)?;
+        let raw = self.read_piece(pos, stored, &|| format!("data block at offset {pos}"))?;
         let data = if data_is_raw(word) {
             raw
         } else {

@@ -9,10 +9,12 @@
 //! inode, dir, xattr   functions over a metadata cursor and the tables
 //! tables   id table, fragment and xattr id indexes
 //! meta     MetaCursor: reads forward across metadata blocks
-//! blocks   Blocks: image source + block cache + codec
+//! blocks   Blocks: image source + block cache + codec (+ hash record)
+//! hashes   HashRecord: the hash record, found from the image's end
 //! ```
 pub mod blocks;
 pub mod dir;
+pub mod hashes;
 pub mod image;
 pub mod inode;
 pub mod meta;

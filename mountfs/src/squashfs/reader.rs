@@ -9,6 +9,7 @@
 
 use super::blocks::Blocks;
 use super::dir::{DirIter, DirPos, Listings, RawDirEntry};
+use super::hashes::{Found, HashRecord};
 use super::inode::{self, DirInode, FileInode, Inode, InodeContext, InodeKind};
 use super::meta::MetaCursor;
 use super::tables::Tables;
@@ -95,8 +96,20 @@ fn check_superblock(sb: &Superblock, len: u64) -> Result<Compressor> {
 }
 
 impl SquashFs {
-    /// Opens an image, validating the superblock and the lookup tables.
+    /// Opens an image, validating the superblock and the lookup tables,
+    /// and checking every piece read against the image's hash record when
+    /// it has one (a damaged record is an error).
     pub fn open(src: Box<dyn ImageSource>, cache: Arc<BlockCache>) -> Result<Self> {
+        Self::open_with(src, cache, true)
+    }
+
+    /// [`SquashFs::open`]; without `use_record`, any hash record is left
+    /// unread (`packfs verify` reads a damaged one's image so).
+    pub fn open_with(
+        src: Box<dyn ImageSource>,
+        cache: Arc<BlockCache>,
+        use_record: bool,
+    ) -> Result<Self> {
         let mut raw = [0u8; SUPERBLOCK_SIZE];
         if src.len() < SUPERBLOCK_SIZE as u64 {
             return Err(FsError::corrupt(
@@ -105,8 +118,29 @@ impl SquashFs {
         }
         src.read_at(0, &mut raw)?;
         let sb = Superblock::decode(&raw);
+        // The superblock is checked against the record before anything in
+        // it is believed (bytes_used, which locates the record, at worst
+        // misplaces it: then the record is reported damaged).
+        let record = if use_record {
+            match HashRecord::find(&*src, sb.bytes_used.min(src.len()))? {
+                Found::Record(r) => {
+                    r.check(0, &[&raw], &|| "superblock".into())?;
+                    Some(r)
+                }
+                Found::None => None,
+                Found::Unknown(n) => {
+                    log::debug!(
+                        "{n} bytes follow the filesystem's padding but end in no hash record: not checked"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let compressor = check_superblock(&sb, src.len())?;
-        let blocks = Blocks::new(src, cache, compressor);
+        let mut blocks = Blocks::new(src, cache, compressor);
+        blocks.record = record;
         let tables = Tables::load(&blocks, &sb)?;
         let fs = SquashFs { blocks, sb, tables };
         let root = fs.inode(fs.sb.root_inode, false)?;
@@ -123,6 +157,63 @@ impl SquashFs {
     /// The image's storage.
     pub(crate) fn source(&self) -> &dyn crate::source::ImageSource {
         &*self.blocks.src
+    }
+
+    /// The image's hash record, if it has one and it was read.
+    pub fn hash_record(&self) -> Option<&HashRecord> {
+        self.blocks.record.as_ref()
+    }
+
+    /// Checks that the bytes no reader reads are the zeros the writer
+    /// left: the padding after the filesystem and, with a hash record, the
+    /// padding before its trailer (so that `packfs verify` finds a flipped
+    /// bit anywhere in the file).
+    pub fn check_padding(&self) -> Result<()> {
+        let len = self.blocks.src.len();
+        let used = self.sb.bytes_used;
+        let padded = packfs_format::squashfs::hashes::record_start(used);
+        let mut gaps = vec![(used, padded.min(len))];
+        match &self.blocks.record {
+            Some(r) => gaps.push(r.gap),
+            None if len > padded => {
+                return Err(FsError::Damaged(format!(
+                    "{} bytes follow the filesystem's padding but end in no hash record (its trailer damaged, or another tool's)",
+                    len - padded
+                )))
+            }
+            None => {}
+        }
+        for (from, to) in gaps {
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(1 << 20) as usize;
+                let b = self.blocks.src.read_vec(at, n)?;
+                let nonzero = b.iter().position(|&x| x != 0);
+                crate::buffers::recycle(b);
+                if let Some(i) = nonzero {
+                    return Err(FsError::Damaged(format!(
+                        "padding byte at offset {} is not zero",
+                        at + i as u64
+                    )));
+                }
+                at += n as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and checks piece `i` of the hash record (for `packfs verify`:
+    /// the pieces no file read led to).
+    pub fn check_piece(&self, i: usize) -> Result<()> {
+        let Some(r) = &self.blocks.record else {
+            return Ok(());
+        };
+        let (pos, len) = r.piece(i);
+        let raw = self.blocks.read_piece(pos, len as usize, &|| {
+            format!("{len} bytes at offset {pos}")
+        })?;
+        crate::buffers::recycle(raw);
+        Ok(())
     }
 
     pub fn compressor(&self) -> Compressor {
@@ -224,8 +315,9 @@ impl SquashFs {
     }
 
     /// Appends to `out` the bytes of `file` at `offset..offset+len` (clamped
-    /// to the file size); returns how many. Uncompressed blocks are read from
-    /// the image straight into `out`, without passing through the cache.
+    /// to the file size); returns how many. Uncompressed blocks of an image
+    /// without a hash record are read from the image straight into `out`,
+    /// without passing through the cache.
     pub fn read_into(
         &self,
         file: &OpenFile,
@@ -249,15 +341,20 @@ impl SquashFs {
                 let blen = self.block_len(f, i);
                 if word & DATA_SIZE_MASK == 0 {
                     out.resize(out.len() + take, 0);
-                } else if word & DATA_UNCOMPRESSED != 0 {
-                    if (word & DATA_SIZE_MASK) as usize != blen {
-                        return Err(FsError::corrupt(format!(
-                            "inode {}: block {i} stored with {} bytes, expected {blen}",
-                            file.inode.number,
-                            word & DATA_SIZE_MASK
-                        )));
-                    }
+                } else if word & DATA_UNCOMPRESSED != 0 && (word & DATA_SIZE_MASK) as usize != blen
+                {
+                    return Err(FsError::corrupt(format!(
+                        "inode {}: block {i} stored with {} bytes, expected {blen}",
+                        file.inode.number,
+                        word & DATA_SIZE_MASK
+                    )));
+                } else if self.reads_raw_in_place(word) {
                     self.copy_raw(file.starts[i] + in_block as u64, take, out)?;
+                } else if word & DATA_UNCOMPRESSED != 0 && in_block == 0 && take == blen {
+                    // A whole raw block asked for (a small file read at
+                    // once): read and checked straight into `out`, not
+                    // cached, as without a record.
+                    self.copy_checked(file.starts[i], blen, out)?;
                 } else {
                     let b = self.data_block(file.starts[i], word, bs as usize)?;
                     if b.data.len() != blen {
@@ -281,7 +378,7 @@ impl SquashFs {
                 let tail_len = (f.size % bs) as usize;
                 let (pos, word) = self.fragment_entry(f.fragment)?;
                 let start = f.fragment_offset as usize;
-                if word & DATA_UNCOMPRESSED != 0 {
+                if self.reads_raw_in_place(word) {
                     // Stored raw: copy the tail's bytes straight from the
                     // image, as for a raw full block, instead of caching the
                     // whole fragment block to serve a slice of it.
@@ -311,6 +408,15 @@ impl SquashFs {
         Ok((end - offset) as usize)
     }
 
+    /// Whether a block with size word `word` is served by copying its
+    /// bytes from the image as they are asked for: a raw block of an image
+    /// without a hash record. With one, a raw block is read whole and
+    /// checked like a compressed one (then cached), since a slice of it
+    /// cannot be checked on its own.
+    fn reads_raw_in_place(&self, word: u32) -> bool {
+        word & DATA_UNCOMPRESSED != 0 && self.blocks.record.is_none()
+    }
+
     /// Appends `len` bytes of the image at `at` to `out` (a raw block's
     /// bytes: no decoding, no cache); on failure `out` is left as it was.
     fn copy_raw(&self, at: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
@@ -323,10 +429,32 @@ impl SquashFs {
             .inspect_err(|_| out.truncate(from))
     }
 
+    /// Appends the whole raw block of `len` bytes at `at` to `out`,
+    /// checked against the hash record; on failure `out` is left as it was.
+    fn copy_checked(&self, at: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.copy_raw(at, len, out)?;
+        let from = out.len() - len;
+        self.blocks
+            .check(at, &[&out[from..]], &|| {
+                format!("data block at offset {at}")
+            })
+            .inspect_err(|_| out.truncate(from))
+    }
+
     /// Reads into a fresh buffer.
     pub fn read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(len.min(file.file().size.saturating_sub(offset) as usize));
-        self.read_into(file, offset, len, &mut out)?;
+        // A mount knows a file by its node only; the inode number in the
+        // message is the one the kernel's mount of the image shows as
+        // st_ino (`find KERNEL_MOUNT -inum N`), and `packfs verify` names
+        // the path.
+        self.read_into(file, offset, len, &mut out)
+            .map_err(|e| match e {
+                FsError::Damaged(m) => {
+                    FsError::Damaged(format!("inode {}: {m}", file.inode.number))
+                }
+                e => e,
+            })?;
         Ok(out)
     }
 
@@ -337,7 +465,7 @@ impl SquashFs {
         let bs = self.sb.block_size as usize;
         for i in first..(first + count).min(f.block_sizes.len()) {
             let w = f.block_sizes[i];
-            if w & DATA_SIZE_MASK != 0 && w & DATA_UNCOMPRESSED == 0 {
+            if w & DATA_SIZE_MASK != 0 && !self.reads_raw_in_place(w) {
                 self.blocks.data_block_ahead(file.starts[i], w, bs);
             } else if w & DATA_UNCOMPRESSED != 0 {
                 self.blocks
@@ -355,7 +483,7 @@ impl SquashFs {
             return;
         }
         match self.fragment_entry(idx) {
-            Ok((pos, word)) if word & DATA_UNCOMPRESSED != 0 => {
+            Ok((pos, word)) if self.reads_raw_in_place(word) => {
                 self.blocks
                     .src
                     .will_need(pos, (word & DATA_SIZE_MASK) as usize);
@@ -425,7 +553,7 @@ impl SquashFs {
                 if loaded.load(Ordering::Relaxed) + bs as u64 > room {
                     return Err(());
                 }
-                if w & DATA_UNCOMPRESSED != 0 {
+                if self.reads_raw_in_place(w) {
                     // Stored raw: read from the image when asked for; a hint is enough.
                     self.blocks
                         .src

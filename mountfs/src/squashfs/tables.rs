@@ -25,13 +25,15 @@ pub struct Tables {
 }
 
 /// A table whose entries are spread over metadata blocks indexed by a list of
-/// u64 block positions at `start`: reads that list.
+/// u64 block positions at `start`: reads that list, checked against the
+/// hash record as one piece with the `header` bytes just before it.
 fn read_index(
     blocks: &Blocks,
     start: u64,
     entries: u64,
     entry_size: u64,
     what: &str,
+    header: &[u8],
 ) -> Result<Vec<u64>> {
     let n = index_len(entries, entry_size);
     let len = (n * 8) as usize;
@@ -41,6 +43,13 @@ fn read_index(
         ))
     })?;
     let raw = blocks.src.read_vec(start, len)?;
+    let piece = start - header.len() as u64;
+    if let Err(e) = blocks.check(piece, &[header, &raw], &|| {
+        format!("{what} index at offset {piece}")
+    }) {
+        crate::buffers::recycle(raw);
+        return Err(e);
+    }
     let index = raw
         .chunks_exact(8)
         .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
@@ -53,7 +62,14 @@ impl Tables {
     /// Loads the id table and the fragment and xattr id indexes that `sb`
     /// points at (its table positions are checked by the caller).
     pub fn load(blocks: &Blocks, sb: &Superblock) -> Result<Self> {
-        let id_blocks = read_index(blocks, sb.id_table_start, sb.id_count as u64, 4, "id table")?;
+        let id_blocks = read_index(
+            blocks,
+            sb.id_table_start,
+            sb.id_count as u64,
+            4,
+            "id table",
+            &[],
+        )?;
         let mut ids = Vec::with_capacity(sb.id_count as usize);
         let per_block = METADATA_SIZE / 4;
         for pos in id_blocks {
@@ -78,6 +94,7 @@ impl Tables {
                 sb.fragment_count as u64,
                 FragmentEntry::SIZE as u64,
                 "fragment table",
+                &[],
             )?;
         }
         if sb.xattr_id_table_start != INVALID_TABLE {
@@ -87,6 +104,7 @@ impl Tables {
                     FsError::corrupt("xattr id table header runs past the end of the image")
                 })?;
             blocks.src.read_at(sb.xattr_id_table_start, &mut h)?;
+            let header = h;
             let h = XattrTableHeader::decode(&mut packfs_format::bytes::SliceInput::new(
                 &h,
                 "xattr id table header",
@@ -99,6 +117,7 @@ impl Tables {
                 h.count as u64,
                 XattrIdEntry::SIZE as u64,
                 "xattr id table",
+                &header,
             )?;
         }
         Ok(t)

@@ -447,6 +447,57 @@ impl ZipFs {
         }
     }
 
+    /// Checks each member's local header against its central directory
+    /// record (for `packfs verify`; reads use only the header's lengths):
+    /// the signature, the method and, unless the sizes follow the data in a
+    /// descriptor, the CRC-32 and sizes. Returns each mismatch with the
+    /// member's path.
+    pub fn check_local_headers(&self) -> Vec<(String, FsError)> {
+        let mut bad = Vec::new();
+        for (i, n) in self.idx.nodes.iter().enumerate().skip(1) {
+            if n.flags & index::NODE_SYNTH != 0 {
+                continue;
+            }
+            let mut h = [0u8; LOCAL_LEN];
+            let read = crate::source::range_check(self.src.len(), n.local_offset, LOCAL_LEN)
+                .and_then(|_| self.src.read_at(n.local_offset, &mut h));
+            let why = match read.map(|_| packfs_format::zip::local::LocalHeader::decode(&h)) {
+                Err(e) => Some(e.to_string()),
+                Ok(Err(e)) => Some(e.to_string()),
+                Ok(Ok(l)) => {
+                    let sized = l.flags & FLAG_DESCRIPTOR == 0;
+                    let differs =
+                        |local: u32, central: u64| local as u64 != MAX32 && local as u64 != central;
+                    if l.method != n.method {
+                        Some(format!(
+                            "method {} there, {} in the central directory",
+                            l.method, n.method
+                        ))
+                    } else if sized && !n.is_dir() && l.crc != n.crc {
+                        Some(format!(
+                            "CRC-32 {:08x} there, {:08x} in the central directory",
+                            l.crc, n.crc
+                        ))
+                    } else if sized
+                        && !n.is_dir()
+                        && (differs(l.csize, n.csize) || differs(l.size, n.size))
+                    {
+                        Some("sizes there differ from the central directory's".into())
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(why) = why {
+                bad.push((
+                    self.path_of(i as u32),
+                    FsError::corrupt(format!("local header at {}: {why}", n.local_offset)),
+                ));
+            }
+        }
+        bad
+    }
+
     /// Decodes into the cache as much of the archive as fits in about 90% of
     /// the budget, counting what the cache held before (a union's shards
     /// share one cache); small compressed members only. Returns (blocks,

@@ -86,7 +86,9 @@ pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
         xz: opts.xz,
         ..Encoder::new(opts.compressor, opts.level, opts.block_size).map_err(codec_err)?
     };
-    let mut img = ImageWriter::new(file, path).followed(opts.follow.clone());
+    let mut img = ImageWriter::new(file, path)
+        .followed(opts.follow.clone())
+        .hashed(opts.checksums);
     let mut flags = start_image(&mut img, enc, opts).map_err(|e| e.into_pack(path))?;
 
     let t = std::time::Instant::now();
@@ -174,7 +176,7 @@ fn start_image(img: &mut ImageWriter, enc: Encoder, opts: &PackOptions) -> Resul
         flags |= FLAG_COMPRESSOR_OPTIONS;
         let mut w = MetadataWriter::new(enc);
         w.write(&payload)?;
-        img.write(&w.finish()?.0)?;
+        img.write_meta(&w.finish()?.0)?;
     }
     Ok(flags)
 }
@@ -403,29 +405,29 @@ fn write_tables(
     meta: Metadata,
 ) -> Result<TablePositions, PhaseError> {
     let inode_table_start = img.pos();
-    img.write(&meta.inodes)?;
+    img.write_meta(&meta.inodes)?;
     let directory_table_start = img.pos();
-    img.write(&meta.dirs)?;
+    img.write_meta(&meta.dirs)?;
 
     // Without fragments the table is empty but its start still marks the
     // end of the directory table, which is how unsquashfs sizes it.
     let fragment_table_start = if data.fragment_count > 0 {
         let (b, start) = tables::indexed_table(enc, &data.fragment_entries, img.pos())?;
-        img.write(&b)?;
+        write_table(img, &b, start)?;
         start
     } else {
         img.pos()
     };
     let (b, export_table_start) = tables::indexed_table(enc, &meta.export, img.pos())?;
-    img.write(&b)?;
+    write_table(img, &b, export_table_start)?;
     let ids: Vec<u8> = tree.ids.iter().flat_map(|id| id.to_le_bytes()).collect();
     let (b, id_table_start) = tables::indexed_table(enc, &ids, img.pos())?;
-    img.write(&b)?;
+    write_table(img, &b, id_table_start)?;
     let xattr_id_table_start = if tree.xattrs.sets.is_empty() {
         INVALID_TABLE
     } else {
         let (b, start) = xattr::xattr_table(enc, &tree.xattrs.sets, img.pos())?;
-        img.write(&b)?;
+        write_table(img, &b, start)?;
         start
     };
     Ok(TablePositions {
@@ -437,6 +439,16 @@ fn write_tables(
         id_table_start,
         xattr_id_table_start,
     })
+}
+
+/// Writes a table as [`tables::indexed_table`] and [`xattr::xattr_table`]
+/// lay it out: metadata blocks, then from `index_pos` on what a reader reads
+/// in one piece (the index; for xattrs the header and the index).
+fn write_table(img: &mut ImageWriter, b: &[u8], index_pos: u64) -> Result<(), PhaseError> {
+    let (blocks, index) = b.split_at((index_pos - img.pos()) as usize);
+    img.write_meta(blocks)?;
+    img.write_piece(index)?;
+    Ok(())
 }
 
 /// The superblock for an image whose tables are at `t` and whose used

@@ -120,7 +120,7 @@ impl WriteBehind {
     pub fn data(&mut self, img: &mut ImageWriter, bytes: Vec<u8>) -> Result<(), PackError> {
         self.data += bytes.len() as u64;
         if self.queue.is_empty() {
-            img.write(&bytes)
+            img.write_piece(&bytes)
         } else {
             self.bytes_queued += bytes.len();
             self.queue.push_back(Item::Data(bytes));
@@ -197,7 +197,7 @@ impl WriteBehind {
         };
         let bytes = match front {
             Item::Data(b) => {
-                img.write(b)?;
+                img.write_piece(b)?;
                 self.bytes_queued -= b.len();
                 self.queue.pop_front();
                 return Ok(true);
@@ -219,7 +219,7 @@ impl WriteBehind {
             source,
         })?;
         let start = img.pos();
-        img.write(&bytes)?;
+        img.write_piece(&bytes)?;
         FragmentEntry {
             start,
             size: data_word(bytes.len(), compressed),

@@ -1,8 +1,10 @@
 //! The image file as written: a sequential writer that knows its position.
 
 use crate::PackError;
+use packfs_format::squashfs::hashes::{self, HashEntry, Trailer};
+use packfs_format::squashfs::metadata::MetaHeader;
 use packfs_format::squashfs::superblock::Superblock;
-use packfs_format::squashfs::DEVICE_BLOCK;
+use packfs_format::squashfs::{DEVICE_BLOCK, SUPERBLOCK_SIZE};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::io::AsRawFd;
@@ -15,6 +17,9 @@ pub struct ImageWriter<'f> {
     /// The final output name, for messages (see [`PackError::Output`]).
     path: PathBuf,
     follow: Option<std::sync::Arc<crate::follow::Follow>>,
+    /// The pieces written so far and their hashes, in image order, when the
+    /// image gets a hash record; the superblock's is added by `finish`.
+    pieces: Option<Vec<HashEntry>>,
 }
 
 impl<'f> ImageWriter<'f> {
@@ -24,7 +29,15 @@ impl<'f> ImageWriter<'f> {
             pos: 0,
             path: path.to_path_buf(),
             follow: None,
+            pieces: None,
         }
+    }
+
+    /// Records a hash of every piece written with [`ImageWriter::write_piece`]
+    /// and [`ImageWriter::write_meta`], for the hash record `finish` appends.
+    pub fn hashed(mut self, on: bool) -> Self {
+        self.pieces = on.then(Vec::new);
+        self
     }
 
     /// Tells `follow` which bytes are final as the image is written.
@@ -65,6 +78,40 @@ impl<'f> ImageWriter<'f> {
         Ok(())
     }
 
+    /// Writes one piece a reader reads whole (a data or fragment block, a
+    /// table's index), hashed for the record.
+    pub fn write_piece(&mut self, b: &[u8]) -> Result<(), PackError> {
+        if let Some(p) = &mut self.pieces {
+            if !b.is_empty() {
+                p.push(HashEntry {
+                    offset: self.pos,
+                    len: b.len() as u32,
+                    hash: hashes::hash(b),
+                });
+            }
+        }
+        self.write(b)
+    }
+
+    /// Writes a run of metadata blocks, each hashed as a piece (its 2-byte
+    /// header included: readers read them as one).
+    pub fn write_meta(&mut self, b: &[u8]) -> Result<(), PackError> {
+        if let Some(p) = &mut self.pieces {
+            let mut at = 0;
+            while at + MetaHeader::SIZE <= b.len() {
+                let hdr = MetaHeader::decode([b[at], b[at + 1]]);
+                let end = (at + MetaHeader::SIZE + hdr.stored_len as usize).min(b.len());
+                p.push(HashEntry {
+                    offset: self.pos + at as u64,
+                    len: (end - at) as u32,
+                    hash: hashes::hash(&b[at..end]),
+                });
+                at = end;
+            }
+        }
+        self.write(b)
+    }
+
     /// Starts writeback of what reached the file so far, without waiting.
     /// The image is synced before it is renamed into place; without this
     /// nothing would be written until then (the kernel's dirty limits are
@@ -91,27 +138,57 @@ impl<'f> ImageWriter<'f> {
                 .map_err(PackError::output(&self.path, "writing the image"))?;
             self.pos = pos;
         }
+        if let Some(p) = &mut self.pieces {
+            while p.last().is_some_and(|e| e.offset >= pos) {
+                p.pop();
+            }
+        }
         Ok(())
     }
 
-    /// Pads to 4 KiB with zeros, cuts off anything a rewind left beyond the
-    /// end, and writes the superblock.
+    /// Pads to 4 KiB with zeros, appends the hash record if asked for,
+    /// cuts off anything a rewind left beyond the end, and writes the
+    /// superblock. Returns the image's length.
     pub(super) fn finish(mut self, sb: &Superblock) -> Result<u64, PackError> {
         let padded = self.pos.div_ceil(DEVICE_BLOCK) * DEVICE_BLOCK;
         let pad = vec![0u8; (padded - self.pos) as usize];
         self.write(&pad)?;
+        let sb_bytes = sb.encode();
+        let mut end = padded;
+        if let Some(mut pieces) = self.pieces.take() {
+            // The placeholder's zeros were written unhashed; the real
+            // superblock is the first piece.
+            pieces.insert(
+                0,
+                HashEntry {
+                    offset: 0,
+                    len: SUPERBLOCK_SIZE as u32,
+                    hash: hashes::hash(&sb_bytes),
+                },
+            );
+            let mut record = Vec::with_capacity(pieces.len() * HashEntry::SIZE);
+            for e in &pieces {
+                e.encode(&mut record);
+            }
+            end = hashes::image_len(sb.bytes_used, record.len() as u64);
+            let trailer = Trailer::new(padded, record.len() as u64, hashes::hash(&record));
+            self.write(&record)?;
+            let gap = vec![0u8; (end - Trailer::SIZE as u64 - self.pos) as usize];
+            self.write(&gap)?;
+            self.write(&trailer.encode())?;
+        }
         self.out
             .seek(SeekFrom::Start(0))
             .map_err(PackError::output(&self.path, "writing the image"))?;
         self.out
-            .write_all(&sb.encode())
+            .write_all(&sb_bytes)
             .map_err(PackError::output(&self.path, "writing the image"))?;
         let file = self
             .out
             .into_inner()
             .map_err(|e| PackError::output(&self.path, "writing the image")(e.into_error()))?;
-        file.set_len(padded)
+        file.set_len(end)
             .map_err(PackError::output(&self.path, "writing the image"))?;
-        Ok(padded)
+        Ok(end)
     }
 }

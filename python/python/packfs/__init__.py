@@ -11,8 +11,16 @@ numpy) are imported on demand; importing ``packfs`` imports neither.
 docs/PYTHON.md in the repository describes the whole API.
 """
 
-from ._image import DirEntry, Extent, Image, NotAnImageError, ScandirIterator
+from ._image import DirEntry, Extent, Image, NotAnImageError, ScandirIterator, VerifyReport
 from ._file import ImageFile
 
-__all__ = ["Image", "DirEntry", "Extent", "ScandirIterator", "ImageFile", "NotAnImageError"]
+__all__ = [
+    "Image",
+    "DirEntry",
+    "Extent",
+    "ScandirIterator",
+    "ImageFile",
+    "NotAnImageError",
+    "VerifyReport",
+]
 __version__ = "0.1.0"

@@ -74,6 +74,24 @@ class Extent(NamedTuple):
     length: int
 
 
+class VerifyReport(NamedTuple):
+    """What ``Image.verify`` found."""
+
+    #: No damage found.
+    ok: bool
+    #: Entries walked (the root included).
+    entries: int
+    #: Regular files read to their end.
+    files: int
+    #: Bytes of file data read.
+    bytes: int
+    #: Whether the image (every shard) has a hash record; without one only
+    #: what the codecs and ZIP CRCs check was checked.
+    hash_record: bool
+    #: Each problem: (path in the image, or ``"(image)"``, message).
+    damaged: list[tuple[str, str]]
+
+
 class Image:
     """A SquashFS or ZIP image, a shard manifest, or an image on S3 or HTTP(S),
     read without mounting it.
@@ -260,6 +278,26 @@ class Image:
         bytes returned) and ``errors``; remote images add ``get_requests``,
         ``failed_requests`` and ``ranges_fetched``."""
         return self._native().stats()
+
+    def verify(self, threads: int = 0) -> VerifyReport:
+        """Checks the whole image, as ``packfs verify`` does: every directory
+        listed, every file read to its end on ``threads`` threads (0: all
+        cores), every hash of the image's hash record, codec checksum and ZIP
+        CRC checked. Damage does not raise: each damaged path is in the
+        report's ``damaged`` with its message (``"(image)"`` for a piece no
+        path leads to), and ``ok`` is false. An image whose hash record is
+        itself damaged does not open (``OSError``, EIO)."""
+        if threads < 0:
+            raise ValueError("threads must be >= 0")
+        d = self._native().verify(threads)
+        return VerifyReport(
+            ok=not d["damaged"],
+            entries=d["entries"],
+            files=d["files"],
+            bytes=d["bytes"],
+            hash_record=d["hash_record"],
+            damaged=[(p, m) for p, m in d["damaged"]],
+        )
 
     def close(self) -> None:
         """Releases the image (its caches and threads); later calls raise

@@ -8,7 +8,7 @@ not visible at run time; they are kept by reading python/src/image.rs).
 """
 
 import os
-from typing import TypeAlias, final
+from typing import Any, TypeAlias, final
 
 __all__ = [
     "Image",
@@ -76,6 +76,7 @@ class Image:
         """Fetch spans (little-endian u64 triples) in the background."""
     def readlink(self, path: _Path) -> str: ...
     def stats(self) -> dict[str, int]: ...
+    def verify(self, threads: int) -> dict[str, Any]: ...
 
 def memory_limit() -> int:
     """Bytes this process may use: RAM, or the tightest cgroup limit of a Slurm job or container."""
