@@ -225,9 +225,11 @@ def test_a_read_plan_fetches_each_group_whole_before_its_samples_and_the_next_on
             assert first[h] > last[g]
     # Read in batches of 16: a group's span, covering all its samples'
     # bytes, is asked for no later than its first sample's batch, once, and
-    # the group after it at the same time.
+    # the group after it by the time the group's last sample is read, but
+    # not while its first half is.
     keys, lengths, parts = ds.layout()
     asked: dict = {}
+    halfway: dict = {}
     for b, i in enumerate(range(0, len(order), 16)):
         batch = order[i : i + 16]
         raw = np.frombuffer(plan.spans_for(batch), dtype="<u8").reshape(-1, 3)
@@ -239,8 +241,15 @@ def test_a_read_plan_fetches_each_group_whole_before_its_samples_and_the_next_on
             assert asked.get(span, b + 1) <= b
             assert span[0] == parts[x] and span[1] <= keys[x] and keys[x] + lengths[x] <= span[1] + span[2]
             if nxt[g] >= 0:
-                assert tuple(int(v) for v in plan.spans[nxt[g]]) in asked
+                following = tuple(int(v) for v in plan.spans[nxt[g]])
+                if x == layout.members[layout.bounds[g + 1] - 1]:
+                    assert following in asked
+                if plan.place[x] >= plan.half[g]:
+                    halfway.setdefault(g, b)
     assert len(asked) == layout.groups
+    for g, h in enumerate(nxt.tolist()):
+        if h >= 0:
+            assert asked[tuple(int(v) for v in plan.spans[h])] == halfway[g]
     # Workers sharing a disk cache split the groups read ahead: each next
     # group is asked for ahead of its first batch by one worker of two (the
     # other asks when it gets there, and finds it on disk).

@@ -29,6 +29,20 @@ that one fetched range or read-ahead serves the samples after it. What is
 traded: a group's samples are spread over the time its slot holds it, in
 the image's order, and which samples can meet in a batch depends on which
 groups share the slots; docs/PYTHON.md says when to turn it off.
+
+Read ahead
+----------
+The order says more than which sample comes next: each slot takes its
+groups one after another, so when a slot starts a group, the group it takes
+next is known. A :class:`ReadPlan` carries that to the dataset (in each
+DataLoader worker): on the first sample it reads of a group, it asks the
+image to fetch the whole group (``Image.will_read``: one request a range,
+not one a sample), and once it has read half of a group, the slot's next
+one, so that the next region is on its way while the rest of the current
+one is read. Half, not at once: the later the ask, the fewer regions are
+held ahead at any time; half a group's rounds is still many round trips of
+any storage. No storage-level detector could guess the next region: groups
+follow each other in random order.
 """
 
 from __future__ import annotations
@@ -133,9 +147,9 @@ class ReadPlan:
     """What a dataset fetches ahead under one epoch's locality order (see
     "Read ahead" in the module doc): :meth:`spans_for` a batch of sample
     indices gives the spans, as ``Image.will_read`` takes them, of the
-    groups the batch starts and of the groups their slots take next; a
-    group is asked for once per plan (the plan remembers, in the process
-    that holds it, which groups it has seen)."""
+    groups the batch starts and of the groups that follow, in their slots,
+    the groups the batch is half through; each is asked for once per plan
+    (the plan remembers, in the process that holds it, what it asked)."""
 
     def __init__(self, layout: Layout, after: np.ndarray) -> None:
         if layout.lengths is None:
@@ -144,6 +158,11 @@ class ReadPlan:
         lo, hi = layout.bounds[:-1], layout.bounds[1:]
         self.group_of = np.empty(n, dtype=np.int64)
         self.group_of[layout.members] = np.repeat(np.arange(layout.groups), hi - lo)
+        # A slot reads its group's members in order: a sample's place there
+        # says how far through the group its slot is.
+        self.place = np.empty(n, dtype=np.int64)
+        self.place[layout.members] = np.arange(n) - np.repeat(lo, hi - lo)
+        self.half = (hi - lo) // 2
         keys = layout.keys[layout.members]
         ends = keys + layout.lengths[layout.members]
         spans = np.zeros((layout.groups, 3), dtype="<u8")
@@ -157,6 +176,7 @@ class ReadPlan:
         self.spans = spans
         self.after = np.asarray(after, dtype=np.int64)
         self._seen = np.zeros(layout.groups, dtype=bool)
+        self._followed = np.zeros(layout.groups, dtype=bool)
 
     def spans_for(self, indices: np.ndarray, share: tuple[int, int] = (0, 1)) -> bytes:
         """Little-endian ``(part, offset, length)`` triples to fetch before
@@ -167,16 +187,20 @@ class ReadPlan:
         ahead only the next groups it owns (group number modulo
         ``workers``), and finds the others' on disk when it gets to them,
         so that the storage serves each region once, not once per worker."""
-        groups = np.unique(self.group_of[np.asarray(indices, dtype=np.int64)])
-        new = groups[~self._seen[groups]]
-        if not len(new):
-            return b""
+        indices = np.asarray(indices, dtype=np.int64)
+        groups = self.group_of[indices]
+        new = np.unique(groups[~self._seen[groups]])
         self._seen[new] = True
-        nxt = self.after[new]
+        halfway = groups[self.place[indices] >= self.half[groups]]
+        halfway = np.unique(halfway[~self._followed[halfway]])
+        self._followed[halfway] = True
+        nxt = self.after[halfway]
         nxt = nxt[nxt >= 0]
         worker, workers = share
         if workers > 1:
             nxt = nxt[nxt % workers == worker]
+        if not len(new) and not len(nxt):
+            return b""
         return self.spans[np.concatenate([new, nxt])].tobytes()
 
 
