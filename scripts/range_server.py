@@ -182,6 +182,12 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default accept backlog is 5: a client that opens
+    # dozens of connections at once (DataLoader workers each fetching the
+    # regions a sampler plans) overflows it, and the kernel drops the extra
+    # SYNs, which the client's TCP resends after 1, 2, 4, 8 s: stalls of
+    # 15 s that no object store's frontend would cause.
+    request_queue_size = 1024
 
     def handle_error(self, request, client_address):
         # A client that hangs up mid-answer (a cancelled or timed-out read)
