@@ -116,7 +116,14 @@ impl HashRecord {
             )));
         };
         // Looked at, whatever the outcome: whoever looked reports a failure.
-        self.checked[i / 64].fetch_or(1 << (i % 64), Ordering::Relaxed);
+        // A load first: every read of a block passes here, and a
+        // read-modify-write of a word shared by 64 neighbouring blocks would
+        // bounce its cache line between the threads serving them, for a
+        // bit that is set once.
+        let bit = 1 << (i % 64);
+        if self.checked[i / 64].load(Ordering::Relaxed) & bit == 0 {
+            self.checked[i / 64].fetch_or(bit, Ordering::Relaxed);
+        }
         if self.lens[i] as usize != len {
             return Err(FsError::Damaged(format!(
                 "{}: read as {len} bytes, but the hash record lists {} (the table that sized it is damaged)",
