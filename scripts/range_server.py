@@ -17,7 +17,7 @@ Test switches:
                      which HEAD still sends
   --fail STATUS[:N]  answer the first N requests (every request without :N)
                      with STATUS (say 503), then serve normally
-  GET /_control/stall    later requests hang (no answer) until resumed
+  GET /_control/stall    later requests hang (no answer) until resumed; each counts as held
   GET /_control/stall_next  the next GET alone hangs until resumed; others are answered
   GET /_control/resume   answer again
   GET /_control/stats    {"get": N, "head": N, "bytes": N, "failed": N, "held": N} as JSON
@@ -100,8 +100,13 @@ class Handler(BaseHTTPRequestHandler):
             RESUMED.wait()
             with LOCK:
                 STATE["held"] -= 1
-        while STATE["stall"]:
-            time.sleep(0.05)
+        if STATE["stall"]:
+            with LOCK:
+                STATE["held"] += 1
+            while STATE["stall"]:
+                time.sleep(0.05)
+            with LOCK:
+                STATE["held"] -= 1
         if self.latency:
             time.sleep(self.latency)
         with LOCK:

@@ -4,7 +4,7 @@
 //! Every refusal that needs no mount happens here, so a bad invocation
 //! costs a directory scan at most and leaves nothing mounted behind.
 
-use super::args::{self, BenchArgs, Latency, Workload};
+use super::args::{self, BenchArgs, ColdMode, Latency, Workload};
 use super::cold;
 use super::error::{BenchError, Context};
 use super::iostat;
@@ -105,6 +105,15 @@ pub fn prepare(a: &BenchArgs) -> Result<Prepared, BenchError> {
     check_tree(&a.workload, &tree, &raw, &a.python)?;
     let plans = plan_workloads(a, &tree)?;
     let method = cold::choose(a.cold)?;
+    if a.cold == ColdMode::Auto && method == cold::Method::DropCaches {
+        // Root's default reaches beyond this benchmark: every process on the
+        // machine loses its cached files. Said before the first drop.
+        eprintln!(
+            "packfs: as root, --cold auto drops the whole machine's page cache, dentries and \
+             inodes before each cold run (echo 3 > /proc/sys/vm/drop_caches); \
+             --cold fadvise evicts only the benchmark's own files"
+        );
+    }
     let ctx = Ctx {
         raw_dev: iostat::device_of(&raw),
         image_dev: image

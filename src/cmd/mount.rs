@@ -210,6 +210,19 @@ impl MountPlan {
         let images = paths;
         let mut options = split_options(options);
         mountfs::fuse::serve::check_options(&options).map_err(|e| usage(format!("-o {e}")))?;
+        // SAFETY: geteuid has no preconditions.
+        if (allow_other || options.iter().any(|o| o == "allow_other"))
+            && unsafe { libc::geteuid() } == 0
+        {
+            // A user needs user_allow_other in /etc/fuse.conf for this;
+            // root gets it without any site's consent, so it is said.
+            say!(
+                "packfs: warning: --allow-other as root: every user of this machine can read the \
+                 image's files through {} (access is checked against the owners and modes \
+                 stored in the image)",
+                mountpoint.display()
+            );
+        }
         // `-o nonempty`, libfuse 2's spelling, is taken too.
         let nonempty = nonempty || options.iter().any(|o| o == "nonempty");
         let lock = claim(&mountpoint, nonempty)?;

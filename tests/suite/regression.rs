@@ -230,6 +230,32 @@ fn a_process_has_arg(arg: &[u8]) -> bool {
     })
 }
 
+/// On drop, lazily unmounts a mountpoint and kills any process named with
+/// it, so that a failed assertion does not leave a daemon and a mount to
+/// disturb the tests after it.
+struct LeftMount(PathBuf);
+
+impl Drop for LeftMount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(&self.0)
+            .stderr(std::process::Stdio::null())
+            .status();
+        let arg = self.0.as_os_str().as_encoded_bytes();
+        for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let named = std::fs::read(p.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == arg));
+            let pid = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
+            if let (true, Some(pid)) = (named, pid) {
+                // SAFETY: kill(2) with a pid read from /proc; no memory is shared.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
 /// `packfs extract IMG -o DIR/out`, asserting success; returns the output.
 fn extracted(img: &Path, dir: &Path) -> PathBuf {
     let out = dir.join("out");
@@ -713,9 +739,13 @@ fn a_mount_interrupted_while_waiting_leaves_no_daemon_and_no_mount() {
     let t = scratch();
     fixture_image(t.path());
     let server = crate::common::servers::RangeServer::start(t.path(), &[]);
-    server.stall_next();
+    // Every request hangs, not just the next: an open whose first request
+    // is not on its critical path (the hash record's trailer is read beside
+    // the superblock) would otherwise finish and mount before the signal.
+    server.stall();
     let mp = t.path().join("mp");
     std::fs::create_dir(&mp).unwrap();
+    let _cleanup = LeftMount(mp.clone());
     let mut child = Command::new(packfs_bin())
         .arg("mount")
         .arg(server.url("i.sqfs"))
@@ -959,6 +989,14 @@ fn a_signalled_daemon_unmounts_and_writes_its_stats() {
             std::fs::read(mp.join("small.txt")).unwrap(),
             std::fs::read(src.join("small.txt")).unwrap()
         );
+        // The watcher is forked from the daemon and then execs itself: until
+        // the exec is done (a while on a loaded machine) it bears the
+        // daemon's command line, and `daemon_of` could find it instead.
+        assert!(
+            within_10s(|| watcher_of(&mp).is_some()),
+            "no unmount watcher for the mount"
+        );
+        let watcher = watcher_of(&mp).unwrap();
         let pid = daemon_of(&mp).expect("no daemon found for the mount");
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
         assert_eq!(
@@ -967,7 +1005,6 @@ fn a_signalled_daemon_unmounts_and_writes_its_stats() {
             "the daemon holds the caller's directory"
         );
         // Found by a new user's review: the unmount watcher held it.
-        let watcher = watcher_of(&mp).expect("no unmount watcher for the mount");
         let cwd = std::fs::read_link(format!("/proc/{watcher}/cwd")).unwrap();
         assert_eq!(
             cwd,
@@ -1787,4 +1824,60 @@ fn to_line_end(master: &mut std::fs::File) -> Vec<u8> {
         said.extend_from_slice(&b[..n]);
     }
     said
+}
+
+/// Bug: as root, fuser mounts with mount(2) directly, where `-o suid,dev`
+/// was honoured (fusermount3 strips both from a user's mount): a
+/// setuid-root program in an image anyone made would have run as root for
+/// every user. Both are refused now with the reason, every mount is
+/// nosuid,nodev, and `--allow-other` as root says who can then read.
+#[test]
+fn a_root_mount_is_nosuid_and_nodev_and_says_what_allow_other_opens() {
+    if !require_root("a mount made by root directly, not through fusermount3") {
+        return;
+    }
+    let t = scratch();
+    let (_, img) = fixture_image(t.path());
+    let mp = t.path().join("mp");
+    std::fs::create_dir(&mp).unwrap();
+    let _cleanup = LeftMount(mp.clone());
+    for o in ["suid", "dev"] {
+        let out = Command::new(packfs_bin())
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp)
+            .args(["-o", o])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && e.contains(o) && e.contains("setuid"),
+            "{e}"
+        );
+        assert!(!listed_in_mounts(&mp), "-o {o} mounted");
+    }
+    let out = Command::new(packfs_bin())
+        .arg("mount")
+        .arg(&img)
+        .arg(&mp)
+        .arg("--allow-other")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    let _gone = PackfsMountAt(&mp);
+    assert!(
+        e.contains("packfs: warning: --allow-other as root") && e.contains("every user"),
+        "{e}"
+    );
+    let table = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = table
+        .lines()
+        .find(|l| l.split(' ').nth(1) == mp.to_str())
+        .expect("the mount is not in /proc/self/mounts");
+    let flags: Vec<&str> = line.split(' ').nth(3).unwrap().split(',').collect();
+    assert!(
+        flags.contains(&"nosuid") && flags.contains(&"nodev"),
+        "{line}"
+    );
 }

@@ -52,6 +52,15 @@ enum Extra {
     Nothing,
 }
 
+/// Why `-o suid` and `-o dev` are refused. An image is a file anyone can
+/// make, on any machine, with any owner and mode inside: honoured, a
+/// setuid-root program or a device node in it would act with root's rights
+/// for whoever can reach the mount. fusermount3 drops both from a user's
+/// mount anyway; root's mount goes through mount(2) directly, which would
+/// honour them.
+pub const REFUSED_SUID_DEV: &str = "refused: a setuid file or a device node inside an image (which anyone can make) \
+     would act with its owner's rights for every user of the mount; packfs mounts are always nosuid,nodev";
+
 /// Parses one `-o` option. Known flags become the kernel flags they name
 /// (passed through as a raw string, the kernel rejects `noexec` and friends
 /// with EINVAL); `rw` and unknown options are refused with a message.
@@ -60,9 +69,8 @@ fn parse_option(o: &str) -> std::result::Result<Extra, String> {
     Ok(Extra::Mount(match o {
         "ro" => M::RO,
         "rw" => return Err("rw: packfs mounts are read-only".into()),
-        "dev" => M::Dev,
+        "dev" | "suid" => return Err(format!("{o}: {REFUSED_SUID_DEV}")),
         "nodev" => M::NoDev,
-        "suid" => M::Suid,
         "nosuid" => M::NoSuid,
         "exec" => M::Exec,
         "noexec" => M::NoExec,
@@ -82,7 +90,7 @@ fn parse_option(o: &str) -> std::result::Result<Extra, String> {
         }
         x => {
             return Err(format!(
-                "unknown mount option {x:?} (known: ro, dev, nodev, suid, nosuid, exec, noexec, \
+                "unknown mount option {x:?} (known: ro, nodev, nosuid, exec, noexec, \
                  atime, noatime, sync, async, dirsync, default_permissions, allow_other, \
                  allow_root, nonempty, auto_unmount, fsname=, subtype=, max_read=N)"
             ))
@@ -110,6 +118,10 @@ fn mount_options(
         M::Subtype("packfs".into()),
         M::DefaultPermissions,
         M::NoAtime,
+        // What fusermount3 forces on a user's mount, stated for root's
+        // mount(2) call too rather than left to its defaults.
+        M::NoSuid,
+        M::NoDev,
     ];
     let mut acl = if opts.allow_other {
         fuser::SessionACL::All
@@ -393,5 +405,16 @@ mod tests {
         assert!(e.contains("colour=blue") && e.contains("known:"), "{e}");
         assert!(check_options(&["max_read=abc".into()]).is_err());
         assert!(check_options(&["max_read=131072".into(), "nosuid".into()]).is_ok());
+    }
+
+    #[test]
+    fn every_mount_is_nosuid_and_nodev_and_suid_or_dev_are_refused() {
+        let (mo, _) = mount_options(&opts(&[])).unwrap();
+        assert!(mo.contains(&M::NoSuid) && mo.contains(&M::NoDev), "{mo:?}");
+        for o in ["suid", "dev"] {
+            let e = check_options(&["ro".into(), o.into()]).unwrap_err();
+            assert!(e.starts_with(o) && e.contains("setuid"), "{e}");
+            assert!(mount_options(&opts(&[o])).is_err());
+        }
     }
 }
