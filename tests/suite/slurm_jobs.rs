@@ -1,5 +1,5 @@
 //! The job scripts of docs/HPC.md, submitted to a real one-node Slurm
-//! (issue #11): `scripts/slurm.sh start` brings up munged, slurmctld and
+//! cluster: `scripts/slurm.sh start` brings up munged, slurmctld and
 //! slurmd on this machine; each script marked `<!-- job: NAME -->` in the doc
 //! is taken verbatim, submitted with `sbatch --wait` (only its image
 //! variables set, through `--export`) and its output compared with what this
