@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python-import benchmark of docs/BENCHMARKS.md (issue #11): cold and warm
+# The Python-import benchmark of docs/benchmarks/python-import.md: cold and warm
 # `import MODULES` by 1 and 4 concurrent interpreters from the raw venv, the
 # kernel's SquashFS mount and packfs's mount of the same image, on the local
 # disk and through the --emulate-latency passthrough; then the daemon's FUSE

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mount benchmark of docs/BENCHMARKS.md, in one run: the same image read
+# The mount benchmark of docs/benchmarks/reads.md, in one run: the same image read
 # through packfs, the kernel's SquashFS driver and squashfuse_ll, against the
 # raw tree, with the page cache dropped and fresh mounts for every cold run.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data order (issue #23), three parts:
+# Data order, three parts:
 #  pack   sizes, pack times (wall, user+sys CPU) and peak RSS per order and
 #         codec, against mksquashfs (same codec, level and block size), each
 #         cold (page cache dropped before every pack);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pack benchmark of docs/BENCHMARKS.md, in one run: packfs against
+# The pack benchmark of docs/benchmarks/packing.md, in one run: packfs against
 # mksquashfs on the same cores, codec and level, cold page cache before every
 # run (needs root for drop_caches), alternating the two tools.
 #

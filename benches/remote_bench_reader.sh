@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue #13, measured by `packfs bench`'s own reader (Rust) instead of the Python
+# Images on object storage, measured by `packfs bench`'s own reader (Rust) instead of the Python
 # reader of benches/remote_latency.sh: packfs mounting s3://bench/KEY against
 # s3fs + squashfuse_ll, both through scripts/latency_proxy.py (LAT ms per request)
 # in front of moto. s3fs+squashfuse_ll is mounted once and measured as an external

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue #13: reading every file of one image held by a local S3 server, with the
+# Images on object storage: reading every file of one image held by a local S3 server, with the
 # same injected latency per request for every reader, against what a user would
 # do today:
 #   packfs      packfs mount s3://bench/KEY                  (range GETs, this project)

@@ -1,12 +1,12 @@
 #!/bin/bash
-# Issue #13: reading every file of an image held by a local S3 server (moto),
+# Images on object storage: reading every file of an image held by a local S3 server (moto),
 # cold, sequential and shuffled, 1 and 4 reader threads:
 #   packfs mount s3://...            (range GETs, this project)
 #   s3fs bucket + squashfuse_ll      (what a user would do today)
 # Requests are counted from moto's access log (one line per request), bytes
 # from packfs's --stats and from s3fs's /proc/PID/io (rchar: socket reads).
 # moto answers each request in ~70 ms whatever its size: that is the
-# per-request latency of this setup (docs/BENCHMARKS.md says so).
+# per-request latency of this setup (docs/benchmarks/history.md says so).
 # Usage: benches/remote_matrix.sh TREE [RUNS]   (root; packfs in target/release)
 set -euo pipefail
 TREE=${1:?tree}; RUNS=${2:-1}

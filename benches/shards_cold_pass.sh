@@ -1,7 +1,7 @@
 #!/bin/bash
 # benches/shards_cold_pass.sh IMG TAG [strace|perf]: fresh mount (foreground, --stats), bench --mountpoint, 1-thread cold shuffle
 # Paths: PACKFS (default: this checkout's release build), WORK (default $W, holding
-# jpeg/oN/ with the shards of N, as docs/BENCHMARKS.md "Issue #14" packs them), RAW (the tree),
+# jpeg/oN/ with the shards of N, as docs/benchmarks/shards.md packs them), RAW (the tree),
 # RATARMOUNT (default /tmp/rat/bin/ratarmount).
 here=$(cd "$(dirname "$0")/.." && pwd)
 P=${PACKFS:-$here/target/release/packfs}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # benches/shards_jpeg_lookup.sh: 10,000 first-time stats on fresh mounts (page cache warm), 3 mounts per side and shard count
 # Paths: PACKFS (default: this checkout's release build), WORK (default $W, holding
-# jpeg/oN/ with the shards of N, as docs/BENCHMARKS.md "Issue #14" packs them), RAW (the tree),
+# jpeg/oN/ with the shards of N, as docs/benchmarks/shards.md packs them), RAW (the tree),
 # RATARMOUNT (default /tmp/rat/bin/ratarmount).
 here=$(cd "$(dirname "$0")/.." && pwd)
 P=${PACKFS:-$here/target/release/packfs}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The FUSE transport benchmark of issue #22, in one run: cold passes over
+# The FUSE transport benchmark (docs/benchmarks/uring.md), in one run: cold passes over
 # every file of a tree (sorted = `sequential`, `shuffle`) at 1 and 4 reader
 # threads, read from the raw tree, from kernel EROFS (mkfs.erofs -zlz4hc) and
 # from packfs on each transport (`dev`, `uring`); all of it twice, with the

@@ -3,7 +3,7 @@
 # builds that differ only in that (PACKFS_ON forwards the unit hooks through
 # AnyImage, PACKFS_OFF does not), timed in one run on the same images.
 #
-#   PACKFS_ON=/work/ab/packfs-units-on PACKFS_OFF=/work/ab/packfs-units-off \
+#   PACKFS_ON=./packfs-units-on PACKFS_OFF=./packfs-units-off \
 #       benches/unit_readahead.sh [REPS]
 #
 # Every cell is cold: `packfs bench` remounts its own mount (a fresh daemon,
@@ -16,7 +16,7 @@
 # Environment:
 #   PACKFS_ON, PACKFS_OFF  the two binaries (required)
 #   CORPORA     space-separated NAME=DIR (default: linux=/tmp/corpus/linux-6.1
-#               jpeg=/tmp/corpus/imagenet-mini; see ../shared/corpora/README.md)
+#               jpeg=/tmp/corpus/imagenet-mini)
 #   WORK        images, JSON and logs (default /var/tmp/unit-readahead); an
 #               image already there is reused, else packed by PACKFS_ON with
 #               SOURCE_DATE_EPOCH=0

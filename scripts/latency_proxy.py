@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A TCP proxy for HTTP/1.x that adds a fixed latency to every request, and counts them.
 
-For benchmarks of remote images (issue #13): every client (packfs, s3fs, ratarmount)
+For benchmarks of remote images: every client (packfs, s3fs, ratarmount)
 talks to the same local S3 server (moto) through this proxy, so they all see the
 same injected per-request latency and are all measured by the same instrument.
 Stdlib only; `tc netem` is not available on this kernel.

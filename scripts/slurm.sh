@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node Slurm on this machine, for the job scripts of docs/HPC.md and
-# tests/suite/slurm_jobs.rs (issue #11). Root only; Debian packages slurm-wlm and
+# tests/suite/slurm_jobs.rs. Root only; Debian packages slurm-wlm and
 # munge (scripts/setup.sh installs them).
 #
 #   scripts/slurm.sh start    write slurm.conf, start munged (unless one already
@@ -10,7 +10,7 @@
 #                             (pids in /run/packfs-slurm) and remove its slurm.conf
 #   scripts/slurm.sh status   exit 0 and print sinfo if it is up, else exit 3
 #
-# The configuration follows /work/shared/notes/real-components.md: no cgroups,
+# The configuration is the smallest that runs jobs here: no cgroups,
 # ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, auth/munge, jobs run
 # as the submitting user (root here, so `packfs run` in a job can mount FUSE).
 # It is written to $SLURM_CONF (default /etc/slurm/slurm.conf, which Debian's
@@ -109,7 +109,7 @@ write_conf() {
     local tmp=$CONF.packfs-tmp.$$
     cat >"$tmp" <<EOF
 $MARK
-# One-node test cluster (issue #11): no cgroups, jobs run as their submitter.
+# One-node test cluster: no cgroups, jobs run as their submitter.
 ClusterName=packfs
 SlurmctldHost=$h(127.0.0.1)
 SlurmUser=root

@@ -17,6 +17,7 @@ mod suite {
     mod empty_root;
     mod exit_codes;
     mod format_records;
+    mod history_words;
     mod fuzz_regressions;
     mod install_cli;
     mod integrity;

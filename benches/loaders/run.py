@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch DataLoader over one JPEG set stored seven ways (issue #21).
+"""PyTorch DataLoader over one JPEG set stored seven ways.
 
 Sides (each sample index names the same file on every side; samplers are shared, so every side reads the same
 samples in the same order, except WebDataset, which cannot be indexed):
@@ -21,7 +21,7 @@ side read once before the cell, then one warm-up epoch; workers persist across e
 
 Each cell: 1 warm-up epoch (not counted) + --epochs measured epochs; samples/s is the median. Also reported: time
 to first batch (median), peak RSS and PSS summed over the main process, its workers and (fuse) the mount daemon, CPU
-seconds of those processes. Writes JSON (--json) and prints a table with the ratios issue #21's "Done when" names.
+seconds of those processes. Writes JSON (--json) and prints a table with the ratios of the data-loading goals.
 
 Run it through run.sh, which builds the venv. Needs root for drop_caches (falls back to posix_fadvise(DONTNEED) on
 the side's files, which leaves the dentry/inode caches warm; the JSON says which was used).
@@ -923,7 +923,7 @@ def latency_bench(a, prep):
 
 
 def ratios(cells, cache_budget):
-    """The ratios issue #21's "Done when" names, from the bytes-only cells."""
+    """The ratios of the data-loading goals, from the bytes-only cells."""
     def get(side, cache, w, order="shuffle"):
         for c in cells:
             if (c["side"], c["mode"], c["cache"], c["workers"], c["order"]) == (side, "bytes", cache, w, order):
@@ -971,7 +971,7 @@ def table(rep):
         cs = "-" if v["convert_s"] is None else f"{v['convert_s']:.1f}"
         lines.append(f"{k:<11} {cs:>9} {v['bytes_on_disk'] / 1e6:>10.0f} {v['inodes']:>7}")
     lines.append("")
-    lines.append("ratios (bytes-only mode; goals from issue #21):")
+    lines.append("ratios (bytes-only mode; data-loading goals):")
     for r in rep["ratios"]:
         lines.append(f"  {r['ratio']:<52} {r['cache']:<5} w={r['workers']}  {r['value']:8.2f}  (goal {r['goal']})")
     if rep.get("latency"):

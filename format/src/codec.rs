@@ -359,7 +359,7 @@ impl Encoder {
 
     /// [`Encoder::compress`] for gzip, with libdeflate: the same zlib stream
     /// format as zlib's, faster and no larger at level 9
-    /// (docs/BENCHMARKS.md). Returns false, `out` unfinished, when the
+    /// (docs/benchmarks/defaults.md). Returns false, `out` unfinished, when the
     /// stream would not be smaller than the input.
     fn deflate(&self, input: &[u8], out: &mut Vec<u8>) -> Result<bool, CodecError> {
         let fitted = LIBDEFLATE_C.with(|cell| {

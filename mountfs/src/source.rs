@@ -314,7 +314,7 @@ impl ImageSource for FileSource {
 /// over small files reads the image in many small device requests, where
 /// the map's page faults read more around each block. Whole 128 KiB units
 /// cut the device requests of such a pass to the map's speed or better
-/// (docs/BENCHMARKS.md) while reading at most 128 KiB beyond a hint: a
+/// (docs/benchmarks/reads.md) while reading at most 128 KiB beyond a hint: a
 /// random reader on a network filesystem pays for every byte read ahead,
 /// so wider units are not worth it.
 pub const ADVICE_ALIGN: u64 = 128 << 10;

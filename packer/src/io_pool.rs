@@ -17,7 +17,7 @@
 //!   so the compression threads' own `pread`s mostly hit the cache.
 //!
 //! With both, a cold pack is bound by compression CPU again
-//! (docs/BENCHMARKS.md).
+//! (docs/benchmarks/defaults.md).
 //!
 //! Why 16 threads: on a local disk the walk stops gaining at about 8; slower
 //! storage (network filesystems, throttled cloud volumes) needs more

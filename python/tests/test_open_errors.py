@@ -1,6 +1,6 @@
 """Opening a location that cannot be opened raises the ``OSError`` subclass
 ``os`` would, with the cause in its message, and at once when a retry
-cannot help (issue #25)."""
+cannot help."""
 
 from __future__ import annotations
 

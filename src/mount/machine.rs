@@ -6,7 +6,7 @@
 /// A session thread decodes on the request path, so more threads than cores
 /// only help to overlap page faults on the image; too many cost wakeups and
 /// cache misses (`packfs bench --mount-threads` compares counts;
-/// docs/BENCHMARKS.md has the figures behind this choice).
+/// docs/benchmarks/reads.md, "What made the difference", has the figures behind this choice).
 pub fn default_session_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     (2 * cores).clamp(4, 16)

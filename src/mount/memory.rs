@@ -8,7 +8,7 @@
 /// allocate decoded blocks and answers, each arena keeps its own freed
 /// space, and RSS grew past the cache budget by that much per arena (with
 /// ZIP members' decoders, with the number of reader threads). Fewer arenas
-/// bound that; docs/BENCHMARKS.md ("Memory") has the measurements.
+/// bound that; docs/benchmarks/memory.md has the measurements.
 /// Only glibc has arenas to cap (a static musl build has one allocator
 /// lock, no arenas).
 pub fn limit_malloc_arenas() {

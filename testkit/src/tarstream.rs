@@ -1,6 +1,6 @@
 //! A tar stream of many tiny files, made on the fly: the input of the
-//! packer's scale test (`tests/suite/scale.rs`) and of the "Scale" runs in
-//! docs/BENCHMARKS.md (`src/bin/tarstream.rs` writes it to stdout). Ten
+//! packer's scale test (`tests/suite/scale.rs`) and of the runs in
+//! docs/benchmarks/scale.md (`src/bin/tarstream.rs` writes it to stdout). Ten
 //! million entries are ten gigabytes of tar; nothing is stored, and every
 //! name and content is a function of the entry's index, so a reader can
 //! check an image against the stream without keeping it.

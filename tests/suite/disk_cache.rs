@@ -1,4 +1,4 @@
-//! The node-local disk cache of remote images (issue #24), against
+//! The node-local disk cache of remote images, against
 //! `scripts/range_server.py`, whose counters say how many bytes left the
 //! server. Byte counts, never timings: the second shuffled epoch over an
 //! image four times larger than the range cache is fetched again without

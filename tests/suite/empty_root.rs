@@ -1,4 +1,4 @@
-//! The binary in an empty root (issue #26): bubblewrap builds a root that
+//! The binary in an empty root: bubblewrap builds a root that
 //! holds only the packfs binary, `/dev/fuse` (with bwrap's minimal /dev and
 //! a /proc), `fusermount3` with the libraries it links, a scratch directory
 //! and an `/etc/hosts` naming the test's web server. In it: pack, info, ls,

@@ -1,4 +1,4 @@
-//! What an installed packfs offers besides its commands (issue #26):
+//! What an installed packfs offers besides its commands:
 //! `--version` names the version, the commit and the features; `packfs man
 //! --out DIR` writes pages that `man -l` renders without a warning; the bash
 //! completion script defines the completion when sourced by a real bash.

@@ -1,4 +1,4 @@
-//! What a job script and a user at the terminal meet (issue #11): negative
+//! What a job script and a user at the terminal meet: negative
 //! lookups cached by the kernel (counted with `mount --stats`), `packfs run`
 //! on a mountpoint that does not exist yet, dates in `ls -l` and `info`,
 //! and an error that states its cause once.

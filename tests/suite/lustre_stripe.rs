@@ -1,4 +1,4 @@
-//! `pack --stripe-count` off Lustre (issue #26): the test machine has no
+//! `pack --stripe-count` off Lustre: the test machine has no
 //! Lustre, so what can be checked is that on another filesystem nothing is
 //! attempted and nothing fails, whatever the flag says, and that `info`
 //! shows no striping. A fake `lfs` first on PATH records any call. The

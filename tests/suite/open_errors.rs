@@ -1,4 +1,4 @@
-//! Opening an image that cannot be opened (issue #25): the message is the
+//! Opening an image that cannot be opened: the message is the
 //! first cause, on one line, said once (no `[ERROR …]` log line repeating
 //! it); what a retry cannot fix (a refused connection, an unknown host, a
 //! failed TLS handshake, a 4xx) fails at once; a 5xx is retried within

@@ -183,7 +183,7 @@ fn a_second_sequential_reader_lower_in_the_image_gets_its_own_window() {
     assert_eq!(settle(&fs, base + 8, 10.0), base + 8);
 }
 
-/// Bug (issue #25): a damaged data block made `packfs cat` print the cause
+/// Bug: a damaged data block made `packfs cat` print the cause
 /// twice, once as an `[ERROR mountfs::fs]` log line from the filesystem
 /// core and once as the command's own error. The core now only counts
 /// failures; the FUSE edge logs what it answers, the CLI says it once.

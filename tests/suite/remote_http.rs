@@ -1,4 +1,4 @@
-//! Images mounted from a web server by range requests (issue #13), against a
+//! Images mounted from a web server by range requests, against a
 //! real server started here (`scripts/range_server.py`, what a public LUMI-O
 //! bucket or nginx serves): the same tree as the kernel's mount of the same
 //! image; a replaced object gives EIO and never mixed bytes; a stalled or

@@ -1,4 +1,4 @@
-//! Images on S3 (issue #13), against moto's S3 server from PyPI started
+//! Images on S3, against moto's S3 server from PyPI started
 //! here on 127.0.0.1 (requests signed with SigV4 by object_store; moto
 //! accepts any key, so which keys are chosen is tested in
 //! `packfs_objstore::config`'s unit tests and here only through a profile

@@ -1,4 +1,4 @@
-//! Shards on S3 (issue #24): `pack --shards N -o s3://...` as the tasks of
+//! Shards on S3: `pack --shards N -o s3://...` as the tasks of
 //! a job array (the last one writes the manifest object beside the
 //! shards), a manifest of `s3://` shards mounted as one tree equal to the
 //! source, manifests mixing local and remote shards, and a missing shard

@@ -1,4 +1,4 @@
-//! Shards (issue #14): `packfs pack --shards N [--shard K]`, the manifest,
+//! Shards: `packfs pack --shards N [--shard K]`, the manifest,
 //! and the union mount. The union is checked entry by entry against the
 //! source through a real FUSE mount, and every shard on its own through the
 //! kernel's SquashFS driver (when root) and unsquashfs.

@@ -1,5 +1,5 @@
 //! The job scripts of docs/HPC.md, submitted to a real one-node Slurm
-//! (issue #11): `scripts/slurm.sh start` brings up munged, slurmctld and
+//! cluster: `scripts/slurm.sh start` brings up munged, slurmctld and
 //! slurmd on this machine; each script marked `<!-- job: NAME -->` in the doc
 //! is taken verbatim, submitted with `sbatch --wait` (only its image
 //! variables set, through `--export`) and its output compared with what this
@@ -263,8 +263,15 @@ print(len(paths), hashlib.sha256(lines).hexdigest())
 }
 
 fn dataset_job(dir: &Path, image: &Path, src: &Path) {
+    dataset_job_named(dir, "dataset", image, src);
+}
+
+/// A job of docs/HPC.md that mounts IMAGE on a job-id path and prints the
+/// tree's file count and digest: `dataset`, or `per-node` (one `packfs
+/// run` per node under `srun`; one node here).
+fn dataset_job_named(dir: &Path, name: &str, image: &Path, src: &Path) {
     let (files, digest) = expected_tree_digest(src);
-    let (id, log) = submit(dir, "dataset", &[("IMAGE", image)]);
+    let (id, log) = submit(dir, name, &[("IMAGE", image)]);
     assert_eq!(field(&log, "files"), files.to_string(), "{log}");
     assert_eq!(field(&log, "sha256"), digest, "{log}");
     let job_tmp = PathBuf::from(format!("/tmp/{id}"));
@@ -660,6 +667,7 @@ fn hpc_doc_job_scripts_run_under_slurm() {
             venv_job(dir, "venv-activate", &venv_img, &mount_at, true);
         });
         dataset_job(dir, &data_img, &data);
+        dataset_job_named(dir, "per-node", &data_img, &data);
         cancelled_job(dir, &data_img);
         shard_jobs(dir, &data);
         archive_shard_jobs(dir, &data);

@@ -1,4 +1,4 @@
-//! `mount --transport` (issue #22): the io_uring queues answer the requests
+//! `mount --transport`: the io_uring queues answer the requests
 //! of a whole tree walk (their own counter, not only a working mount), and
 //! `auto` falls back to `/dev/fuse` when the kernel's `enable_uring` is off
 //! or `kernel.io_uring_disabled` forbids io_uring, where `uring` is refused
@@ -227,7 +227,7 @@ fn cpu_hops_reading(files: &[PathBuf]) -> (usize, Vec<blake3::Hash>) {
 // threads' SCHED_IDLE submissions (fuse/transport/uring/sched_idle.rs, on as root):
 // every file reads back whole and the reader rarely changes CPU. On the
 // Linux tree a reader changed CPU at about half of its files without the
-// switch (docs/BENCHMARKS.md); this small tree does not make it hop even
+// switch (docs/benchmarks/uring.md); this small tree does not make it hop even
 // without it, so the test guards the switch (it must not move the reader
 // or break the queues), and benches/transport.sh shows what it saves.
 #[test]

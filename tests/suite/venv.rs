@@ -1,4 +1,4 @@
-//! Python environments end to end (issue #11): a real venv with numpy and a
+//! Python environments end to end: a real venv with numpy and a
 //! pure-Python package with a console script (from PyPI), packed with
 //! `--mount-at` and `--compile`, run inside bubblewrap with its build path
 //! hidden, checked with strace to write and compile nothing, and read the

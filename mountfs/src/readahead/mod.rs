@@ -45,7 +45,7 @@
 //! [`MmapSource`]). The window sizes suit the map, where the kernel's own
 //! sequential readahead never starts; with `pread` the kernel's per-file
 //! readahead runs as well, so the two may overlap on sequential passes
-//! (docs/BENCHMARKS.md): retuning them for `pread` is open work.
+//! (docs/benchmarks/reads.md): retuning them for `pread` is open work.
 //!
 //! **Where the work runs.** File windows and unit steps are decoded on a
 //! small blocking worker pool ([`pool`]; as many threads as the mount has
@@ -64,7 +64,7 @@
 //! (`CountingSource`, `packfs bench --emulate-latency`): stream readahead
 //! pays off where every image read costs a round trip (a parallel or object
 //! store), and costs nothing measurable on a local disk (figures in
-//! docs/BENCHMARKS.md). The pool is not rayon (see [`pool`]).
+//! docs/benchmarks/reads.md). The pool is not rayon (see [`pool`]).
 //!
 //! [`Image::prefetch`]: crate::image::Image::prefetch
 //! [`Image::shared_unit`]: crate::image::Image::shared_unit

@@ -228,7 +228,7 @@ fn read_central(src: &dyn ImageSource, default_owner: (u32, u32)) -> Result<Cent
 
 /// The central directory, read through a window of at most [`CD_WINDOW`]
 /// bytes: a million-entry archive has a directory of ~100 MB, which the
-/// index (~80 bytes an entry) must not double while it is built.
+/// index (docs/ARCHITECTURE.md, "ZIP index memory") must not double while it is built.
 struct CdWindow<'a> {
     src: &'a dyn ImageSource,
     /// Absolute position and size of the central directory.

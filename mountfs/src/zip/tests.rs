@@ -887,7 +887,7 @@ fn multi_frame_zstd_restarts_at_frame_starts() {
 }
 
 /// Random 1 MiB reads in a 256 MiB deflate member with a 64 MiB cache,
-/// with and without checkpoints (docs/BENCHMARKS.md, ZIP section). Run:
+/// with and without checkpoints (docs/benchmarks/reads.md, "ZIP images"). Run:
 /// `cargo test --release -p mountfs --lib random_reads_in_a_large_deflate_member -- --ignored --nocapture`
 #[test]
 #[ignore]

@@ -27,7 +27,7 @@
 //! with the entry count, and is the part that matters at millions of
 //! entries: what each entry holds in each phase (the stage's node, inode
 //! and name; the data writer's location and dedup key; the tree the
-//! metadata is written from) is measured in docs/BENCHMARKS.md, "Scale".
+//! metadata is written from) is measured in docs/benchmarks/scale.md.
 //! The stage and the tree are compact for that reason, and
 //! [`Stage::into_tree`](stage::Stage::into_tree) frees the stage's nodes
 //! before the tree's inodes are made.

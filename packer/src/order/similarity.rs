@@ -16,7 +16,7 @@
 //! bits closer than the next one). Path order is the baseline because it is
 //! already good (a directory's files share names, headers and vocabulary):
 //! a chain that always took the nearest fingerprint, or grouped files by
-//! name suffix first, gave larger images (docs/BENCHMARKS.md, "Data order");
+//! name suffix first, gave larger images (docs/benchmarks/order.md);
 //! a 128-bit SimHash only separates files that share much of their text,
 //! so only those are pulled out of path order.
 //!

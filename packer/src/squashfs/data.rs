@@ -334,7 +334,7 @@ fn block_entropy(ctx: &Ctx, data: &[u8]) -> f64 {
 /// entropy-coded data (JPEG, video, compressed archives) with few repeats,
 /// so the deeper match search of higher levels finds next to nothing: on
 /// JPEG blocks level 1's output is within a fraction of a percent of level
-/// 9's, at less CPU time (docs/BENCHMARKS.md). Text and binaries
+/// 9's, at less CPU time (docs/benchmarks/defaults.md). Text and binaries
 /// (entropy < 7) are never affected.
 const FAST_DEFLATE_ENTROPY: f64 = 7.8;
 

@@ -181,7 +181,7 @@ pub fn compress_whole(codec: Codec, raw: Vec<u8>) -> io::Result<(u16, Vec<u8>)> 
 /// for ZIP deflate level `level` (Info-ZIP's scale): two below it, at
 /// least 1. Info-ZIP's own deflate is weaker than zlib's, so libdeflate
 /// two levels down already writes an archive no larger than `zip` at the
-/// same level, at the lowest CPU cost that does (docs/BENCHMARKS.md); the
+/// same level, at the lowest CPU cost that does (docs/benchmarks/defaults.md); the
 /// streamed zlib path follows the same scale, where two levels down is
 /// several times faster for a slightly larger output.
 pub fn deflate_effort(level: i32) -> i32 {

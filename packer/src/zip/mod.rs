@@ -33,7 +33,7 @@
 //! zlib's speed, and ZIP level N runs libdeflate level N - 2
 //! ([`compress::deflate_effort`]): the default 6 then writes an archive no
 //! larger than Info-ZIP's `zip -6` in a fraction of its time
-//! (docs/BENCHMARKS.md). Streamed files need a stream with sync flushes,
+//! (docs/benchmarks/defaults.md). Streamed files need a stream with sync flushes,
 //! which libdeflate does not offer, so they use flate2 (miniz_oxide) at
 //! zlib level N - 2.
 

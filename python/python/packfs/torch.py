@@ -12,7 +12,7 @@ The index is three numpy arrays (the paths' bytes end to end, their
 offsets, the targets), not a Python object per sample: a DataLoader worker
 forked from the main process touches no reference counts when it reads a
 sample's path, so the index stays shared with the parent instead of being
-copied page by page (pytorch issue 13246).
+copied page by page (PyTorch #13246).
 
 Needs numpy, and torch only to be used by a DataLoader: this module
 imports neither torch nor torchvision.

@@ -9,7 +9,7 @@
 //! every request, each hop wakes a halted CPU (an IPI, and on a VM an exit),
 //! and its next request goes to that CPU's queue, whose thread must be woken
 //! in turn. A reader pinned to one CPU does not hop, and is served several
-//! times faster per request (docs/BENCHMARKS.md, "FUSE transports").
+//! times faster per request (docs/benchmarks/uring.md).
 //!
 //! A CPU whose running threads all have the `SCHED_IDLE` policy counts as
 //! idle for that choice (`sched_idle_cpu`), so a queue thread that drops to
