@@ -7,6 +7,8 @@
 #       README.md, LICENSE-MIT, LICENSE-APACHE, docs/, THIRD_PARTY.tsv (the crates linked
 #       into the binary and their licenses), SHA256SUMS (of every file in the tarball)
 #   packfs-VERSION.tar.gz  the source (`git archive` of HEAD), for EasyBuild and Spack
+#   packfs-VERSION-cp310-abi3-manylinux_2_17_x86_64.whl (+ .sha256)  the Python package for
+#       glibc 2.17+ and CPython 3.10+, built with maturin --zig (tools from PyPI)
 #
 # Static linking: musl (x86_64-unknown-linux-musl) when rustup has or can add that target
 # and musl-gcc is there (Debian: musl-tools) for the C codecs; else glibc with
@@ -16,9 +18,12 @@
 #
 # Then, unless --no-test: `file` and `ldd` must call the binary static, `man -l` must render
 # every page, bash must load the completion, and the empty-root test
-# (tests/suite/empty_root.rs, as root with bwrap) runs on this binary.
+# (tests/suite/empty_root.rs, as root with bwrap) runs on this binary; auditwheel must call the
+# wheel manylinux_2_17, and it must install into a fresh venv and read an image in a root
+# where bwrap hides every Rust toolchain.
 #
-# No network is used beyond crates.io (cargo) and, for the musl target, rustup's own fetch.
+# No network is used beyond crates.io (cargo), PyPI (the wheel's build tools) and, for the musl
+# target, rustup's own fetch.
 set -euo pipefail
 
 die() { echo "release: $*" >&2; exit 1; }
@@ -131,6 +136,29 @@ tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch
 git archive --format=tar.gz --prefix="packfs-$version/" -o "$out_dir/packfs-$version.tar.gz" HEAD
 echo "release: wrote $tarball and $out_dir/packfs-$version.tar.gz"
 
+# --- the Python wheel -----------------------------------------------------------------------
+# manylinux2014 (glibc 2.17) abi3: clusters run older glibc than this build machine (SLES 15:
+# 2.31, RHEL 8: 2.28), and their users have no Rust. maturin links through zig, whose glibc
+# stubs are of the version asked for, so no old-distribution container is needed; maturin,
+# ziglang and auditwheel come from PyPI into a venv of the target directory.
+tools=$target_dir/release-tools
+if [ ! -x "$tools/bin/maturin" ] || [ ! -x "$tools/bin/auditwheel" ] || ! "$tools/bin/python" -c 'import ziglang' 2>/dev/null; then
+    python3 -m venv "$tools"
+    "$tools/bin/pip" install -q 'maturin>=1.9.4,<2' ziglang auditwheel \
+        || die "cannot install maturin, ziglang and auditwheel from PyPI into $tools"
+fi
+rm -f "$out_dir"/packfs-"$version"-*.whl
+PATH=$tools/bin:$PATH CARGO_TARGET_DIR=$target_dir/wheel-manylinux2014 \
+    maturin build --release --locked --zig --compatibility manylinux2014 \
+    --manifest-path python/Cargo.toml -o "$out_dir"
+wheel=$(ls "$out_dir"/packfs-"$version"-cp310-abi3-*manylinux_2_17_x86_64*.whl 2>/dev/null | head -1)
+[ -n "$wheel" ] || die "no cp310-abi3 manylinux_2_17 wheel in $out_dir: $(ls "$out_dir")"
+shown=$("$tools/bin/auditwheel" show "$wheel" 2>&1) || die "auditwheel show $wheel: $shown"
+echo "$shown" | tr '\n' ' ' | grep -q 'consistent with the following platform tag: *"manylinux_2_17_x86_64"' \
+    || die "auditwheel does not call $wheel manylinux_2_17: $shown"
+(cd "$out_dir" && sha256sum "$(basename "$wheel")" >"$(basename "$wheel").sha256")
+echo "release: wrote $wheel (auditwheel: manylinux_2_17_x86_64)"
+
 [ $test = 1 ] || exit 0
 
 # --- checks on what was packed --------------------------------------------------------------
@@ -162,4 +190,32 @@ for f in d/numbers.txt random.bin; do
         || die "$name/bin/packfs does not read $f of a legacy-LZMA image as written"
 done
 echo "release: $name/bin/packfs reads legacy-LZMA images"
+
+# The wheel installs and reads an image in a fresh venv of a root with no Rust toolchain:
+# bubblewrap hides rustup's and cargo's homes and the build tree, so that nothing can be
+# compiled or imported from here.
+command -v bwrap >/dev/null || die "bwrap is needed to check the wheel (Debian: bubblewrap)"
+wv="$check/wheel"
+mkdir -p "$wv/src/a"
+printf 'hello from the wheel\n' >"$wv/src/a/hello.txt"
+cp "$wheel" "$wv/"
+"$check/$name/bin/packfs" pack "$wv/src" -o "$wv/w.sqfs" -q
+hide=()
+for d in "${RUSTUP_HOME:-$HOME/.rustup}" "${CARGO_HOME:-$HOME/.cargo}" "$repo"; do
+    [ -d "$d" ] && hide+=(--tmpfs "$d")
+done
+bwrap --dev-bind / / "${hide[@]}" --setenv PATH /usr/local/bin:/usr/bin:/bin \
+    --unsetenv CARGO_HOME --unsetenv RUSTUP_HOME --unsetenv CARGO_TARGET_DIR --unsetenv PYTHONPATH \
+    bash -euo pipefail -c '
+        if command -v cargo || command -v rustc; then echo "a Rust toolchain is visible"; exit 1; fi
+        python3 -m venv "$1/venv"
+        "$1/venv/bin/pip" install -q --no-index "$2"
+        cd /
+        "$1/venv/bin/python" -c "
+import sys, packfs
+img = packfs.Image(sys.argv[1])
+assert img.read(\"a/hello.txt\") == b\"hello from the wheel\n\", img.read(\"a/hello.txt\")
+print(\"release: the wheel reads\", sys.argv[1], \"in a root with no Rust, packfs\", packfs.__version__)
+" "$1/w.sqfs"' check "$wv" "$wv/$(basename "$wheel")" >"$wv/log" 2>&1 || die "the wheel failed in a Rust-free root: $(cat "$wv/log")"
+cat "$wv/log"
 echo "release: $tarball passed its checks"

@@ -118,6 +118,29 @@ def test_a_loaded_state_continues_the_epoch_exactly(locality):
     assert len(take(r)) == 3_000
 
 
+def test_set_epoch_at_the_top_of_the_resumed_epoch_keeps_the_loaded_position():
+    # Bug: set_epoch always restarted its epoch, so the usual training loop
+    # (load the checkpoint, then `for e in range(start, n): set_epoch(e)`)
+    # silently gave the resumed epoch again from its start.
+    ds = Laid(2_000)
+    s = ShuffleSampler(ds, seed=3)
+    s.set_epoch(4)
+    it = iter(s)
+    head = [next(it) for _ in range(700)]
+    state = s.state_dict()
+    r = ShuffleSampler(ds)
+    r.load_state_dict(state)
+    r.set_epoch(4)
+    assert head + take(r) == take(s)
+    # Once that epoch has run, set_epoch of it starts it whole again, and
+    # another epoch after a load starts whole too.
+    r.set_epoch(4)
+    assert take(r) == take(s)
+    r.load_state_dict(state)
+    r.set_epoch(5)
+    assert len(take(r)) == 2_000
+
+
 @pytest.mark.parametrize("locality", [True, False])
 @pytest.mark.parametrize("before, after", [(2, 3), (4, 1), (1, 2), (3, 3)])
 def test_a_state_saved_at_one_world_size_loads_at_another(locality, before, after):

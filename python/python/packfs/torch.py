@@ -350,11 +350,22 @@ class ShuffleSampler:
         # load_state_dict), and what the current one has yielded.
         self._start = 0
         self._yielded = 0
+        # A loaded state whose epoch no iteration has started yet: the
+        # set_epoch a training loop calls at the top of that epoch must not
+        # throw its position away.
+        self._resuming = False
         self._plan_dataset()
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch whose order the next iteration gives, from its start."""
-        self.epoch = operator.index(epoch)
+        """The epoch whose order the next iteration gives, from its start;
+        after :meth:`load_state_dict`, the state's own epoch continues from
+        where the state left it (so the usual loop that calls ``set_epoch``
+        at the top of every epoch resumes as it should)."""
+        epoch = operator.index(epoch)
+        if self._resuming and epoch == self.epoch:
+            return
+        self._resuming = False
+        self.epoch = epoch
         self._start = 0
         self._yielded = 0
         self._plan_dataset()
@@ -401,6 +412,7 @@ class ShuffleSampler:
             self.order(), self._start, self.rank, self.world_size, self.drop_last
         )
         self._yielded = 0
+        self._resuming = False
         for i in share.tolist():
             self._yielded += 1
             yield i
@@ -446,6 +458,7 @@ class ShuffleSampler:
         self.epoch = state["epoch"]
         self._start = state["position"]
         self._yielded = 0
+        self._resuming = True
         self._plan_dataset()
 
     def __repr__(self) -> str:
