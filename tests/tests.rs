@@ -17,8 +17,8 @@ mod suite {
     mod empty_root;
     mod exit_codes;
     mod format_records;
-    mod history_words;
     mod fuzz_regressions;
+    mod history_words;
     mod install_cli;
     mod integrity;
     mod jobs_cli;

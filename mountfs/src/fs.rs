@@ -85,6 +85,8 @@ pub struct PackFs<I: Image> {
     pub counters: FsCounters,
     /// `--record-access`: first reads, in order (see [`crate::access_profile`]).
     recorder: Option<Arc<AccessRecorder>>,
+    /// Paths of files whose reads failed as damaged.
+    damaged: crate::path_of::DamagedNames,
 }
 
 impl<I: Image> PackFs<I> {
@@ -100,6 +102,7 @@ impl<I: Image> PackFs<I> {
             image,
             counters: FsCounters::default(),
             recorder: None,
+            damaged: Default::default(),
         }
     }
 
@@ -211,7 +214,11 @@ impl<I: Image> PackFs<I> {
     /// in the cache (see [`crate::readahead`]).
     pub fn read(&self, node: NodeId, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.prepared(node)?;
-        let data = self.note(self.image.read(&h.handle, offset, size))?;
+        let data = self.note(
+            self.image
+                .read(&h.handle, offset, size)
+                .map_err(|e| self.damaged.name(&*self.image, node, e)),
+        )?;
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .read_bytes

@@ -22,6 +22,7 @@ pub mod image;
 pub mod location;
 pub mod memory_limit;
 pub mod open;
+pub mod path_of;
 pub mod readahead;
 pub mod remote;
 pub mod resolve;

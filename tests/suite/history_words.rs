@@ -18,8 +18,8 @@ use std::process::Command;
 
 /// Little words after which `#N` can only mean an issue of this project.
 const BEFORE_HASH: &[&str] = &[
-    "of", "in", "see", "from", "for", "by", "and", "against", "until", "since", "after",
-    "before", "per", "with", "to", "on", "at", "closes", "fixes",
+    "of", "in", "see", "from", "for", "by", "and", "against", "until", "since", "after", "before",
+    "per", "with", "to", "on", "at", "closes", "fixes",
 ];
 
 /// Words that make "X session" a reference to a work session.
@@ -85,7 +85,11 @@ pub(crate) fn flag(line: &str) -> Option<&'static str> {
             continue;
         }
         let j = i + "issue".len();
-        let (j, plural) = if s.get(j) == Some(&b's') { (j + 1, true) } else { (j, false) };
+        let (j, plural) = if s.get(j) == Some(&b's') {
+            (j + 1, true)
+        } else {
+            (j, false)
+        };
         if s.get(j) != Some(&b' ') {
             continue;
         }

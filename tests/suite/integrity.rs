@@ -351,12 +351,12 @@ fn the_mount_answers_eio_for_a_block_that_fails_its_hash() {
     let m = PackfsMount::new(&img, &["--log", log.to_str().unwrap()]);
     let e = std::fs::read(m.path().join("d/noise.jpg")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
-    // The log names the image, the file's inode number (as the kernel's
-    // mount shows it) and the block.
+    // The log names the image, the file's path, its inode number (as the
+    // kernel's mount shows it) and the block.
     let said = std::fs::read_to_string(&log).unwrap();
     assert!(
         said.contains(img.to_str().unwrap())
-            && said.contains(&format!("inode 1: data block at offset {at}"))
+            && said.contains(&format!("/d/noise.jpg: inode 1: data block at offset {at}"))
             && said.contains("hash record"),
         "log: {said}"
     );
