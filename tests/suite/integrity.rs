@@ -323,7 +323,9 @@ fn a_damaged_hash_record_is_reported_not_trusted() {
     };
     let record = sb.div_ceil(4096) * 4096;
     let good = std::fs::read(&img).unwrap();
-    // An entry's hash, its offset, the trailer's magic, its record hash.
+    // An entry's hash, its offset (in the first page, which the
+    // superblock's check reads at open), the trailer's magic, its index's
+    // hash.
     for at in [record + 12, record + 20, len - 48, len - 16] {
         std::fs::write(&img, &good).unwrap();
         flip(&img, at, 3);
