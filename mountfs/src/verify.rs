@@ -78,6 +78,7 @@ pub fn verify(fs: &PackFs<AnyImage>, threads: usize, progress: &dyn Progress) ->
         hash_record: has_records(&fs.image),
         ..Report::default()
     };
+    track_checks(&fs.image);
     let damaged = Mutex::new(Vec::new());
     let note = |path: &str, e: FsError| {
         if let Ok(mut d) = damaged.lock() {
@@ -213,6 +214,21 @@ fn has_records(img: &AnyImage) -> bool {
     }
 }
 
+/// Has each hash record note the pieces checked from now on, so that
+/// [`rest_of_records`] can leave them out.
+fn track_checks(img: &AnyImage) {
+    match img {
+        AnyImage::SquashFs(s) => s.track_checks(),
+        AnyImage::Zip(_) => {}
+        AnyImage::Union(u) => {
+            let _ = u.each_shard(|s| {
+                track_checks(s);
+                Ok(true)
+            });
+        }
+    }
+}
+
 /// Checks the pieces of each hash record that the file reads did not
 /// (returns how many), and each ZIP member's local header.
 fn rest_of_records(img: &AnyImage, note: &Note<'_>) -> u64 {
@@ -244,11 +260,24 @@ fn rest_of_record(s: &SquashFs, note: &Note<'_>) -> u64 {
     let Some(r) = s.hash_record() else {
         return 0;
     };
-    let left: Vec<usize> = (0..r.len()).filter(|&i| !r.was_checked(i)).collect();
-    left.par_iter().for_each(|&i| {
-        if let Err(e) = s.check_piece(i) {
-            note("(image)", e);
-        }
-    });
-    left.len() as u64
+    // A page at a time, so that what is held stays a page's worth whatever
+    // the record's size. A damaged page is damage of the record; its
+    // pieces cannot be checked.
+    let mut n = 0;
+    for p in 0..r.pages() {
+        let left = match s.unchecked_pieces(p) {
+            Ok(left) => left,
+            Err(e) => {
+                note("(image)", e);
+                continue;
+            }
+        };
+        left.par_iter().for_each(|&(pos, len)| {
+            if let Err(e) = s.check_piece(pos, len) {
+                note("(image)", e);
+            }
+        });
+        n += left.len() as u64;
+    }
+    n
 }

@@ -9,6 +9,7 @@ use mountfs::source::FileSource;
 use mountfs::squashfs::inode::FileInode;
 use mountfs::squashfs::SquashFs;
 use packfs_format::codec::{decompress, Compressor};
+use packfs_format::squashfs::hashes::{self as record, HashEntry, Trailer};
 use packfs_format::squashfs::metadata::{data_is_raw, data_stored_len};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -322,7 +323,9 @@ fn a_damaged_hash_record_is_reported_not_trusted() {
     };
     let record = sb.div_ceil(4096) * 4096;
     let good = std::fs::read(&img).unwrap();
-    // An entry's hash, its offset, the trailer's magic, its record hash.
+    // An entry's hash, its offset (in the first page, which the
+    // superblock's check reads at open), the trailer's magic, its index's
+    // hash.
     for at in [record + 12, record + 20, len - 48, len - 16] {
         std::fs::write(&img, &good).unwrap();
         flip(&img, at, 3);
@@ -470,4 +473,197 @@ fn verify_reads_a_remote_image_and_names_the_damaged_file() {
     let (code, out) = verify(&url);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("/d/noise.jpg: DAMAGED"), "{out}");
+}
+
+/// The filesystem's end and the entries of the (version 2) hash record of
+/// the image `img` holds.
+fn record_entries(img: &[u8]) -> (u64, Vec<HashEntry>) {
+    let used = u64::from_le_bytes(img[40..48].try_into().unwrap());
+    let t = Trailer::decode(img[img.len() - Trailer::SIZE..].try_into().unwrap()).unwrap();
+    assert_eq!(t.version, record::RECORD_VERSION);
+    let at = t.record_start as usize;
+    let bytes = &img[at..at + t.record_len as usize];
+    (used, record::decode_entries(bytes, None, used).unwrap())
+}
+
+/// Rewrites `img`'s hash record in pages of `2^page_log` entries (the
+/// writer's pages are larger than a test image's record), or with `None`
+/// as a version 1 record, as the earlier writer wrote it.
+fn rewrite_record(img: &Path, page_log: Option<u16>) {
+    let mut b = std::fs::read(img).unwrap();
+    let (used, entries) = record_entries(&b);
+    let start = record::record_start(used);
+    b.truncate(start as usize);
+    let (bytes, index, trailer) = match page_log {
+        Some(log) => {
+            let r = record::encode_record(&entries, start, log);
+            (r.entries, r.index, r.trailer)
+        }
+        None => {
+            let mut v = Vec::new();
+            for e in &entries {
+                e.encode(&mut v);
+            }
+            let t = Trailer::v1(start, v.len() as u64, record::hash(&v));
+            (v, Vec::new(), t)
+        }
+    };
+    let len = record::image_len(used, bytes.len() as u64, index.len() as u64);
+    b.extend_from_slice(&bytes);
+    b.resize(len as usize - Trailer::SIZE - index.len(), 0);
+    b.extend_from_slice(&index);
+    b.extend_from_slice(&trailer.encode());
+    std::fs::write(img, b).unwrap();
+}
+
+/// Reads `path` of `img` through packfs's reader (no mount).
+fn read_file(img: &Path, path: &str) -> mountfs::Result<Vec<u8>> {
+    let fs = SquashFs::open(
+        Box::new(FileSource::open(img).unwrap()),
+        Arc::new(BlockCache::new(1 << 20)),
+    )?;
+    let pfs = mountfs::fs::PackFs::new(fs, 0, 0);
+    let a = pfs.resolve(path.as_bytes())?;
+    let mut out = Vec::new();
+    pfs.read_all(a.node, |b| {
+        out.extend_from_slice(b);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+#[test]
+fn damage_in_one_page_of_the_record_is_found_only_by_reads_of_that_page() {
+    let (_t, img) = packed("a.sqfs", &[]);
+    // A page an entry: each piece's page is its own.
+    rewrite_record(&img, Some(0));
+    let (code, out) = verify(&img);
+    assert_eq!(code, Some(0), "{out}");
+    let (used, entries) = record_of(&img);
+    let (at, _) = stored_range(&img, "d/noise.jpg");
+    let p = entries.iter().position(|e| e.offset == at).unwrap();
+    // The page's entry's hash.
+    flip(&img, record::record_start(used) + p as u64 * 20 + 15, 2);
+
+    // The image opens (its index is intact); only the damaged page's
+    // piece fails, as record damage.
+    assert_eq!(read_file(&img, "text").unwrap(), text());
+    assert_eq!(read_file(&img, "d/small-3").unwrap(), bytes(13, 3000, true));
+    match read_file(&img, "d/noise.jpg") {
+        Err(mountfs::FsError::Damaged(m)) => {
+            assert!(
+                m.contains("hash record") && m.contains(&format!("page {p} ")),
+                "{m}"
+            )
+        }
+        r => panic!("a damaged page was trusted: {:?}", r.map(|v| v.len())),
+    }
+    let (code, out) = verify(&img);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("/d/noise.jpg: DAMAGED"), "{out}");
+    assert!(out.contains("(image): DAMAGED"), "{out}");
+    assert!(!out.contains("/text: DAMAGED"), "{out}");
+    let m = PackfsMount::new(&img, &[]);
+    assert_eq!(std::fs::read(m.path().join("text")).unwrap(), text());
+    let e = std::fs::read(m.path().join("d/noise.jpg")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+}
+
+/// [`record_entries`] of an image whose record was rewritten in pages.
+fn record_of(img: &Path) -> (u64, Vec<HashEntry>) {
+    record_entries(&std::fs::read(img).unwrap())
+}
+
+#[test]
+fn a_damaged_page_index_page_or_trailer_is_reported_not_trusted() {
+    let (_t, img) = packed("a.sqfs", &[]);
+    rewrite_record(&img, Some(1));
+    let good = std::fs::read(&img).unwrap();
+    let len = good.len() as u64;
+    let t = Trailer::decode(good[good.len() - Trailer::SIZE..].try_into().unwrap()).unwrap();
+    assert!(t.pages() > 4, "{} pages", t.pages());
+    let index = len - Trailer::SIZE as u64 - t.index_len();
+    // A page's first offset and a page's hash in the index, the first
+    // page (the superblock's), the trailer's page size and its index hash.
+    for at in [
+        index + 16 * 2 + 1,
+        index + 16 * 3 + 9,
+        t.record_start + 30,
+        len - 34,
+        len - 16,
+    ] {
+        std::fs::write(&img, &good).unwrap();
+        flip(&img, at, 0);
+        let (code, out) = verify(&img);
+        assert_eq!(code, Some(1), "flip at {at}: {out}");
+        assert!(
+            out.contains("(image): DAMAGED") && out.contains("hash record"),
+            "flip at {at}: {out}"
+        );
+        let (_, e) = refused_mount(&img, &[], &[]);
+        assert!(e.contains("hash record"), "flip at {at}: {e}");
+    }
+}
+
+#[test]
+fn opening_reads_the_record_index_not_the_record() {
+    let t = scratch();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // 4096 raw 4 KiB blocks: a record of five pages.
+    std::fs::write(src.join("noise"), bytes(9, 16 << 20, false)).unwrap();
+    std::fs::write(src.join("small"), b"small").unwrap();
+    let read_at_open = |img: &Path| {
+        let counting = Arc::new(mountfs::source::CountingSource::new(
+            mountfs::source::MemSource(std::fs::read(img).unwrap()),
+        ));
+        SquashFs::open(
+            Box::new(counting.clone()),
+            Arc::new(BlockCache::new(1 << 20)),
+        )
+        .unwrap();
+        counting.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let v2 = t.path().join("v2.sqfs");
+    let bare = t.path().join("bare.sqfs");
+    pack(&src, &v2, &["-b", "4K"]);
+    pack(&src, &bare, &["-b", "4K", "--no-checksums"]);
+    let v1 = t.path().join("v1.sqfs");
+    std::fs::copy(&v2, &v1).unwrap();
+    rewrite_record(&v1, None);
+    let (_, entries) = record_of(&v2);
+    let record_len = entries.len() as u64 * 20;
+    assert!(entries.len() > 4 * 1024, "{} entries", entries.len());
+    let (none, two, one) = (read_at_open(&bare), read_at_open(&v2), read_at_open(&v1));
+    // The last 4 KiB (trailer and index) and the pages of the pieces the
+    // open reads itself (the superblock's, the tables' at the end).
+    assert!(two <= none + 4096 + 2 * 20 * 1024, "{none} {two} {one}");
+    assert!(one >= none + record_len, "{none} {two} {one}");
+    assert_eq!(read_file(&v2, "small").unwrap(), b"small");
+}
+
+#[test]
+fn images_with_a_version_1_record_still_read_and_verify() {
+    let (_t, img) = packed("a.sqfs", &[]);
+    rewrite_record(&img, None);
+    let good = std::fs::read(&img).unwrap();
+    let (code, out) = verify(&img);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("hash record"), "{out}");
+    assert_eq!(read_file(&img, "text").unwrap(), text());
+    // A block's damage names its file; an entry's, the record.
+    let (at, len) = stored_range(&img, "d/noise.jpg");
+    flip(&img, at + len / 2, 6);
+    let (code, out) = verify(&img);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("/d/noise.jpg: DAMAGED"), "{out}");
+    std::fs::write(&img, &good).unwrap();
+    let sb_used = u64::from_le_bytes(good[40..48].try_into().unwrap());
+    flip(&img, record::record_start(sb_used) + 20 * 3 + 14, 1);
+    let (code, out) = verify(&img);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("(image): DAMAGED") && out.contains("hash record"),
+        "{out}"
+    );
 }

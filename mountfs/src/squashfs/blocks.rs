@@ -40,7 +40,7 @@ impl Blocks {
     /// any); `parts` are its bytes as read, `what` names it.
     pub fn check(&self, pos: u64, parts: &[&[u8]], what: &dyn Fn() -> String) -> Result<()> {
         match &self.record {
-            Some(r) => r.check(pos, parts, what),
+            Some(r) => r.check(&*self.src, pos, parts, what),
             None => Ok(()),
         }
     }

@@ -124,7 +124,7 @@ impl SquashFs {
         let record = if use_record {
             match HashRecord::find(&*src, sb.bytes_used.min(src.len()))? {
                 Found::Record(r) => {
-                    r.check(0, &[&raw], &|| "superblock".into())?;
+                    r.check(&*src, 0, &[&raw], &|| "superblock".into())?;
                     Some(r)
                 }
                 Found::None => None,
@@ -202,13 +202,31 @@ impl SquashFs {
         Ok(())
     }
 
-    /// Reads and checks piece `i` of the hash record (for `packfs verify`:
-    /// the pieces no file read led to).
-    pub fn check_piece(&self, i: usize) -> Result<()> {
+    /// From now on, notes which pieces of the hash record (if any) are
+    /// checked: what [`SquashFs::unchecked_pieces`] leaves out.
+    pub fn track_checks(&self) {
+        if let Some(r) = &self.blocks.record {
+            r.track_checks();
+        }
+    }
+
+    /// The pieces page `p` of the hash record lists that were not checked
+    /// since [`SquashFs::track_checks`]: (offset, length). Reads the page;
+    /// a damaged one is the error.
+    pub fn unchecked_pieces(&self, p: u64) -> Result<Vec<(u64, u32)>> {
         let Some(r) = &self.blocks.record else {
-            return Ok(());
+            return Ok(Vec::new());
         };
-        let (pos, len) = r.piece(i);
+        Ok(r.page_pieces(&*self.blocks.src, p)?
+            .into_iter()
+            .filter(|&(i, _, _)| !r.was_checked(i))
+            .map(|(_, pos, len)| (pos, len))
+            .collect())
+    }
+
+    /// Reads and checks the piece of the hash record at `pos..pos + len`
+    /// (for `packfs verify`: the pieces no file read led to).
+    pub fn check_piece(&self, pos: u64, len: u32) -> Result<()> {
         let raw = self.blocks.read_piece(pos, len as usize, &|| {
             format!("{len} bytes at offset {pos}")
         })?;

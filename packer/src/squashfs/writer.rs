@@ -19,6 +19,8 @@ pub struct ImageWriter<'f> {
     follow: Option<std::sync::Arc<crate::follow::Follow>>,
     /// The pieces written so far and their hashes, in image order, when the
     /// image gets a hash record; the superblock's is added by `finish`.
+    /// Held until then (20 bytes a piece, and the record encoded from them
+    /// as much again), since the record is written after the filesystem.
     pieces: Option<Vec<HashEntry>>,
 }
 
@@ -166,16 +168,21 @@ impl<'f> ImageWriter<'f> {
                     hash: hashes::hash(&sb_bytes),
                 },
             );
-            let mut record = Vec::with_capacity(pieces.len() * HashEntry::SIZE);
-            for e in &pieces {
-                e.encode(&mut record);
-            }
-            end = hashes::image_len(sb.bytes_used, record.len() as u64);
-            let trailer = Trailer::new(padded, record.len() as u64, hashes::hash(&record));
-            self.write(&record)?;
-            let gap = vec![0u8; (end - Trailer::SIZE as u64 - self.pos) as usize];
+            let record = hashes::encode_record(&pieces, padded, hashes::PAGE_LOG);
+            drop(pieces);
+            end = hashes::image_len(
+                sb.bytes_used,
+                record.entries.len() as u64,
+                record.index.len() as u64,
+            );
+            self.write(&record.entries)?;
+            // The index ends where the trailer starts, so that a reader
+            // finds both in the image's last bytes.
+            let index_at = end - Trailer::SIZE as u64 - record.index.len() as u64;
+            let gap = vec![0u8; (index_at - self.pos) as usize];
             self.write(&gap)?;
-            self.write(&trailer.encode())?;
+            self.write(&record.index)?;
+            self.write(&record.trailer.encode())?;
         }
         self.out
             .seek(SeekFrom::Start(0))
