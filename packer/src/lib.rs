@@ -207,7 +207,7 @@ pub(crate) fn write_squashfs(
     // steps of the striping rule.
     target.stripe(&tmp, opts.stripe, tree.inodes.iter().map(|i| i.size).sum());
     let w = squashfs::write_image(tree, tmp.as_file(), target.path(), opts, &pool)?;
-    commit_squashfs(target, tmp, opts, &w, tree, 0, started)
+    commit_squashfs(target, tmp, opts, &w, 0, started)
 }
 
 /// The pool that compresses (`opts.threads`, 0 = all cores).
@@ -226,7 +226,6 @@ pub(crate) fn commit_squashfs(
     tmp: tempfile::NamedTempFile,
     opts: &PackOptions,
     w: &squashfs::Written,
-    tree: &tree::Tree,
     source_bytes: u64,
     started: Instant,
 ) -> Result<PackSummary, PackError> {
@@ -240,7 +239,7 @@ pub(crate) fn commit_squashfs(
         p.finish();
     }
     Ok(PackSummary {
-        entries: tree.nodes.len() as u64,
+        entries: w.entries,
         inodes: w.inodes,
         bytes_in: w.bytes_in,
         bytes_out: w.bytes_out,

@@ -4,7 +4,10 @@
 //! tests at this size: the kernel lists every directory through a loop
 //! mount (and reads a sample of files), and packfs's own reader lists every
 //! directory and reads every file. Names and contents are functions of a
-//! file's index, so the check needs no copy of the stream.
+//! file's index, so the check needs no copy of the stream. The same stream
+//! packed under a memory budget far below what its namespace takes in
+//! memory goes through the spill to sorted runs on disk, and is checked
+//! the same way.
 
 use crate::common::*;
 use mountfs::cache::BlockCache;
@@ -22,12 +25,14 @@ const LAYOUT: Layout = Layout {
     per_dir: 1000,
 };
 
-/// Packs the stream of `layout` from stdin into `img`; returns the summary
-/// line.
-fn pack_stream(layout: Layout, img: &std::path::Path) -> String {
+/// Packs the stream of `layout` from stdin into `img`, with `extra`
+/// arguments; returns the summary line and the log.
+fn pack_stream(layout: Layout, img: &std::path::Path, extra: &[&str]) -> String {
     let mut child = Command::new(packfs_bin())
         .args(["pack", "-", "-o"])
         .arg(img)
+        .args(extra)
+        .env("RUST_LOG", "packer::archive=debug")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -54,12 +59,55 @@ fn names_in(layout: Layout, d: u64) -> Vec<String> {
     (first..last).map(|i| layout.file_name(i)).collect()
 }
 
+/// The peak memory the summary line reports, in MiB.
+fn peak_mib(summary: &str) -> f64 {
+    let at = summary
+        .find("peak memory ")
+        .expect("the summary says the peak")
+        + 12;
+    let rest = &summary[at..];
+    let (n, unit) = rest.split_once(' ').expect("a number and a unit");
+    let n: f64 = n.parse().expect("a number");
+    match &unit[..3] {
+        "GiB" => n * 1024.0,
+        "MiB" => n,
+        _ => n / 1024.0,
+    }
+}
+
 #[test]
 fn a_streamed_tar_of_two_million_files_packs_and_reads_back_whole() {
     let layout = LAYOUT;
     let t = scratch();
     let img = t.path().join("scale.sqfs");
-    let summary = pack_stream(layout, &img);
+    let summary = pack_stream(layout, &img, &[]);
+    assert!(!summary.contains("namespace spilled"), "{summary}");
+    reads_back_whole(layout, &img, &summary);
+}
+
+#[test]
+fn a_streamed_tar_of_two_million_files_spills_under_a_small_budget_and_reads_back_whole() {
+    let layout = LAYOUT;
+    let t = scratch();
+    let img = t.path().join("spilled.sqfs");
+    let summary = pack_stream(layout, &img, &["--memory", "32M"]);
+    assert!(summary.contains("namespace spilled"), "{summary}");
+    // In memory the namespace alone takes over 400 MiB at this size.
+    let peak = peak_mib(&summary);
+    assert!(peak < 300.0, "peak memory {peak} MiB: {summary}");
+    // Nothing is left beside the image but the image.
+    let left: Vec<_> = std::fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["spilled.sqfs"]);
+    reads_back_whole(layout, &img, &summary);
+}
+
+/// Checks the image `img` packed from the stream of `layout` (whose
+/// summary line is `summary`) against the stream, through packfs's reader
+/// and the kernel's.
+fn reads_back_whole(layout: Layout, img: &std::path::Path, summary: &str) {
     let entries = 1 + layout.dirs() + layout.files;
     assert!(
         summary.contains(&format!("packed {entries} entries")),
@@ -69,7 +117,7 @@ fn a_streamed_tar_of_two_million_files_packs_and_reads_back_whole() {
 
     // packfs's reader: every directory listed, every file read.
     let sq = SquashFs::open(
-        Box::new(FileSource::open(&img).unwrap()),
+        Box::new(FileSource::open(img).unwrap()),
         Arc::new(BlockCache::new(64 << 20)),
     )
     .unwrap();
@@ -106,7 +154,7 @@ fn a_streamed_tar_of_two_million_files_packs_and_reads_back_whole() {
     }
 
     // The kernel's reader: every directory listed, a sample of files read.
-    let Some(m) = KernelMount::new(&img) else {
+    let Some(m) = KernelMount::new(img) else {
         return;
     };
     let mut listed = 0u64;

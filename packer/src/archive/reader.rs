@@ -5,6 +5,7 @@
 
 use super::decompress::{self, Compression, Counted};
 use super::source::{Input, Source, SourceOptions};
+use super::spill::{stage_share, Runs};
 use super::stage::{self, Added, Entry, Stage, StageError};
 use super::tar::{self, MemberKind, TarError, TarErrorKind, TarStream};
 use super::zip;
@@ -48,11 +49,18 @@ pub(super) struct Reader<'a> {
     names: Vec<PathBuf>,
     /// `--expand-nested`.
     expand: Option<globset::GlobSet>,
+    /// The image's final name: the spilled namespace goes beside it.
+    output: PathBuf,
+    /// The runs spilled so far, once the stage has passed its share of
+    /// [`PackOptions::memory`].
+    runs: Option<Runs>,
 }
 
 /// What the reader read: the namespace, and the bytes it took in.
 pub(super) struct SourcesRead {
     pub stage: Stage,
+    /// The namespace, when it spilled: `stage` is then empty.
+    pub runs: Option<Runs>,
     /// Bytes of the archives, as stored.
     pub input_bytes: u64,
     /// Bytes of the files read.
@@ -198,6 +206,7 @@ impl<'a> Reader<'a> {
         bs: u64,
         skip: Option<(u64, u64)>,
         names: Vec<PathBuf>,
+        output: &Path,
     ) -> Result<Self, PackError> {
         Ok(Reader {
             opts,
@@ -214,6 +223,8 @@ impl<'a> Reader<'a> {
             file_bytes: 0,
             skip,
             names,
+            output: output.to_path_buf(),
+            runs: None,
             expand: match so.expand_nested.is_empty() {
                 true => None,
                 false => {
@@ -245,8 +256,13 @@ impl<'a> Reader<'a> {
             self.source(k as u16, src, input)?;
         }
         self.flush()?;
+        if let Some(runs) = &mut self.runs {
+            runs.spill(&self.stage)?;
+            self.stage = Stage::new(self.so.on_conflict);
+        }
         Ok(SourcesRead {
             stage: self.stage,
+            runs: self.runs,
             input_bytes: self.input_bytes,
             file_bytes: self.file_bytes,
         })
@@ -270,6 +286,28 @@ impl<'a> Reader<'a> {
         if self.batch_bytes >= STREAM_BATCH_BYTES || self.batch.len() >= BATCH_PIECES {
             self.flush()?;
         }
+        Ok(())
+    }
+
+    /// Writes the stage out as a run (see [`super::spill`]) once it holds
+    /// more than its share of the budget, and starts a fresh one. Called
+    /// between members of a tar stream only: a directory's walk and a
+    /// ZIP's members refer to inodes of the stage until they are done.
+    fn spill_if_full(&mut self) -> Result<(), PackError> {
+        if self.stage.memory() <= stage_share(self.opts) {
+            return Ok(());
+        }
+        let runs = match &mut self.runs {
+            Some(r) => r,
+            None => self.runs.insert(Runs::create(
+                &self.output,
+                self.so.on_conflict,
+                self.names.clone(),
+            )?),
+        };
+        runs.spill(&self.stage)?;
+        log::debug!("namespace spilled: run {}", runs.count());
+        self.stage = Stage::new(self.so.on_conflict);
         Ok(())
     }
 
@@ -406,6 +444,7 @@ impl<'a> Reader<'a> {
         let mut reported = 0u64;
         loop {
             self.cancelled()?;
+            self.spill_if_full()?;
             self.progress(cx, &mut reported);
             let Some(m) = stream.next_member().map_err(|e| cx.error(e))? else {
                 break;
@@ -434,7 +473,19 @@ impl<'a> Reader<'a> {
                     notes.excluded_link(name, &m.path);
                     continue;
                 }
-                self.stage.link(&comps, &target, k).map_err(member)?;
+                let spilled = self.runs.is_some();
+                self.stage.link(&comps, &target, k).map_err(|e| match e {
+                    StageError::LinkTargetMissing { target } if spilled => PackError::archive(
+                        name,
+                        Some(&m.path),
+                        format!(
+                            "a hard link to {target}, which is not in the part of the \
+                                 namespace still in memory (the rest went to disk to stay \
+                                 within --memory): give a larger --memory"
+                        ),
+                    ),
+                    e => member(e),
+                })?;
                 continue;
             }
             if m.kind == MemberKind::File && m.sparse.is_none() {
@@ -725,7 +776,7 @@ fn entry_of(tree: &Tree, ino: u32, k: u16) -> Entry {
 }
 
 /// A namespace refusal as the user reads it (`names`: the sources').
-fn stage_error(
+pub(super) fn stage_error(
     archive: &Path,
     member: Option<&[u8]>,
     e: StageError,

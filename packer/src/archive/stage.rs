@@ -504,6 +504,93 @@ impl Stage {
         Ok(Added::Inode(t_ino))
     }
 
+    /// Bytes the stage holds: what [`super::spill`] weighs against its
+    /// budget.
+    pub fn memory(&self) -> u64 {
+        (self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.entries.capacity() * std::mem::size_of::<Stored>()
+            + self.arena.capacity()
+            + self.lookup.slots.capacity() * 4) as u64
+    }
+
+    /// Gives `f` every entry as a run record (see [`super::spill`]), in
+    /// depth-first pre-order with each directory's entries sorted by name:
+    /// directories only a path implies are left out (the merge makes them
+    /// again), and so is the root unless a member gave it. Hard-linked
+    /// inodes are told apart by `run` and their stage number; xattr sets
+    /// are interned into `sets`.
+    pub(crate) fn sorted_records(
+        &self,
+        run: u32,
+        sets: &mut XattrSets,
+        mut f: impl FnMut(&super::spill::Rec),
+    ) {
+        use super::spill::{Rec, NO_LINK, NO_XATTRS};
+        let mut path = Vec::new();
+        // (node, length of the path before its name)
+        let mut stack = vec![(0u32, 0usize)];
+        let mut children = Vec::new();
+        while let Some((n, before)) = stack.pop() {
+            path.truncate(before);
+            if n != 0 {
+                if before > 0 {
+                    path.push(0);
+                }
+                path.extend_from_slice(self.name(n));
+            }
+            let node = &self.nodes[n as usize];
+            let e = &self.entries[node.inode as usize];
+            if e.explicit {
+                let (target, dev) = match e.kind {
+                    Kind::Symlink => (
+                        self.arena[e.aux as usize..(e.aux + e.size) as usize].to_vec(),
+                        (0, 0),
+                    ),
+                    Kind::BlockDev | Kind::CharDev => {
+                        (Vec::new(), ((e.aux >> 32) as u32, e.aux as u32))
+                    }
+                    _ => (Vec::new(), (0, 0)),
+                };
+                let xattrs = match e.xattrs {
+                    NONE => NO_XATTRS,
+                    x => sets
+                        .intern(self.xattrs.sets[x as usize].clone())
+                        .unwrap_or(NO_XATTRS),
+                };
+                f(&Rec {
+                    path: path.clone(),
+                    kind: e.kind,
+                    mode: e.mode,
+                    uid: e.uid,
+                    gid: e.gid,
+                    mtime: e.mtime,
+                    size: if e.kind == Kind::File { e.size } else { 0 },
+                    dev,
+                    target,
+                    xattrs,
+                    data: e.data,
+                    explicit: true,
+                    source: e.source,
+                    link: if e.kind != Kind::Dir && e.names > 1 {
+                        (run as u64) << 32 | node.inode as u64
+                    } else {
+                        NO_LINK
+                    },
+                    nlink: e.names,
+                });
+            }
+            children.clear();
+            let mut c = node.first_child;
+            while c != NONE && c != NOT_DIR {
+                children.push(c);
+                c = self.nodes[c as usize].next_sibling;
+            }
+            children.sort_unstable_by(|&a, &b| self.name(b).cmp(self.name(a)));
+            let len = path.len();
+            stack.extend(children.iter().map(|&c| (c, len)));
+        }
+    }
+
     /// Lays the namespace out as a tree (breadth-first, children sorted by
     /// name bytes, as a directory walk makes it) and returns it with each
     /// tree inode's data number ([`NO_DATA`] for other than files).
