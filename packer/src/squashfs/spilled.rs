@@ -57,8 +57,9 @@ struct Pass<'a> {
     mtime: Option<u32>,
     inodes: MetadataWriter,
     dirs: MetadataWriter,
-    /// Inode references by number - 1.
-    export: Vec<u64>,
+    /// Inode references by number - 1, 8 bytes each, as the export table
+    /// stores them.
+    export: Vec<u8>,
     ids: Vec<u32>,
     id_index: HashMap<u32, u16>,
     xattrs: XattrSets,
@@ -158,7 +159,7 @@ pub(crate) fn encode(
         let first = first_leaf.take().unwrap_or_else(|| last.clone());
         (first, last)
     });
-    let inode_count = p.export.len() as u32;
+    let inode_count = (p.export.len() / 8) as u32;
     let mut root_inode = 0;
     while !p.stack.is_empty() {
         root_inode = p
@@ -188,12 +189,11 @@ pub(crate) fn encode(
         bytes: p.bytes,
         range,
     };
-    let export = p.export.iter().flat_map(|r| r.to_le_bytes()).collect();
     Ok(Streamed {
         meta: Metadata {
             inodes: p.inodes.finish().map_err(codec)?.0,
             dirs: p.dirs.finish().map_err(codec)?.0,
-            export,
+            export: p.export,
             root_inode,
         },
         inode_count,
@@ -208,8 +208,8 @@ pub(crate) fn encode(
 impl Pass<'_> {
     /// The next inode number.
     fn number(&mut self) -> u32 {
-        self.export.push(0);
-        self.export.len() as u32
+        self.export.extend_from_slice(&[0; 8]);
+        (self.export.len() / 8) as u32
     }
 
     /// The fields every inode of `rec` starts with; `mtime` as recorded.
@@ -319,7 +319,8 @@ impl Pass<'_> {
     fn add(&mut self, number: u32, buf: &[u8]) -> Result<u64, PassError> {
         let (block, offset) = self.inodes.position();
         let r = make_ref(block, offset);
-        self.export[number as usize - 1] = r;
+        let at = (number as usize - 1) * 8;
+        self.export[at..at + 8].copy_from_slice(&r.to_le_bytes());
         self.inodes.write(buf)?;
         Ok(r)
     }
