@@ -205,7 +205,7 @@ fn laid_out(
     data.bytes_in = read.file_bytes;
     if let Some(runs) = read.runs {
         // The metadata pass finds each file's location by its data number.
-        return Ok((Laid::Spilled(runs), data));
+        return Ok((Laid::Spilled(Box::new(runs)), data));
     }
     let (tree, data_of) = read
         .stage

@@ -473,19 +473,13 @@ impl<'a> Reader<'a> {
                     notes.excluded_link(name, &m.path);
                     continue;
                 }
-                let spilled = self.runs.is_some();
-                self.stage.link(&comps, &target, k).map_err(|e| match e {
-                    StageError::LinkTargetMissing { target } if spilled => PackError::archive(
-                        name,
-                        Some(&m.path),
-                        format!(
-                            "a hard link to {target}, which is not in the part of the \
-                                 namespace still in memory (the rest went to disk to stay \
-                                 within --memory): give a larger --memory"
-                        ),
-                    ),
-                    e => member(e),
-                })?;
+                match self.stage.link(&comps, &target, k) {
+                    Err(StageError::LinkTargetMissing { .. }) if self.runs.is_some() => {
+                        cross_link(&mut self.stage, &mut self.runs, &comps, &target, k)
+                            .map_err(member)?
+                    }
+                    r => r.map_err(member)?,
+                };
                 continue;
             }
             if m.kind == MemberKind::File && m.sparse.is_none() {
@@ -775,6 +769,46 @@ fn entry_of(tree: &Tree, ino: u32, k: u16) -> Entry {
     e
 }
 
+/// A hard link at `comps` to `target`, which went to disk with a run:
+/// staged as a further name of the target's inode, which all its names'
+/// records then share (see [`Runs::link_target`]).
+fn cross_link(
+    stage: &mut Stage,
+    runs: &mut Option<Runs>,
+    comps: &[&[u8]],
+    target: &[&[u8]],
+    source: u16,
+) -> Result<Added, StageError> {
+    let shown = || String::from_utf8_lossy(&target.join(&b'/')).into_owned();
+    let missing = || StageError::LinkTargetMissing { target: shown() };
+    let runs = runs.as_mut().expect("runs were spilled");
+    let found = runs
+        .link_target(&Runs::path_of(target))
+        .map_err(|e| StageError::Spill(e.to_string()))?;
+    let Some((rec, id)) = found else {
+        return Err(missing());
+    };
+    if rec.kind == Kind::Dir {
+        return Err(StageError::LinkToDir { target: shown() });
+    }
+    if rec.source != source {
+        return Err(missing());
+    }
+    let mut e = Entry::new(rec.kind, source);
+    e.mode = rec.mode;
+    (e.uid, e.gid, e.mtime) = (rec.uid, rec.gid, rec.mtime);
+    (e.size, e.dev, e.data) = (rec.size, rec.dev, rec.data);
+    e.target = rec.target;
+    if rec.xattrs != super::spill::NO_XATTRS {
+        e.xattrs = runs.xattrs.sets[rec.xattrs as usize].clone();
+    }
+    let added = stage.add(comps, e)?;
+    if let Added::Inode(si) = added {
+        stage.set_cross_link(si, id);
+    }
+    Ok(added)
+}
+
 /// A namespace refusal as the user reads it (`names`: the sources').
 pub(super) fn stage_error(
     archive: &Path,
@@ -795,6 +829,7 @@ pub(super) fn stage_error(
         }
         StageError::LinkToDir { target } => format!("a hard link to the directory {target}"),
         StageError::RootNotDir => "names the root, and is not a directory".into(),
+        StageError::Spill(e) => e,
         StageError::Conflict { first } => {
             return PackError::SourceConflict {
                 path: archive.to_path_buf(),

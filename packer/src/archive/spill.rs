@@ -35,10 +35,13 @@
 //! compressed), and the run being filled. The dedup index of tails stops
 //! growing at its share of the budget (see `squashfs::data`).
 //!
-//! A hard link names its target's inode, which the stage finds by path:
-//! a link whose target was staged before a spill is refused, naming the
-//! cause and the option that avoids it. A hard-linked inode keeps the name
-//! count its run gave it, even where a later run replaced one of its names.
+//! A hard link names its target's inode, which the stage finds by path.
+//! A target that went to disk with an earlier run is found there (each
+//! run keeps every 1024th path with its offset, so a lookup reads at most
+//! that many records): its record is given, in place, an identity that the
+//! link's record shares, and the inode's names are counted by identity in
+//! a map that holds hard-linked inodes only. A name of such an inode that a
+//! later member replaces is still counted in its link count.
 //!
 //! The image of a stream that spills differs from the one packed in
 //! memory only in its numbering: inodes are numbered in pre-order (a
@@ -148,6 +151,11 @@ impl Rec {
             .iter()
             .map(|&b| if b == SEP { b'/' } else { b })
             .collect()
+    }
+
+    /// Bytes [`Rec::encode`] gives; [`Rec::link`] is in its last 12.
+    fn encoded_len(&self) -> u64 {
+        (4 + self.path.len() + 39 + self.target.len() + 23) as u64
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -264,10 +272,24 @@ pub(crate) fn stage_share(opts: &PackOptions) -> u64 {
     opts.memory / 4
 }
 
+/// Records of a run between two entries of its index.
+const INDEX_EVERY: u64 = 1024;
+
+/// First of the identities [`Runs::link_target`] gives inodes linked
+/// across runs; a run's own are `run << 32 | stage inode`, below it.
+const CROSS_LINKS: u64 = 1 << 63;
+
 /// The runs written so far, in a temporary directory beside the output.
 pub(crate) struct Runs {
     dir: tempfile::TempDir,
     count: u32,
+    /// Each run's every [`INDEX_EVERY`]th record: its path and offset, for
+    /// finding a hard link's target.
+    index: Vec<Vec<(Vec<u8>, u64)>>,
+    /// Names of each inode linked across runs, by identity: they are in
+    /// several runs, so no one record knows them all.
+    link_names: std::collections::HashMap<u64, u32>,
+    next_link: u64,
     /// Xattr sets of every run's records.
     pub xattrs: XattrSets,
     on_conflict: OnConflict,
@@ -295,6 +317,9 @@ impl Runs {
         Ok(Runs {
             dir,
             count: 0,
+            index: Vec::new(),
+            link_names: Default::default(),
+            next_link: CROSS_LINKS,
             xattrs: XattrSets::default(),
             on_conflict,
             names,
@@ -319,12 +344,19 @@ impl Runs {
         let mut buf = Vec::new();
         let run = self.count;
         let mut failed = None;
+        let (mut at, mut n) = (0u64, 0u64);
+        let mut index = Vec::new();
         stage.sorted_records(run, &mut self.xattrs, |rec| {
             if failed.is_some() {
                 return;
             }
+            if n % INDEX_EVERY == 0 {
+                index.push((rec.path.clone(), at));
+            }
+            n += 1;
             buf.clear();
             rec.encode(&mut buf);
+            at += buf.len() as u64;
             if let Err(e) = out.write_all(&buf) {
                 failed = Some(e);
             }
@@ -333,8 +365,81 @@ impl Runs {
             return Err(err(e));
         }
         out.flush().map_err(err)?;
+        for (id, names) in stage.cross_links() {
+            *self.link_names.entry(id).or_insert(0) += names;
+        }
+        self.index.push(index);
         self.count += 1;
         Ok(())
+    }
+
+    /// The entry at `path` (components joined by [`SEP`]) in the latest
+    /// run holding it, for a hard link to it: with the identity its
+    /// inode's names share, which its record is given if it had none, and
+    /// one more name counted. `None` when no run holds the path.
+    pub(crate) fn link_target(&mut self, path: &[u8]) -> Result<Option<(Rec, u64)>, PackError> {
+        for k in (0..self.count).rev() {
+            let Some((rec, at)) = self.find(k, path)? else {
+                continue;
+            };
+            if rec.kind == Kind::Dir {
+                return Ok(Some((rec, NO_LINK)));
+            }
+            let id = match rec.link {
+                NO_LINK => {
+                    let id = self.next_link;
+                    self.next_link += 1;
+                    let run = self.run_path(k);
+                    let patch = |e| PackError::output(&run, "writing the spilled namespace")(e);
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&run)
+                        .map_err(patch)?;
+                    let link_at = at + rec.encoded_len() - 12;
+                    std::os::unix::fs::FileExt::write_all_at(&f, &id.to_le_bytes(), link_at)
+                        .map_err(patch)?;
+                    id
+                }
+                id => id,
+            };
+            self.link_names.entry(id).or_insert(rec.nlink);
+            return Ok(Some((rec, id)));
+        }
+        Ok(None)
+    }
+
+    /// The record of `path` in run `k` and its offset, if there.
+    fn find(&self, k: u32, path: &[u8]) -> Result<Option<(Rec, u64)>, PackError> {
+        let index = &self.index[k as usize];
+        let after = index.partition_point(|(p, _)| p.as_slice() <= path);
+        if after == 0 {
+            return Ok(None);
+        }
+        let mut at = index[after - 1].1;
+        let run = self.run_path(k);
+        let err = |e| PackError::output(&run, "reading the spilled namespace")(e);
+        let mut f = File::open(&run).map_err(err)?;
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(at)).map_err(err)?;
+        let mut r = BufReader::with_capacity(64 << 10, f);
+        while let Some(rec) = Rec::decode(&mut r).map_err(err)? {
+            match rec.path.as_slice().cmp(path) {
+                std::cmp::Ordering::Less => at += rec.encoded_len(),
+                std::cmp::Ordering::Equal => return Ok(Some((rec, at))),
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// The names of the inode a record of identity `link` belongs to, when
+    /// it is linked across runs.
+    pub(crate) fn link_names(&self, link: u64) -> Option<u32> {
+        self.link_names.get(&link).copied()
+    }
+
+    /// `comps` as a record's path.
+    pub(crate) fn path_of(comps: &[&[u8]]) -> Vec<u8> {
+        comps.join(&SEP)
     }
 
     /// The runs merged: every entry once, in depth-first pre-order.

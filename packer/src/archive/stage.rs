@@ -92,6 +92,8 @@ pub enum StageError {
     RootNotDir,
     /// Two sources give the path.
     Conflict { first: u16 },
+    /// Reading or writing the spilled namespace failed (the message).
+    Spill(String),
 }
 
 /// No node: the end of a sibling list, an empty slot of [`Lookup`].
@@ -182,6 +184,9 @@ pub struct Stage {
     xattrs: XattrSets,
     lookup: Lookup,
     on_conflict: OnConflict,
+    /// Inodes whose other names are in spilled runs: the identity their
+    /// records share (see [`super::spill::Runs::link_target`]).
+    cross: HashMap<u32, u64>,
 }
 
 fn show(comps: &[&[u8]]) -> String {
@@ -212,6 +217,7 @@ impl Stage {
             xattrs: XattrSets::default(),
             lookup: Lookup::default(),
             on_conflict,
+            cross: HashMap::new(),
         };
         let mut root = s.store(Entry::new(Kind::Dir, 0));
         root.explicit = false;
@@ -504,6 +510,20 @@ impl Stage {
         Ok(Added::Inode(t_ino))
     }
 
+    /// Makes `inode` one of the inode of identity `id`, whose other names
+    /// are in spilled runs.
+    pub(crate) fn set_cross_link(&mut self, inode: u32, id: u64) {
+        self.cross.insert(inode, id);
+    }
+
+    /// The identities of inodes linked across runs, with the names this
+    /// stage gives each.
+    pub(crate) fn cross_links(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.cross
+            .iter()
+            .map(|(&ino, &id)| (id, self.entries[ino as usize].names))
+    }
+
     /// Bytes the stage holds: what [`super::spill`] weighs against its
     /// budget.
     pub fn memory(&self) -> u64 {
@@ -571,7 +591,9 @@ impl Stage {
                     data: e.data,
                     explicit: true,
                     source: e.source,
-                    link: if e.kind != Kind::Dir && e.names > 1 {
+                    link: if let Some(&id) = self.cross.get(&node.inode) {
+                        id
+                    } else if e.kind != Kind::Dir && e.names > 1 {
                         (run as u64) << 32 | node.inode as u64
                     } else {
                         NO_LINK

@@ -43,7 +43,7 @@ pub struct Written {
 /// of a stream's namespace spilled to disk (`crate::archive::spill`).
 pub(crate) enum Laid<T> {
     Tree(T),
-    Spilled(crate::archive::spill::Runs),
+    Spilled(Box<crate::archive::spill::Runs>),
 }
 
 fn basic_type(kind: Kind) -> u16 {

@@ -52,6 +52,7 @@ struct Open {
 
 struct Pass<'a> {
     data: &'a DataOutput,
+    runs: &'a Runs,
     sets: &'a XattrSets,
     all_root: bool,
     mtime: Option<u32>,
@@ -89,6 +90,7 @@ pub(crate) fn encode(
     let mut merged = runs.merged()?;
     let mut p = Pass {
         data,
+        runs,
         sets: &runs.xattrs,
         all_root: opts.all_root,
         mtime: opts.mtime,
@@ -264,6 +266,7 @@ impl Pass<'_> {
     /// its reference and basic type.
     fn leaf(&mut self, rec: &Rec, number: u32) -> Result<(u64, u16), PassError> {
         let c = self.common(rec, rec.mtime, number)?;
+        let nlink = self.runs.link_names(rec.link).unwrap_or(rec.nlink);
         let xattr = self.xattr(rec);
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
@@ -284,7 +287,7 @@ impl Pass<'_> {
                         blocks_start: loc.blocks_start,
                         size: rec.size,
                         sparse: loc.sparse,
-                        nlink: rec.nlink,
+                        nlink,
                         fragment: loc.fragment,
                         frag_offset: loc.frag_offset,
                         xattr,
@@ -293,20 +296,13 @@ impl Pass<'_> {
                     },
                 );
             }
-            Kind::Symlink => inode::symlink(&mut buf, &c, rec.nlink, &rec.target, xattr),
+            Kind::Symlink => inode::symlink(&mut buf, &c, nlink, &rec.target, xattr),
             Kind::BlockDev | Kind::CharDev => {
                 let rdev = encode_dev(rec.dev.0, rec.dev.1);
-                inode::special(
-                    &mut buf,
-                    &c,
-                    basic_type(rec.kind),
-                    rec.nlink,
-                    Some(rdev),
-                    xattr,
-                )
+                inode::special(&mut buf, &c, basic_type(rec.kind), nlink, Some(rdev), xattr)
             }
             Kind::Fifo | Kind::Socket => {
-                inode::special(&mut buf, &c, basic_type(rec.kind), rec.nlink, None, xattr)
+                inode::special(&mut buf, &c, basic_type(rec.kind), nlink, None, xattr)
             }
             Kind::Dir => unreachable!("directories are written when closed"),
         }
