@@ -350,7 +350,7 @@ impl Runs {
             if failed.is_some() {
                 return;
             }
-            if n % INDEX_EVERY == 0 {
+            if n.is_multiple_of(INDEX_EVERY) {
                 index.push((rec.path.clone(), at));
             }
             n += 1;

@@ -125,6 +125,9 @@ pub(crate) fn encode(
         }
         prev = Some((rec.display(), depth, rec.kind == Kind::Dir));
         entries += 1;
+        if entries.is_multiple_of(1 << 16) && crate::cancelled(opts) {
+            return Err(PackError::Interrupted);
+        }
         while p.stack.len() > depth {
             p.close(None).map_err(|e| e.into_pack(path))?;
         }
