@@ -304,3 +304,47 @@ fn hard_links_replacements_and_directories_across_spilled_runs_match_the_pack_in
         ]
     );
 }
+
+#[test]
+fn a_spilled_shard_records_what_the_shard_packed_in_memory_records() {
+    let t = scratch();
+    let tar = t.path().join("s.tar");
+    let layout = Layout {
+        files: 80_000,
+        per_dir: 1000,
+    };
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&tar).unwrap());
+    tarstream::write(layout, &mut w).unwrap();
+    drop(w);
+    let record = |dir: &str, extra: &[&str]| {
+        let out = t.path().join(dir);
+        std::fs::create_dir(&out).unwrap();
+        let st = Command::new(packfs_bin())
+            .arg("pack")
+            .arg(&tar)
+            .arg("-o")
+            .arg(out.join("s-{shard}.sqfs"))
+            .args(["--shards", "1", "-q"])
+            .args(extra)
+            .env("RUST_LOG", "packer::archive=debug")
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&st.stderr);
+        assert!(st.status.success(), "{log}");
+        assert_eq!(
+            log.contains("namespace spilled"),
+            !extra.is_empty(),
+            "{log}"
+        );
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("s.manifest.json")).unwrap()).unwrap();
+        let mut s = m["shards"][0].clone();
+        for k in ["file", "size", "blake3"] {
+            s.as_object_mut().unwrap().remove(k);
+        }
+        s
+    };
+    let whole = record("whole", &[]);
+    assert_eq!(whole["entries"], layout.dirs() + layout.files);
+    assert_eq!(record("spilled", &["--memory", "16M"]), whole);
+}

@@ -123,7 +123,11 @@ pub(crate) fn encode(
                 first_leaf = Some(prev_path);
             }
         }
-        prev = Some((rec.display(), depth, rec.kind == Kind::Dir));
+        // The record's range and count leave out the root, as
+        // `Tree::whole_record`'s do.
+        if depth > 0 {
+            prev = Some((rec.display(), depth, rec.kind == Kind::Dir));
+        }
         entries += 1;
         if entries.is_multiple_of(1 << 16) && crate::cancelled(opts) {
             return Err(PackError::Interrupted);
@@ -189,7 +193,7 @@ pub(crate) fn encode(
         file: String::new(),
         size: 0,
         blake3: String::new(),
-        entries,
+        entries: entries.saturating_sub(1),
         files: p.files,
         bytes: p.bytes,
         range,
