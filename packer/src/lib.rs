@@ -16,6 +16,7 @@ pub mod lustre;
 pub mod order;
 mod output;
 mod prefetch;
+mod record;
 pub mod shards;
 mod source_check;
 mod squashfs;

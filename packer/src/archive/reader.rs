@@ -6,7 +6,7 @@
 use super::decompress::{self, Compression, Counted};
 use super::source::{Input, Source, SourceOptions};
 use super::spill::{stage_share, Runs};
-use super::stage::{self, Added, Entry, Stage, StageError};
+use super::stage::{self, stage_error, Added, Entry, Stage, StageError};
 use super::tar::{self, MemberKind, TarError, TarErrorKind, TarStream};
 use super::zip;
 use crate::exclude::Excludes;
@@ -799,7 +799,7 @@ fn cross_link(
     (e.uid, e.gid, e.mtime) = (rec.uid, rec.gid, rec.mtime);
     (e.size, e.dev, e.data) = (rec.size, rec.dev, rec.data);
     e.target = rec.target;
-    if rec.xattrs != super::spill::NO_XATTRS {
+    if rec.xattrs != crate::record::NO_XATTRS {
         e.xattrs = runs.xattrs.sets[rec.xattrs as usize].clone();
     }
     let added = stage.add(comps, e)?;
@@ -807,38 +807,6 @@ fn cross_link(
         stage.set_cross_link(si, id);
     }
     Ok(added)
-}
-
-/// A namespace refusal as the user reads it (`names`: the sources').
-pub(super) fn stage_error(
-    archive: &Path,
-    member: Option<&[u8]>,
-    e: StageError,
-    names: &[PathBuf],
-) -> PackError {
-    let message = match e {
-        StageError::UnderSymlink { link } => {
-            format!(
-                "lies under {link}, a symlink of the archive (extraction would write through it)"
-            )
-        }
-        StageError::ParentNotDir { parent } => format!("{parent} is not a directory"),
-        StageError::ReplacesDir => "would replace a directory that holds entries".into(),
-        StageError::LinkTargetMissing { target } => {
-            format!("a hard link to {target}, which the archive does not hold before it")
-        }
-        StageError::LinkToDir { target } => format!("a hard link to the directory {target}"),
-        StageError::RootNotDir => "names the root, and is not a directory".into(),
-        StageError::Spill(e) => e,
-        StageError::Conflict { first } => {
-            return PackError::SourceConflict {
-                path: archive.to_path_buf(),
-                member: member.map(|m| String::from_utf8_lossy(m).into_owned()),
-                first: names.get(first as usize).cloned().unwrap_or_default(),
-            }
-        }
-    };
-    PackError::archive(archive, member, message)
 }
 
 /// Things said once per archive.

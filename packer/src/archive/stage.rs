@@ -14,10 +14,11 @@
 
 use crate::tree::{Inode, Kind, NameSpan, Tree};
 use crate::xattrs::{Xattr, XattrSets};
+use crate::PackError;
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::INVALID_XATTR;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Which source's entry a path given by several keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -543,9 +544,9 @@ impl Stage {
         &self,
         run: u32,
         sets: &mut XattrSets,
-        mut f: impl FnMut(&super::spill::Rec),
+        mut f: impl FnMut(&crate::record::Rec),
     ) {
-        use super::spill::{Rec, NO_LINK, NO_XATTRS};
+        use crate::record::{Rec, NO_LINK, NO_XATTRS};
         let mut path = Vec::new();
         // (node, length of the path before its name)
         let mut stack = vec![(0u32, 0usize)];
@@ -843,6 +844,38 @@ impl TreeBuilder {
         }
         (tree, self.data_of)
     }
+}
+
+/// A namespace refusal as the user reads it (`names`: the sources').
+pub(crate) fn stage_error(
+    archive: &Path,
+    member: Option<&[u8]>,
+    e: StageError,
+    names: &[PathBuf],
+) -> PackError {
+    let message = match e {
+        StageError::UnderSymlink { link } => {
+            format!(
+                "lies under {link}, a symlink of the archive (extraction would write through it)"
+            )
+        }
+        StageError::ParentNotDir { parent } => format!("{parent} is not a directory"),
+        StageError::ReplacesDir => "would replace a directory that holds entries".into(),
+        StageError::LinkTargetMissing { target } => {
+            format!("a hard link to {target}, which the archive does not hold before it")
+        }
+        StageError::LinkToDir { target } => format!("a hard link to the directory {target}"),
+        StageError::RootNotDir => "names the root, and is not a directory".into(),
+        StageError::Spill(e) => e,
+        StageError::Conflict { first } => {
+            return PackError::SourceConflict {
+                path: archive.to_path_buf(),
+                member: member.map(|m| String::from_utf8_lossy(m).into_owned()),
+                first: names.get(first as usize).cloned().unwrap_or_default(),
+            }
+        }
+    };
+    PackError::archive(archive, member, message)
 }
 
 #[cfg(test)]

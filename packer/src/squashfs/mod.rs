@@ -14,7 +14,8 @@ mod write_behind;
 mod writer;
 mod xattr;
 
-use self::metadata::MetadataWriter;
+use self::inode::basic_type;
+use self::metadata::{Metadata, MetadataWriter};
 use crate::tree::{Kind, Tree};
 use crate::{cancelled, PackError, PackOptions};
 use packfs_format::codec::{CodecError, Encoder};
@@ -40,22 +41,10 @@ pub struct Written {
 }
 
 /// What the metadata is written from: a tree in memory, or the sorted runs
-/// of a stream's namespace spilled to disk (`crate::archive::spill`).
+/// of a stream's namespace spilled to disk (`crate::record`).
 pub(crate) enum Laid<T> {
     Tree(T),
-    Spilled(Box<crate::archive::spill::Runs>),
-}
-
-fn basic_type(kind: Kind) -> u16 {
-    match kind {
-        Kind::Dir => INODE_BASIC_DIR,
-        Kind::File => INODE_BASIC_FILE,
-        Kind::Symlink => INODE_BASIC_SYMLINK,
-        Kind::BlockDev => INODE_BASIC_BLKDEV,
-        Kind::CharDev => INODE_BASIC_CHRDEV,
-        Kind::Fifo => INODE_BASIC_FIFO,
-        Kind::Socket => INODE_BASIC_SOCKET,
-    }
+    Spilled(Box<dyn crate::record::Spilled>),
 }
 
 /// Writes the whole image for `tree` into `file` (at offset 0), in the
@@ -133,7 +122,7 @@ pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
             )
         }
         Laid::Spilled(runs) => {
-            let s = spilled::encode(runs, &data, enc, opts, path)?;
+            let s = spilled::encode(runs.as_ref(), &data, enc, opts, path)?;
             let (ids, xattrs, _) = &*streamed.insert((s.ids, s.xattrs, s.record));
             (
                 s.meta,
@@ -239,16 +228,6 @@ fn number_inodes(tree: &Tree, post_order: &[u32]) -> (Vec<u32>, u32) {
         }
     }
     (numbers, next - 1)
-}
-
-/// The inode and directory tables, encoded in memory, with the export
-/// table's entries and the root's reference.
-struct Metadata {
-    inodes: Vec<u8>,
-    dirs: Vec<u8>,
-    /// Inode references by inode number - 1.
-    export: Vec<u8>,
-    root_inode: u64,
 }
 
 /// Encodes every inode (once per hard-linked inode) and every directory

@@ -10,10 +10,11 @@
 //! subdirectories' inodes record it as their parent. The export table is
 //! then filled by number, not in write order.
 
-use super::inode::{self, Common};
-use super::metadata::MetadataWriter;
-use super::{basic_type, data::DataOutput, dir, Metadata};
-use crate::archive::spill::{Rec, Runs, NO_LINK, NO_XATTRS};
+use super::data::DataOutput;
+use super::dir;
+use super::inode::{self, basic_type, Common};
+use super::metadata::{Metadata, MetadataWriter};
+use crate::record::{Rec, Spilled, NO_LINK, NO_XATTRS};
 use crate::tree::Kind;
 use crate::xattrs::XattrSets;
 use crate::{PackError, PackOptions};
@@ -52,7 +53,7 @@ struct Open {
 
 struct Pass<'a> {
     data: &'a DataOutput,
-    runs: &'a Runs,
+    runs: &'a dyn Spilled,
     sets: &'a XattrSets,
     all_root: bool,
     mtime: Option<u32>,
@@ -77,7 +78,7 @@ struct Pass<'a> {
 /// Writes the tables of the entries `runs` hold, whose file data `data`
 /// located. `path` names the image in messages.
 pub(crate) fn encode(
-    runs: &Runs,
+    runs: &dyn Spilled,
     data: &DataOutput,
     enc: Encoder,
     opts: &PackOptions,
@@ -87,11 +88,11 @@ pub(crate) fn encode(
         path: path.to_path_buf(),
         source,
     };
-    let mut merged = runs.merged()?;
+    let mut merged = runs.entries()?;
     let mut p = Pass {
         data,
         runs,
-        sets: &runs.xattrs,
+        sets: runs.xattr_sets(),
         all_root: opts.all_root,
         mtime: opts.mtime,
         inodes: MetadataWriter::new(enc),
