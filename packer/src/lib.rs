@@ -16,6 +16,7 @@ pub mod lustre;
 pub mod order;
 mod output;
 mod prefetch;
+mod record;
 pub mod shards;
 mod source_check;
 mod squashfs;
@@ -88,7 +89,17 @@ pub struct PackOptions {
     /// as stored, after the filesystem's end, which packfs's readers check
     /// and standard readers never see (`packfs_format::squashfs::hashes`).
     pub checksums: bool,
+    /// Byte budget of the bookkeeping that grows with the entry count (see
+    /// `archive::spill`): past it a stream's namespace spills to sorted
+    /// temporary files beside the output and the dedup index of tails
+    /// stops growing.
+    pub memory: u64,
 }
+
+/// [`PackOptions::memory`] unless told: enough for a few million entries
+/// in memory (the path whose images are byte for byte what they were before
+/// spilling existed), small beside a build node's RAM.
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
 
 impl Default for PackOptions {
     fn default() -> Self {
@@ -111,6 +122,7 @@ impl Default for PackOptions {
             order: order::DataOrder::Path,
             follow: None,
             checksums: true,
+            memory: DEFAULT_MEMORY,
         }
     }
 }
@@ -141,8 +153,19 @@ fn validate(opts: &PackOptions) -> Result<(), PackError> {
             "block size {bs} is not a power of two between 4096 and 1048576"
         )));
     }
+    if opts.memory < MIN_MEMORY {
+        return Err(PackError::InvalidOption(format!(
+            "--memory {}: at least {} MiB",
+            opts.memory,
+            MIN_MEMORY >> 20
+        )));
+    }
     Ok(())
 }
+
+/// The smallest [`PackOptions::memory`]: below it a large stream would
+/// spill into more temporary files than are worth keeping open at once.
+pub const MIN_MEMORY: u64 = 16 << 20;
 
 /// Whether the pack was asked to stop ([`PackOptions::cancel`] raised).
 pub(crate) fn cancelled(opts: &PackOptions) -> bool {
@@ -185,7 +208,7 @@ pub(crate) fn write_squashfs(
     // steps of the striping rule.
     target.stripe(&tmp, opts.stripe, tree.inodes.iter().map(|i| i.size).sum());
     let w = squashfs::write_image(tree, tmp.as_file(), target.path(), opts, &pool)?;
-    commit_squashfs(target, tmp, opts, &w, tree, 0, started)
+    commit_squashfs(target, tmp, opts, &w, 0, started)
 }
 
 /// The pool that compresses (`opts.threads`, 0 = all cores).
@@ -204,7 +227,6 @@ pub(crate) fn commit_squashfs(
     tmp: tempfile::NamedTempFile,
     opts: &PackOptions,
     w: &squashfs::Written,
-    tree: &tree::Tree,
     source_bytes: u64,
     started: Instant,
 ) -> Result<PackSummary, PackError> {
@@ -218,7 +240,7 @@ pub(crate) fn commit_squashfs(
         p.finish();
     }
     Ok(PackSummary {
-        entries: tree.nodes.len() as u64,
+        entries: w.entries,
         inodes: w.inodes,
         bytes_in: w.bytes_in,
         bytes_out: w.bytes_out,

@@ -393,6 +393,15 @@ pub struct PackArgs {
     /// zstd blocks keep their frame checksums (SquashFS images only).
     #[arg(long)]
     pub no_checksums: bool,
+    /// Memory budget of the packer's bookkeeping (names, inodes, where each
+    /// file's data went, the dedup index), e.g. 512M or 2G. A namespace
+    /// larger than its share goes to sorted temporary files beside the
+    /// image, removed when the pack ends; the dedup index stops growing at
+    /// its share (later duplicates are then stored again). Data buffers in
+    /// flight and the codec's state come on top.
+    #[arg(long, value_name = "SIZE", value_parser = packfs_bench::size::parse_size,
+          default_value_t = packer::DEFAULT_MEMORY)]
+    pub memory: u64,
     /// Python environments: rewrite, in the image only, what ties the venv
     /// to its build path (console-script shebangs, activate scripts,
     /// pyvenv.cfg, absolute links into it) so it works when mounted at PATH.

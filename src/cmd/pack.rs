@@ -430,6 +430,7 @@ fn pack_options(
         order: plan.order.clone(),
         follow: None,
         checksums: !args.no_checksums,
+        memory: args.memory,
     }
 }
 

@@ -62,7 +62,15 @@ pub fn content(i: u64, out: &mut Vec<u8>) {
 /// A ustar header for `name` (at most 100 bytes), `size` bytes, of type
 /// `kind` (`b'0'` file, `b'5'` directory).
 fn header(name: &str, size: u64, kind: u8, mode: u32) -> [u8; 512] {
+    member_header(name, size, kind, mode, "")
+}
+
+/// A ustar header for `name` as [`write`] makes them, of any type `kind`
+/// (`b'1'` a hard link, `b'2'` a symlink, to `link`), for streams that add
+/// members to one of [`write`]'s.
+pub fn member_header(name: &str, size: u64, kind: u8, mode: u32, link: &str) -> [u8; 512] {
     let mut h = [0u8; 512];
+    h[157..157 + link.len()].copy_from_slice(link.as_bytes());
     let octal = |h: &mut [u8; 512], at: usize, width: usize, v: u64| {
         let s = format!("{v:0w$o}\0", w = width - 1);
         h[at..at + width].copy_from_slice(s.as_bytes());

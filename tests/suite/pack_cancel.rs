@@ -5,8 +5,10 @@
 //! for any interruption: nothing under the output's name, no temporary
 //! file, and death by the signal.
 //!
-//! Each case is slow enough (xz on 1 MiB blocks, zstd -19) that the pack
-//! is still running when the signal comes; the test says so if it is not.
+//! Each case is slow enough (xz on 1 MiB blocks, zstd -19, a stream of
+//! millions of files) that the pack is still running when the signal
+//! comes; the test says so if it is not. A stream whose namespace spilled
+//! to disk leaves none of its runs either.
 
 use crate::common::{bytes, packfs_bin, scratch};
 use std::fs;
@@ -36,6 +38,18 @@ fn text_tree(root: &Path, files: usize) {
 /// Packs `src` to `out` with `extra`, sends SIGINT at [`SIGNAL_AT`] and
 /// checks the stop: its time, its status, its message, what is left.
 fn interrupt(src: &Path, out: &Path, extra: &[&str]) {
+    interrupt_after(src, out, extra, SIGNAL_AT, None)
+}
+
+/// [`interrupt`], the signal sent at `at`, the stream `feed` writes on
+/// stdin when given.
+fn interrupt_after(
+    src: &Path,
+    out: &Path,
+    extra: &[&str],
+    at: Duration,
+    feed: Option<fn(&mut std::process::ChildStdin)>,
+) {
     let what = format!(
         "pack {} -o {} {}",
         src.display(),
@@ -48,12 +62,21 @@ fn interrupt(src: &Path, out: &Path, extra: &[&str]) {
         .arg("-o")
         .arg(out)
         .args(extra)
-        .stdin(Stdio::null())
+        .env("RUST_LOG", "packer::archive=debug")
+        .stdin(if feed.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(SIGNAL_AT);
+    let feeder = feed.map(|f| {
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || f(&mut stdin))
+    });
+    std::thread::sleep(at);
     assert!(
         child.try_wait().unwrap().is_none(),
         "{what}: finished before the signal; this test needs a slower pack"
@@ -76,6 +99,10 @@ fn interrupt(src: &Path, out: &Path, extra: &[&str]) {
     };
     let took = sent.elapsed();
     let o = child.wait_with_output().unwrap();
+    if let Some(f) = feeder {
+        // Its writes fail once packfs is gone.
+        f.join().unwrap();
+    }
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         took < STOP_WITHIN,
@@ -95,9 +122,32 @@ fn interrupt(src: &Path, out: &Path, extra: &[&str]) {
     let left: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(name.as_ref()))
+        .filter(|n| n.contains(name.as_ref()) || n.starts_with(".packfs-spill"))
         .collect();
     assert!(left.is_empty(), "{what}: left behind: {left:?}");
+    if feed.is_some() {
+        assert!(
+            stderr.contains("namespace spilled"),
+            "{what}: did not spill before the signal; stderr:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn sigint_stops_a_stream_whose_namespace_spilled_and_leaves_no_run() {
+    let work = scratch();
+    let feed: fn(&mut std::process::ChildStdin) = |w| {
+        let layout = packfs_testkit::tarstream::Layout {
+            files: 20_000_000,
+            per_dir: 1000,
+        };
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, w);
+        let _ = packfs_testkit::tarstream::write(layout, &mut w);
+    };
+    let out = work.path().join("x.sqfs");
+    let stdin = Path::new("-");
+    let at = Duration::from_secs(3);
+    interrupt_after(stdin, &out, &["--memory", "16M"], at, Some(feed));
 }
 
 #[test]

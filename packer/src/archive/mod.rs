@@ -41,11 +41,13 @@ mod parallel;
 mod reader;
 pub mod remote;
 mod source;
+pub(crate) mod spill;
 pub mod stage;
 pub mod tar;
 pub mod zip;
 
 use crate::squashfs::data::{Batch, DataOutput};
+use crate::squashfs::Laid;
 use crate::tree::Tree;
 use crate::{output, PackError, PackOptions, PackSummary};
 use reader::Reader;
@@ -98,7 +100,7 @@ pub(crate) fn pack_sources_recorded(
     target.stripe(&tmp, opts.stripe, known_total);
     let skip = output::identity(&tmp);
     let mut bytes_read = 0u64;
-    let (w, tree) =
+    let (w, laid) =
         crate::squashfs::write_image_with(tmp.as_file(), target.path(), opts, |img, enc| {
             let bs = opts.block_size as u64;
             let (tx, rx) = sync_channel::<Result<Batch, PackError>>(1);
@@ -107,7 +109,8 @@ pub(crate) fn pack_sources_recorded(
                     .name("packfs-read".into())
                     .spawn_scoped(s, || {
                         let names = sources.iter().map(Source::display).collect();
-                        Reader::new(opts, so, tx, bs, skip, names)?.read_all(sources, inputs)
+                        Reader::new(opts, so, tx, bs, skip, names, target.path())?
+                            .read_all(sources, inputs)
                     })
                     .map_err(|e| PackError::Threads(format!("the archive reader: {e}")))?;
                 let next = move |_| match rx.recv() {
@@ -129,8 +132,14 @@ pub(crate) fn pack_sources_recorded(
                 laid_out(read, data, root, opts)
             })
         })?;
-    let record = tree.whole_record();
-    let summary = crate::commit_squashfs(target, tmp, opts, &w, &tree, bytes_read, started)?;
+    let record = match (&laid, &w.record) {
+        (Laid::Tree(tree), _) => tree.whole_record(),
+        (Laid::Spilled(_), Some(r)) => r.clone(),
+        (Laid::Spilled(_), None) => unreachable!("a spilled namespace's pass makes its record"),
+    };
+    // The runs go before the commit: nothing of the pack is left but the image.
+    drop(laid);
+    let summary = crate::commit_squashfs(target, tmp, opts, &w, bytes_read, started)?;
     Ok((summary, record))
 }
 
@@ -192,7 +201,12 @@ fn laid_out(
     mut data: DataOutput,
     root: std::path::PathBuf,
     opts: &PackOptions,
-) -> Result<(Tree, DataOutput), PackError> {
+) -> Result<(Laid<Tree>, DataOutput), PackError> {
+    data.bytes_in = read.file_bytes;
+    if let Some(runs) = read.runs {
+        // The metadata pass finds each file's location by its data number.
+        return Ok((Laid::Spilled(Box::new(runs)), data));
+    }
     let (tree, data_of) = read
         .stage
         .into_tree(root.clone(), opts.all_root, opts.mtime)
@@ -200,6 +214,5 @@ fn laid_out(
     // The locations stay by data number, found through the tree's map:
     // a copy by inode would be a second one of every file's at the peak.
     data.data_of = Some(data_of);
-    data.bytes_in = read.file_bytes;
-    Ok((tree, data))
+    Ok((Laid::Tree(tree), data))
 }

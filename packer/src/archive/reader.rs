@@ -5,7 +5,8 @@
 
 use super::decompress::{self, Compression, Counted};
 use super::source::{Input, Source, SourceOptions};
-use super::stage::{self, Added, Entry, Stage, StageError};
+use super::spill::{stage_share, Runs};
+use super::stage::{self, stage_error, Added, Entry, Stage, StageError};
 use super::tar::{self, MemberKind, TarError, TarErrorKind, TarStream};
 use super::zip;
 use crate::exclude::Excludes;
@@ -48,11 +49,18 @@ pub(super) struct Reader<'a> {
     names: Vec<PathBuf>,
     /// `--expand-nested`.
     expand: Option<globset::GlobSet>,
+    /// The image's final name: the spilled namespace goes beside it.
+    output: PathBuf,
+    /// The runs spilled so far, once the stage has passed its share of
+    /// [`PackOptions::memory`].
+    runs: Option<Runs>,
 }
 
 /// What the reader read: the namespace, and the bytes it took in.
 pub(super) struct SourcesRead {
     pub stage: Stage,
+    /// The namespace, when it spilled: `stage` is then empty.
+    pub runs: Option<Runs>,
     /// Bytes of the archives, as stored.
     pub input_bytes: u64,
     /// Bytes of the files read.
@@ -198,6 +206,7 @@ impl<'a> Reader<'a> {
         bs: u64,
         skip: Option<(u64, u64)>,
         names: Vec<PathBuf>,
+        output: &Path,
     ) -> Result<Self, PackError> {
         Ok(Reader {
             opts,
@@ -214,6 +223,8 @@ impl<'a> Reader<'a> {
             file_bytes: 0,
             skip,
             names,
+            output: output.to_path_buf(),
+            runs: None,
             expand: match so.expand_nested.is_empty() {
                 true => None,
                 false => {
@@ -245,8 +256,13 @@ impl<'a> Reader<'a> {
             self.source(k as u16, src, input)?;
         }
         self.flush()?;
+        if let Some(runs) = &mut self.runs {
+            runs.spill(&self.stage)?;
+            self.stage = Stage::new(self.so.on_conflict);
+        }
         Ok(SourcesRead {
             stage: self.stage,
+            runs: self.runs,
             input_bytes: self.input_bytes,
             file_bytes: self.file_bytes,
         })
@@ -270,6 +286,28 @@ impl<'a> Reader<'a> {
         if self.batch_bytes >= STREAM_BATCH_BYTES || self.batch.len() >= BATCH_PIECES {
             self.flush()?;
         }
+        Ok(())
+    }
+
+    /// Writes the stage out as a run (see [`super::spill`]) once it holds
+    /// more than its share of the budget, and starts a fresh one. Called
+    /// between members of a tar stream only: a directory's walk and a
+    /// ZIP's members refer to inodes of the stage until they are done.
+    fn spill_if_full(&mut self) -> Result<(), PackError> {
+        if self.stage.memory() <= stage_share(self.opts) {
+            return Ok(());
+        }
+        let runs = match &mut self.runs {
+            Some(r) => r,
+            None => self.runs.insert(Runs::create(
+                &self.output,
+                self.so.on_conflict,
+                self.names.clone(),
+            )?),
+        };
+        runs.spill(&self.stage)?;
+        log::debug!("namespace spilled: run {}", runs.count());
+        self.stage = Stage::new(self.so.on_conflict);
         Ok(())
     }
 
@@ -406,6 +444,7 @@ impl<'a> Reader<'a> {
         let mut reported = 0u64;
         loop {
             self.cancelled()?;
+            self.spill_if_full()?;
             self.progress(cx, &mut reported);
             let Some(m) = stream.next_member().map_err(|e| cx.error(e))? else {
                 break;
@@ -434,7 +473,13 @@ impl<'a> Reader<'a> {
                     notes.excluded_link(name, &m.path);
                     continue;
                 }
-                self.stage.link(&comps, &target, k).map_err(member)?;
+                match self.stage.link(&comps, &target, k) {
+                    Err(StageError::LinkTargetMissing { .. }) if self.runs.is_some() => {
+                        cross_link(&mut self.stage, &mut self.runs, &comps, &target, k)
+                            .map_err(member)?
+                    }
+                    r => r.map_err(member)?,
+                };
                 continue;
             }
             if m.kind == MemberKind::File && m.sparse.is_none() {
@@ -724,35 +769,44 @@ fn entry_of(tree: &Tree, ino: u32, k: u16) -> Entry {
     e
 }
 
-/// A namespace refusal as the user reads it (`names`: the sources').
-fn stage_error(
-    archive: &Path,
-    member: Option<&[u8]>,
-    e: StageError,
-    names: &[PathBuf],
-) -> PackError {
-    let message = match e {
-        StageError::UnderSymlink { link } => {
-            format!(
-                "lies under {link}, a symlink of the archive (extraction would write through it)"
-            )
-        }
-        StageError::ParentNotDir { parent } => format!("{parent} is not a directory"),
-        StageError::ReplacesDir => "would replace a directory that holds entries".into(),
-        StageError::LinkTargetMissing { target } => {
-            format!("a hard link to {target}, which the archive does not hold before it")
-        }
-        StageError::LinkToDir { target } => format!("a hard link to the directory {target}"),
-        StageError::RootNotDir => "names the root, and is not a directory".into(),
-        StageError::Conflict { first } => {
-            return PackError::SourceConflict {
-                path: archive.to_path_buf(),
-                member: member.map(|m| String::from_utf8_lossy(m).into_owned()),
-                first: names.get(first as usize).cloned().unwrap_or_default(),
-            }
-        }
+/// A hard link at `comps` to `target`, which went to disk with a run:
+/// staged as a further name of the target's inode, which all its names'
+/// records then share (see [`Runs::link_target`]).
+fn cross_link(
+    stage: &mut Stage,
+    runs: &mut Option<Runs>,
+    comps: &[&[u8]],
+    target: &[&[u8]],
+    source: u16,
+) -> Result<Added, StageError> {
+    let shown = || String::from_utf8_lossy(&target.join(&b'/')).into_owned();
+    let missing = || StageError::LinkTargetMissing { target: shown() };
+    let runs = runs.as_mut().expect("runs were spilled");
+    let found = runs
+        .link_target(&Runs::path_of(target))
+        .map_err(|e| StageError::Spill(e.to_string()))?;
+    let Some((rec, id)) = found else {
+        return Err(missing());
     };
-    PackError::archive(archive, member, message)
+    if rec.kind == Kind::Dir {
+        return Err(StageError::LinkToDir { target: shown() });
+    }
+    if rec.source != source {
+        return Err(missing());
+    }
+    let mut e = Entry::new(rec.kind, source);
+    e.mode = rec.mode;
+    (e.uid, e.gid, e.mtime) = (rec.uid, rec.gid, rec.mtime);
+    (e.size, e.dev, e.data) = (rec.size, rec.dev, rec.data);
+    e.target = rec.target;
+    if rec.xattrs != crate::record::NO_XATTRS {
+        e.xattrs = runs.xattrs.sets[rec.xattrs as usize].clone();
+    }
+    let added = stage.add(comps, e)?;
+    if let Added::Inode(si) = added {
+        stage.set_cross_link(si, id);
+    }
+    Ok(added)
 }
 
 /// Things said once per archive.

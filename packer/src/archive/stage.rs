@@ -14,10 +14,11 @@
 
 use crate::tree::{Inode, Kind, NameSpan, Tree};
 use crate::xattrs::{Xattr, XattrSets};
+use crate::PackError;
 use packfs_format::squashfs::inode::encode_dev;
 use packfs_format::squashfs::INVALID_XATTR;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Which source's entry a path given by several keeps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,6 +93,8 @@ pub enum StageError {
     RootNotDir,
     /// Two sources give the path.
     Conflict { first: u16 },
+    /// Reading or writing the spilled namespace failed (the message).
+    Spill(String),
 }
 
 /// No node: the end of a sibling list, an empty slot of [`Lookup`].
@@ -182,6 +185,9 @@ pub struct Stage {
     xattrs: XattrSets,
     lookup: Lookup,
     on_conflict: OnConflict,
+    /// Inodes whose other names are in spilled runs: the identity their
+    /// records share (see [`super::spill::Runs::link_target`]).
+    cross: HashMap<u32, u64>,
 }
 
 fn show(comps: &[&[u8]]) -> String {
@@ -212,6 +218,7 @@ impl Stage {
             xattrs: XattrSets::default(),
             lookup: Lookup::default(),
             on_conflict,
+            cross: HashMap::new(),
         };
         let mut root = s.store(Entry::new(Kind::Dir, 0));
         root.explicit = false;
@@ -504,6 +511,109 @@ impl Stage {
         Ok(Added::Inode(t_ino))
     }
 
+    /// Makes `inode` one of the inode of identity `id`, whose other names
+    /// are in spilled runs.
+    pub(crate) fn set_cross_link(&mut self, inode: u32, id: u64) {
+        self.cross.insert(inode, id);
+    }
+
+    /// The identities of inodes linked across runs, with the names this
+    /// stage gives each.
+    pub(crate) fn cross_links(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.cross
+            .iter()
+            .map(|(&ino, &id)| (id, self.entries[ino as usize].names))
+    }
+
+    /// Bytes the stage holds: what [`super::spill`] weighs against its
+    /// budget.
+    pub fn memory(&self) -> u64 {
+        (self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.entries.capacity() * std::mem::size_of::<Stored>()
+            + self.arena.capacity()
+            + self.lookup.slots.capacity() * 4) as u64
+    }
+
+    /// Gives `f` every entry as a run record (see [`super::spill`]), in
+    /// depth-first pre-order with each directory's entries sorted by name:
+    /// directories only a path implies are left out (the merge makes them
+    /// again), and so is the root unless a member gave it. Hard-linked
+    /// inodes are told apart by `run` and their stage number; xattr sets
+    /// are interned into `sets`.
+    pub(crate) fn sorted_records(
+        &self,
+        run: u32,
+        sets: &mut XattrSets,
+        mut f: impl FnMut(&crate::record::Rec),
+    ) {
+        use crate::record::{Rec, NO_LINK, NO_XATTRS};
+        let mut path = Vec::new();
+        // (node, length of the path before its name)
+        let mut stack = vec![(0u32, 0usize)];
+        let mut children = Vec::new();
+        while let Some((n, before)) = stack.pop() {
+            path.truncate(before);
+            if n != 0 {
+                if before > 0 {
+                    path.push(0);
+                }
+                path.extend_from_slice(self.name(n));
+            }
+            let node = &self.nodes[n as usize];
+            let e = &self.entries[node.inode as usize];
+            if e.explicit {
+                let (target, dev) = match e.kind {
+                    Kind::Symlink => (
+                        self.arena[e.aux as usize..(e.aux + e.size) as usize].to_vec(),
+                        (0, 0),
+                    ),
+                    Kind::BlockDev | Kind::CharDev => {
+                        (Vec::new(), ((e.aux >> 32) as u32, e.aux as u32))
+                    }
+                    _ => (Vec::new(), (0, 0)),
+                };
+                let xattrs = match e.xattrs {
+                    NONE => NO_XATTRS,
+                    x => sets
+                        .intern(self.xattrs.sets[x as usize].clone())
+                        .unwrap_or(NO_XATTRS),
+                };
+                f(&Rec {
+                    path: path.clone(),
+                    kind: e.kind,
+                    mode: e.mode,
+                    uid: e.uid,
+                    gid: e.gid,
+                    mtime: e.mtime,
+                    size: if e.kind == Kind::File { e.size } else { 0 },
+                    dev,
+                    target,
+                    xattrs,
+                    data: e.data,
+                    explicit: true,
+                    source: e.source,
+                    link: if let Some(&id) = self.cross.get(&node.inode) {
+                        id
+                    } else if e.kind != Kind::Dir && e.names > 1 {
+                        (run as u64) << 32 | node.inode as u64
+                    } else {
+                        NO_LINK
+                    },
+                    nlink: e.names,
+                });
+            }
+            children.clear();
+            let mut c = node.first_child;
+            while c != NONE && c != NOT_DIR {
+                children.push(c);
+                c = self.nodes[c as usize].next_sibling;
+            }
+            children.sort_unstable_by(|&a, &b| self.name(b).cmp(self.name(a)));
+            let len = path.len();
+            stack.extend(children.iter().map(|&c| (c, len)));
+        }
+    }
+
     /// Lays the namespace out as a tree (breadth-first, children sorted by
     /// name bytes, as a directory walk makes it) and returns it with each
     /// tree inode's data number ([`NO_DATA`] for other than files).
@@ -734,6 +844,38 @@ impl TreeBuilder {
         }
         (tree, self.data_of)
     }
+}
+
+/// A namespace refusal as the user reads it (`names`: the sources').
+pub(crate) fn stage_error(
+    archive: &Path,
+    member: Option<&[u8]>,
+    e: StageError,
+    names: &[PathBuf],
+) -> PackError {
+    let message = match e {
+        StageError::UnderSymlink { link } => {
+            format!(
+                "lies under {link}, a symlink of the archive (extraction would write through it)"
+            )
+        }
+        StageError::ParentNotDir { parent } => format!("{parent} is not a directory"),
+        StageError::ReplacesDir => "would replace a directory that holds entries".into(),
+        StageError::LinkTargetMissing { target } => {
+            format!("a hard link to {target}, which the archive does not hold before it")
+        }
+        StageError::LinkToDir { target } => format!("a hard link to the directory {target}"),
+        StageError::RootNotDir => "names the root, and is not a directory".into(),
+        StageError::Spill(e) => e,
+        StageError::Conflict { first } => {
+            return PackError::SourceConflict {
+                path: archive.to_path_buf(),
+                member: member.map(|m| String::from_utf8_lossy(m).into_owned()),
+                first: names.get(first as usize).cloned().unwrap_or_default(),
+            }
+        }
+    };
+    PackError::archive(archive, member, message)
 }
 
 #[cfg(test)]

@@ -173,6 +173,8 @@ struct Ctx {
     /// of a place in a fragment (see [`stores_tail_raw`]).
     raw_tails: bool,
     zero_hash: blake3::Hash,
+    /// [`PackOptions::memory`].
+    memory: u64,
 }
 
 /// A file whose pieces are being consumed.
@@ -200,6 +202,16 @@ fn key(h: &blake3::Hash) -> Key {
     k
 }
 
+/// How many tails the dedup index keeps within a budget of `memory`
+/// bytes: an eighth of it, at the 52 bytes a key may take in a hash table
+/// just grown (24 of key and value, one of control, the table at most 7/8
+/// full, then doubled). Once full, new tails are stored without being
+/// indexed: a later duplicate of one is stored again. The image stays
+/// correct; only dedup of files with more distinct tails than this is lost.
+fn tail_dedup_cap(memory: u64) -> usize {
+    (memory / 8 / 52).min(usize::MAX as u64) as usize
+}
+
 struct Writer<'a, 'f, 'p> {
     img: &'a mut ImageWriter<'f>,
     ctx: Arc<Ctx>,
@@ -214,6 +226,8 @@ struct Writer<'a, 'f, 'p> {
     block_dedup: HashMap<Key, u32>,
     /// Dedup of tails: key of the tail's bytes -> (fragment, offset).
     tail_dedup: HashMap<Key, (u32, u32)>,
+    /// Tails [`Writer::tail_dedup`] may hold ([`tail_dedup_cap`]).
+    tail_dedup_cap: usize,
     frag_buf: Vec<u8>,
     /// Sealed, not yet placed fragment blocks, in index order.
     frag_sealed: VecDeque<SealedFragment>,
@@ -681,6 +695,7 @@ pub(crate) fn write_batches(
         fragments: !opts.no_fragments,
         raw_tails: !opts.fragment_incompressible,
         zero_hash: blake3::hash(&vec![0u8; bs as usize]),
+        memory: opts.memory,
     });
     // Whatever way this returns, tasks still queued are told to stop.
     let _abandon = Abandon(&ctx);
@@ -755,6 +770,7 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
         profiled: usize,
     ) -> Self {
         let base = img.pos();
+        let tail_dedup_cap = tail_dedup_cap(ctx.memory);
         Writer {
             img,
             ctx,
@@ -772,6 +788,7 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
             cur: None,
             block_dedup: HashMap::new(),
             tail_dedup: HashMap::new(),
+            tail_dedup_cap,
             frag_buf: Vec::new(),
             frag_sealed: VecDeque::new(),
             // As much data may wait behind fragment blocks as one batch reads.
@@ -936,7 +953,9 @@ impl Writer<'_, '_, '_> {
                 saved += raw.len() as u64;
             } else {
                 (loc.fragment, loc.frag_offset) = self.add_fragment(&raw);
-                self.tail_dedup.insert(k, (loc.fragment, loc.frag_offset));
+                if self.tail_dedup.len() < self.tail_dedup_cap {
+                    self.tail_dedup.insert(k, (loc.fragment, loc.frag_offset));
+                }
                 all_shared = false;
             }
         }
@@ -1061,6 +1080,29 @@ mod tests {
     }
 
     #[test]
+    fn a_full_tail_index_stores_later_duplicates_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        fs::write(src.join("a"), b"first tail").unwrap();
+        fs::write(src.join("b"), b"other tail").unwrap();
+        fs::write(src.join("c"), b"first tail").unwrap();
+        fs::write(src.join("d"), b"other tail").unwrap();
+        // Room for one tail in the index: "a"'s.
+        let opts = PackOptions {
+            memory: 8 * 52,
+            ..Default::default()
+        };
+        let (tree, out, _) = pack_data(src, &opts);
+        let at = |n| {
+            let l = loc_of(&tree, &out, n);
+            (l.fragment, l.frag_offset)
+        };
+        assert_eq!(at("a"), at("c"));
+        assert_ne!(at("b"), at("d"));
+        assert_eq!(out.dedup_files, 1);
+    }
+
+    #[test]
     fn files_differing_only_in_the_tail_share_their_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path();
@@ -1149,6 +1191,7 @@ mod tests {
             fragments: true,
             raw_tails: true,
             zero_hash: blake3::hash(&[]),
+            memory: crate::DEFAULT_MEMORY,
         };
         let check = |d: &[u8]| looks_incompressible(d, block_entropy(&ctx, d)).unwrap();
         assert!(check(&noise(131072, 9)));
@@ -1172,6 +1215,7 @@ mod tests {
             fragments: true,
             raw_tails: true,
             zero_hash: blake3::hash(&[]),
+            memory: crate::DEFAULT_MEMORY,
         };
         let text: Vec<u8> = (0..131072u32)
             .flat_map(|i| format!("line {} of {}\n", i % 997, i / 7).into_bytes())

@@ -3,11 +3,25 @@
 //! index) needs storing; extended ones otherwise — the same choice mksquashfs
 //! makes, so the kernel and unsquashfs see familiar images.
 
+use crate::tree::Kind;
 use packfs_format::squashfs::inode::{
     BasicDir, BasicFile, Device, DirIndex as IndexRecord, ExtDir, ExtFile, InodeBody, InodeHeader,
     Ipc, Symlink,
 };
 use packfs_format::squashfs::*;
+
+/// The basic inode type of `kind`: what a directory entry records.
+pub fn basic_type(kind: Kind) -> u16 {
+    match kind {
+        Kind::Dir => INODE_BASIC_DIR,
+        Kind::File => INODE_BASIC_FILE,
+        Kind::Symlink => INODE_BASIC_SYMLINK,
+        Kind::BlockDev => INODE_BASIC_BLKDEV,
+        Kind::CharDev => INODE_BASIC_CHRDEV,
+        Kind::Fifo => INODE_BASIC_FIFO,
+        Kind::Socket => INODE_BASIC_SOCKET,
+    }
+}
 
 /// Fields every inode starts with.
 pub struct Common {

@@ -75,6 +75,16 @@ impl MetadataWriter {
     }
 }
 
+/// The inode and directory tables, encoded in memory, with the export
+/// table's entries and the root's reference.
+pub struct Metadata {
+    pub inodes: Vec<u8>,
+    pub dirs: Vec<u8>,
+    /// Inode references by inode number - 1.
+    pub export: Vec<u8>,
+    pub root_inode: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

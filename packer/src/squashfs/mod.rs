@@ -8,12 +8,14 @@ pub mod data;
 mod dir;
 mod inode;
 mod metadata;
+mod spilled;
 mod tables;
 mod write_behind;
 mod writer;
 mod xattr;
 
-use self::metadata::MetadataWriter;
+use self::inode::basic_type;
+use self::metadata::{Metadata, MetadataWriter};
 use crate::tree::{Kind, Tree};
 use crate::{cancelled, PackError, PackOptions};
 use packfs_format::codec::{CodecError, Encoder};
@@ -25,24 +27,24 @@ use std::path::Path;
 pub use writer::ImageWriter;
 
 pub struct Written {
+    /// Directory entries, the root included.
+    pub entries: u64,
     pub inodes: u64,
     pub fragments: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub dedup_files: u64,
     pub dedup_bytes: u64,
+    /// A spilled namespace's record for a shard manifest (a tree in memory
+    /// makes its own).
+    pub record: Option<packfs_format::shards::Shard>,
 }
 
-fn basic_type(kind: Kind) -> u16 {
-    match kind {
-        Kind::Dir => INODE_BASIC_DIR,
-        Kind::File => INODE_BASIC_FILE,
-        Kind::Symlink => INODE_BASIC_SYMLINK,
-        Kind::BlockDev => INODE_BASIC_BLKDEV,
-        Kind::CharDev => INODE_BASIC_CHRDEV,
-        Kind::Fifo => INODE_BASIC_FIFO,
-        Kind::Socket => INODE_BASIC_SOCKET,
-    }
+/// What the metadata is written from: a tree in memory, or the sorted runs
+/// of a stream's namespace spilled to disk (`crate::record`).
+pub(crate) enum Laid<T> {
+    Tree(T),
+    Spilled(Box<dyn crate::record::Spilled>),
 }
 
 /// Writes the whole image for `tree` into `file` (at offset 0), in the
@@ -60,21 +62,22 @@ pub fn write_image(
 ) -> Result<Written, PackError> {
     write_image_with(file, path, opts, |img, enc| {
         let data = data::write_data(tree, img, enc, opts, pool)?;
-        Ok((tree, data))
+        Ok((Laid::Tree(tree), data))
     })
     .map(|(w, _)| w)
 }
 
 /// [`write_image`] with the data phase given: `data` writes the file data
-/// and fragments into the image and returns the tree they belong to, whose
-/// file inodes index the [`data::DataOutput`] it returns. A stream's tree
-/// is known only once its data is written. Returns the tree too.
+/// and fragments into the image and returns the tree they belong to (or
+/// the runs of a spilled namespace), whose file inodes index the
+/// [`data::DataOutput`] it returns. A stream's tree is known only once its
+/// data is written. Returns the tree too.
 pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
     file: &File,
     path: &Path,
     opts: &PackOptions,
-    data: impl FnOnce(&mut ImageWriter, Encoder) -> Result<(T, data::DataOutput), PackError>,
-) -> Result<(Written, T), PackError> {
+    data: impl FnOnce(&mut ImageWriter, Encoder) -> Result<(Laid<T>, data::DataOutput), PackError>,
+) -> Result<(Written, Laid<T>), PackError> {
     let codec_err = |source: CodecError| PackError::Codec {
         path: path.to_path_buf(),
         source,
@@ -92,21 +95,47 @@ pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
     let mut flags = start_image(&mut img, enc, opts).map_err(|e| e.into_pack(path))?;
 
     let t = std::time::Instant::now();
-    let (tree, data) = data(&mut img, enc)?;
-    let tree_ref: &Tree = tree.borrow();
+    let (laid, data) = data(&mut img, enc)?;
     log::debug!("data: {:.2} s", t.elapsed().as_secs_f64());
     let t = std::time::Instant::now();
     if cancelled(opts) {
         return Err(PackError::Interrupted);
     }
 
-    let order = tree_ref.post_order();
-    let (numbers, inode_count) = number_inodes(tree_ref, &order);
-    let meta =
-        encode_metadata(tree_ref, &order, &numbers, inode_count, &data, enc).map_err(codec_err)?;
-    drop((order, numbers));
+    let mut streamed = None;
+    let (meta, inode_count, ids, xattrs, image_time, entries) = match &laid {
+        Laid::Tree(tree) => {
+            let tree: &Tree = tree.borrow();
+            let order = tree.post_order();
+            let (numbers, inode_count) = number_inodes(tree, &order);
+            let meta = encode_metadata(tree, &order, &numbers, inode_count, &data, enc)
+                .map_err(codec_err)?;
+            drop((order, numbers));
+            let entries = tree.nodes.len() as u64;
+            (
+                meta,
+                inode_count,
+                &tree.ids[..],
+                &tree.xattrs,
+                tree.image_time,
+                entries,
+            )
+        }
+        Laid::Spilled(runs) => {
+            let s = spilled::encode(runs.as_ref(), &data, enc, opts, path)?;
+            let (ids, xattrs, _) = &*streamed.insert((s.ids, s.xattrs, s.record));
+            (
+                s.meta,
+                s.inode_count,
+                &ids[..],
+                xattrs,
+                Some(s.image_time),
+                s.entries,
+            )
+        }
+    };
     let tables =
-        write_tables(&mut img, enc, tree_ref, &data, meta).map_err(|e| e.into_pack(path))?;
+        write_tables(&mut img, enc, ids, xattrs, &data, meta).map_err(|e| e.into_pack(path))?;
     if tables.xattr_id_table_start == INVALID_TABLE {
         flags |= FLAG_NO_XATTRS;
     }
@@ -114,22 +143,25 @@ pub(crate) fn write_image_with<T: std::borrow::Borrow<Tree>>(
         opts,
         flags,
         inode_count,
-        tree_ref,
+        (image_time, ids.len() as u16),
         &data,
         &tables,
         img.pos(),
     );
     let bytes_out = img.finish(&sb)?;
     log::debug!("metadata and tables: {:.2} s", t.elapsed().as_secs_f64());
+    let record = streamed.map(|(_, _, record)| record);
     let w = Written {
+        entries,
         inodes: inode_count as u64,
         fragments: data.fragment_count as u64,
         bytes_in: data.bytes_in,
         bytes_out,
         dedup_files: data.dedup_files,
         dedup_bytes: data.dedup_bytes,
+        record,
     };
-    Ok((w, tree))
+    Ok((w, laid))
 }
 
 /// A phase's failure: writing the image or encoding a block.
@@ -196,16 +228,6 @@ fn number_inodes(tree: &Tree, post_order: &[u32]) -> (Vec<u32>, u32) {
         }
     }
     (numbers, next - 1)
-}
-
-/// The inode and directory tables, encoded in memory, with the export
-/// table's entries and the root's reference.
-struct Metadata {
-    inodes: Vec<u8>,
-    dirs: Vec<u8>,
-    /// Inode references by inode number - 1.
-    export: Vec<u8>,
-    root_inode: u64,
 }
 
 /// Encodes every inode (once per hard-linked inode) and every directory
@@ -400,7 +422,8 @@ struct TablePositions {
 fn write_tables(
     img: &mut ImageWriter,
     enc: Encoder,
-    tree: &Tree,
+    ids: &[u32],
+    xattrs: &crate::xattrs::XattrSets,
     data: &data::DataOutput,
     meta: Metadata,
 ) -> Result<TablePositions, PhaseError> {
@@ -420,13 +443,13 @@ fn write_tables(
     };
     let (b, export_table_start) = tables::indexed_table(enc, &meta.export, img.pos())?;
     write_table(img, &b, export_table_start)?;
-    let ids: Vec<u8> = tree.ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+    let ids: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
     let (b, id_table_start) = tables::indexed_table(enc, &ids, img.pos())?;
     write_table(img, &b, id_table_start)?;
-    let xattr_id_table_start = if tree.xattrs.sets.is_empty() {
+    let xattr_id_table_start = if xattrs.sets.is_empty() {
         INVALID_TABLE
     } else {
-        let (b, start) = xattr::xattr_table(enc, &tree.xattrs.sets, img.pos())?;
+        let (b, start) = xattr::xattr_table(enc, &xattrs.sets, img.pos())?;
         write_table(img, &b, start)?;
         start
     };
@@ -457,12 +480,12 @@ fn superblock(
     opts: &PackOptions,
     flags: u16,
     inode_count: u32,
-    tree: &Tree,
+    (image_time, id_count): (Option<u32>, u16),
     data: &data::DataOutput,
     t: &TablePositions,
     bytes_used: u64,
 ) -> Superblock {
-    let mod_time = opts.mtime.or(tree.image_time).unwrap_or_else(|| {
+    let mod_time = opts.mtime.or(image_time).unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
@@ -477,7 +500,7 @@ fn superblock(
         compression_id: opts.compressor.id(),
         block_log: opts.block_size.trailing_zeros() as u16,
         flags,
-        id_count: tree.ids.len() as u16,
+        id_count,
         version_major: 4,
         version_minor: 0,
         root_inode: t.root_inode,
