@@ -690,7 +690,7 @@ impl NativeImage {
     /// read all of them soon. Hints only: a span outside the image is
     /// ignored, nothing waits and nothing raises but a malformed argument.
     fn will_read(&self, py: Python<'_>, spans: &[u8]) -> PyResult<()> {
-        if spans.len() % 24 != 0 {
+        if !spans.len().is_multiple_of(24) {
             return Err(PyValueError::new_err(format!(
                 "spans must be whole (part, offset, length) triples of 24 bytes, got {} bytes",
                 spans.len()
