@@ -2,8 +2,9 @@
 //! tracks (docs, README, scripts, code comments, test names) names a numbered
 //! work session, an issue of this project, a person, or a path outside the
 //! repository. A reader of a benchmark wants its date and build commit, a
-//! reader of a comment wants the reason, and neither can open "session 12",
-//! "issue #14" or a directory on another machine.
+//! reader of a comment wants the reason, and neither can open a work
+//! session's number, an entry of this project's tracker or a directory on
+//! another machine.
 //!
 //! Flagged (case-insensitive unless said): `session N`, `sessions N`;
 //! `this|previous|last|next|earlier|later|same|another|other session`
