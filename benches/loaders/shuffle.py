@@ -4,7 +4,9 @@
 Sides (one DataLoader each, bytes only, the same dataset and batch size):
   random       torch's RandomSampler (a uniform shuffle; what `shuffle=True` gives)
   shuffle      packfs.torch.ShuffleSampler(locality=False): a uniform shuffle of its own
-  locality     packfs.torch.ShuffleSampler(locality=True), reading ahead (its default)
+  locality     packfs.torch.ShuffleSampler(locality=True), reading ahead (its default), told the
+               DataLoader's workers and batch size (a stream of regions per worker)
+  locality-one the same in one stream for all the workers (not told the workers)
   locality-nora  the same order with read_ahead=False
   sequential   the dataset's order (the anchor a storage system is happiest with)
   wds          WebDataset over HTTP: shards shuffled, then a 1,000-sample buffer (the shards
@@ -17,7 +19,7 @@ Storages (--storage, comma-separated):
   local  the image file on local disk, cold: posix_fadvise(DONTNEED) on it before each side
 
 For each storage, worker count and side: a fresh `packfs.Image` (no cache carried over) and fresh
-counters, then the first --samples samples. Reported: samples/s, MB fetched and requests (summed over
+counters, then the first --samples samples (0: the whole epoch). Reported: samples/s, MB fetched and requests (summed over
 the DataLoader's processes from each one's `Image.stats()`; for the WebDataset sides, the server's
 counters), and label mixing (distinct classes per batch over a uniform shuffle's on as many batches).
 
@@ -118,12 +120,15 @@ class Moto:
         self.proc.wait()
 
 
-def sampler_for(side: str, ds, seed: int, group_bytes: int):
+def sampler_for(side: str, ds, seed: int, group_bytes: int, workers: int, batch: int):
     if side == "random":
         return RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
     if side == "shuffle":
         return packfs.torch.ShuffleSampler(ds, seed=seed, locality=False, group_bytes=group_bytes)
     if side == "locality":
+        return packfs.torch.ShuffleSampler(ds, seed=seed, group_bytes=group_bytes, num_workers=workers,
+                                           batch_size=batch)
+    if side == "locality-one":
         return packfs.torch.ShuffleSampler(ds, seed=seed, group_bytes=group_bytes)
     if side == "locality-nora":
         return packfs.torch.ShuffleSampler(ds, seed=seed, group_bytes=group_bytes, read_ahead=False)
@@ -202,7 +207,7 @@ def one_side(args, storage: str, location: str, side: str, workers: int, base: s
         listing = image.stats()
         if base:
             control(base, "reset")
-        dl = DataLoader(ds, batch_size=args.batch, sampler=sampler_for(side, ds, args.seed, args.range_size),
+        dl = DataLoader(ds, batch_size=args.batch, sampler=sampler_for(side, ds, args.seed, args.range_size, workers, args.batch),
                         num_workers=workers, collate_fn=counted_collate,
                         multiprocessing_context="fork" if workers else None)
     t0 = time.perf_counter()
@@ -212,7 +217,7 @@ def one_side(args, storage: str, location: str, side: str, workers: int, base: s
         targets += ts
         if counters:
             last[counters[0]] = counters[1]
-        if n >= args.samples:
+        if args.samples and n >= args.samples:
             break
     dt = time.perf_counter() - t0
     del dl
@@ -268,7 +273,7 @@ def main() -> None:
     ap.add_argument("root", nargs="?", default="")
     ap.add_argument("--storage", type=lambda s: s.split(","), default=["http"])
     ap.add_argument("--latency-ms", type=float, default=5.0)
-    ap.add_argument("--samples", type=int, default=5000)
+    ap.add_argument("--samples", type=int, default=5000, help="samples read per side (0: a whole epoch)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--range-size", type=int, default=4 << 20,

@@ -207,6 +207,95 @@ def test_locality_keeps_batches_mixed_and_reads_moving_forward():
     assert any(len(set(ugroups[i : i + window])) < window for i in range(0, 10 * window, window))
 
 
+def groups_of(sampler) -> np.ndarray:
+    """Each sample's group in ``sampler``'s layout."""
+    sampler.order()
+    layout = sampler._layout
+    group_of = np.empty(len(layout.members), dtype=np.int64)
+    group_of[layout.members] = np.repeat(np.arange(layout.groups), np.diff(layout.bounds))
+    return group_of
+
+
+def test_streams_give_each_global_step_to_one_worker_with_batches_still_mixed():
+    ds = Laid(30_000, classes=100, size=19_000)
+    workers, batch = 4, 64
+    s = ShuffleSampler(ds, seed=5, group_bytes=1 << 20, num_workers=workers, batch_size=batch)
+    order = np.array(take(s))
+    assert sorted(order.tolist()) == list(range(len(ds)))
+    group_of = groups_of(s)
+    # Which stream holds each group: the one whose steps read it first.
+    steps = order[: len(order) // batch * batch].reshape(-1, batch)
+    stream = {}
+    for c, step in enumerate(steps):
+        for g in set(group_of[step].tolist()):
+            stream.setdefault(g, c % workers)
+    # Until the streams run out (within a group of each other), step c reads
+    # only stream c mod workers' groups: the same worker reads them all.
+    largest = int(np.diff(s._layout.bounds).max())
+    body = len(steps) - workers * (largest // batch + 2)
+    assert body > len(steps) * 3 // 4
+    for c in range(body):
+        assert {stream[g] for g in group_of[steps[c]].tolist()} == {c % workers}, c
+    # Each step still draws from `window` regions: as mixed as before.
+    uniform = np.array(take(ShuffleSampler(ds, seed=5, locality=False)))
+
+    def mixing(o):
+        b = ds.targets[o[: len(o) // 64 * 64]].reshape(-1, 64)
+        return np.mean([len(np.unique(r)) for r in b])
+
+    assert mixing(order) >= 0.9 * mixing(uniform), (mixing(order), mixing(uniform))
+    # The same global batch at another world size gives the same steps.
+    halves = [
+        take(ShuffleSampler(ds, seed=5, group_bytes=1 << 20, num_workers=workers, batch_size=32, rank=r, world_size=2))
+        for r in range(2)
+    ]
+    for c in range(len(steps)):
+        assert sorted(halves[0][c * 32 : (c + 1) * 32] + halves[1][c * 32 : (c + 1) * 32]) == sorted(steps[c])
+    # One worker, or none, is the plain locality order.
+    plain = take(ShuffleSampler(ds, seed=5, group_bytes=1 << 20))
+    assert take(ShuffleSampler(ds, seed=5, group_bytes=1 << 20, num_workers=1, batch_size=batch)) == plain
+    assert order.tolist() != plain
+
+
+def test_a_state_resumes_in_the_streams_it_was_saved_in():
+    ds, seen = Laid(6_000), 640
+    old = [ShuffleSampler(ds, seed=2, rank=r, world_size=2, num_workers=4, batch_size=32) for r in range(2)]
+    for s in old:
+        s.set_epoch(3)
+    consumed = [x for s in old for x in take(s)[:seen]]
+    state = json.loads(json.dumps(old[0].state_dict(samples_seen=seen)))
+    assert (state["streams"], state["chunk"]) == (4, 64)
+    # One rank, two workers: another dealing, but the epoch goes on in the saved one.
+    new = ShuffleSampler(ds, num_workers=2, batch_size=64)
+    new.load_state_dict(state)
+    new.set_epoch(3)
+    rest = take(new)
+    assert sorted(consumed + rest) == list(range(len(ds)))
+    order = old[0].order().tolist()
+    assert sorted(consumed) == sorted(order[: 2 * seen]) and rest == order[2 * seen :]
+    # The next epoch is dealt for this sampler's own workers.
+    new.set_epoch(4)
+    mine = ShuffleSampler(ds, seed=2, num_workers=2, batch_size=64)
+    mine.set_epoch(4)
+    assert take(new) == take(mine)
+    # A state saved before streams existed resumes in one stream.
+    plain = ShuffleSampler(ds, seed=2)
+    plain.set_epoch(3)
+    head = take(plain)[:1_000]
+    old_state = plain.state_dict(samples_seen=1_000)
+    del old_state["streams"], old_state["chunk"]
+    again = ShuffleSampler(ds, num_workers=4, batch_size=64)
+    again.load_state_dict(old_state)
+    assert head + take(again) == plain.order().tolist()
+
+
+def test_streams_need_the_batch_size():
+    with pytest.raises(ValueError, match="num_workers needs batch_size"):
+        ShuffleSampler(Laid(100), num_workers=2)
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        ShuffleSampler(Laid(100), num_workers=2, batch_size=0)
+
+
 def test_groups_never_span_two_shards():
     ds = Laid(1_000, per_part=250, size=1 << 20)
     s = ShuffleSampler(ds, group_bytes=10 << 20)
@@ -368,6 +457,34 @@ def test_in_a_dataloader_with_workers(folder, method):
     assert sorted(got) == sorted(ds[i][0] for i in range(len(ds)))
     # The loader follows the sampler's order.
     assert got == [ds[i][0] for i in sampler.order().tolist()]
+
+
+def worker_collate(batch):
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info().id, [data for data, _ in batch]
+
+
+def test_with_streams_each_worker_reads_its_own_regions(tmp_path, packfs_bin):
+    need(torch is not None, "torch is not installed (scripts/python_tests.sh installs it)")
+    data = lambda c, i: os.urandom(9_000) + f"{c}/{i}".encode()  # noqa: E731
+    image = pack(packfs_bin, class_tree(tmp_path / "tree", 8, 100, data), tmp_path / "wide.sqfs")
+    ds = packfs.torch.ImageFolder(packfs.Image(image), loader=packfs.torch.raw_loader)
+    workers, batch = 2, 16
+    sampler = ShuffleSampler(ds, seed=4, group_bytes=64 << 10, window=8, num_workers=workers, batch_size=batch)
+    dl = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=workers, collate_fn=worker_collate)
+    got = list(dl)
+    order = sampler.order().tolist()
+    assert [d for _, datas in got for d in datas] == [ds[i][0] for i in order]
+    group_of = groups_of(sampler)
+    read_by = [set(), set()]
+    largest = int(np.diff(sampler._layout.bounds).max())
+    body = len(got) - workers * (largest // batch + 2)
+    assert body > len(got) * 3 // 4
+    for c, (worker, _) in enumerate(got[:body]):
+        assert worker == c % workers
+        read_by[worker] |= set(group_of[order[c * batch : (c + 1) * batch]].tolist())
+    assert read_by[0] and read_by[1] and not read_by[0] & read_by[1]
 
 
 DDP_RANK = textwrap.dedent(

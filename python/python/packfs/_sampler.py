@@ -30,6 +30,24 @@ traded: a group's samples are spread over the time its slot holds it, in
 the image's order, and which samples can meet in a batch depends on which
 groups share the slots; docs/PYTHON.md says when to turn it off.
 
+Streams
+-------
+A DataLoader hands its batches to its workers in turn (batch ``i`` to worker
+``i mod workers``), and each worker process has its own image and caches.
+Under one locality order every batch draws from all ``window`` regions, so
+every worker fetches every region: the storage serves the epoch once per
+worker. Told the loader's worker count and batch size, the sampler deals
+the groups among that many *streams* instead, each with its own ``window``
+slots, and takes the samples of global step ``c`` (``batch_size *
+world_size`` of them) from stream ``c mod workers``. Every rank's batch of
+a step then comes from one stream, the same worker reads the same stream
+batch after batch, and the storage serves each region to one worker. What
+it costs: ``workers`` times ``window`` regions are open at once, not
+``window``. The streams end within a group of each other; the last steps
+take from whichever streams still have samples. A state saved under one
+dealing resumes in it (the order is the state's, whatever this sampler's
+workers and batch); the epochs after use this sampler's.
+
 Read ahead
 ----------
 The order says more than which sample comes next: each slot takes its
@@ -106,41 +124,94 @@ def uniform_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return _rng(seed, epoch).permutation(n).astype(np.int64)
 
 
-def local_order(layout: Layout, window: int, seed: int, epoch: int) -> np.ndarray:
+def local_order(
+    layout: Layout, window: int, seed: int, epoch: int, streams: int = 1, chunk: int = 0
+) -> np.ndarray:
     """The locality order (see the module doc) for ``(seed, epoch)``."""
-    return local_schedule(layout, window, seed, epoch)[0]
+    return local_schedule(layout, window, seed, epoch, streams, chunk)[0]
 
 
 def local_schedule(
-    layout: Layout, window: int, seed: int, epoch: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The locality order for ``(seed, epoch)`` and, for each group, the
-    group its slot takes after it (-1 for a slot's last)."""
+    layout: Layout, window: int, seed: int, epoch: int, streams: int = 1, chunk: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The locality order for ``(seed, epoch)``; for each group, the group
+    its slot takes after it (-1 for a slot's last); and each group's stream.
+
+    With ``streams`` > 1 (and a ``chunk``: samples of one global step) the
+    groups are dealt to that many streams, each its own ``window`` slots,
+    and the order takes ``chunk`` samples from each stream in turn (see
+    "Streams" in the module doc). One stream is the plain locality order.
+    """
     rng = _rng(seed, epoch)
     n = len(layout.members)
     lo, hi = layout.bounds[:-1], layout.bounds[1:]
+    sizes = hi - lo
     shuffled = rng.permutation(layout.groups)
-    # `window` slots each read groups one after another; a group goes to
-    # the slot that frees first, so the slots stay busy together until the
-    # epoch's last groups. Its k-th sample is read in round start + k.
+    streams = streams if chunk > 0 else 1
+    stream_of = np.zeros(layout.groups, dtype=np.int64)
+    if streams > 1:
+        # Each group to the stream with the fewest samples yet: streams end
+        # within a group's length of each other.
+        load = [(0, k) for k in range(streams)]
+        for g in shuffled.tolist():
+            held, k = heapq.heappop(load)
+            stream_of[g] = k
+            heapq.heappush(load, (held + int(sizes[g]), k))
+    # Each stream's `window` slots read its groups one after another; a
+    # group goes to the slot that frees first, so the slots stay busy
+    # together until the stream's last groups. Its k-th sample is read in
+    # round start + k of its stream.
     start = np.empty(layout.groups, dtype=np.int64)
     after = np.full(layout.groups, -1, dtype=np.int64)
-    slots = min(window, layout.groups)
-    last = [-1] * slots
-    free = [(0, slot) for slot in range(slots)]
-    heapq.heapify(free)
-    for g in shuffled.tolist():
-        at, slot = heapq.heappop(free)
-        start[g] = at
-        if last[slot] >= 0:
-            after[last[slot]] = g
-        last[slot] = g
-        heapq.heappush(free, (at + int(hi[g] - lo[g]), slot))
-    group_of = np.repeat(np.arange(layout.groups), hi - lo)
+    for k in range(streams):
+        mine = shuffled[stream_of[shuffled] == k] if streams > 1 else shuffled
+        slots = min(window, len(mine))
+        last = [-1] * slots
+        free = [(0, slot) for slot in range(slots)]
+        heapq.heapify(free)
+        for g in mine.tolist():
+            at, slot = heapq.heappop(free)
+            start[g] = at
+            if last[slot] >= 0:
+                after[last[slot]] = g
+            last[slot] = g
+            heapq.heappush(free, (at + int(sizes[g]), slot))
+    group_of = np.repeat(np.arange(layout.groups), sizes)
     rounds = start[group_of] + (np.arange(n) - lo[group_of])
     # Each round takes one sample of every busy slot, in random order: any
-    # `window` consecutive samples come from `window` different regions.
-    return layout.members[np.lexsort((rng.random(n), rounds))], after
+    # `window` consecutive samples of a stream come from `window` different
+    # regions.
+    sample_stream = stream_of[group_of]
+    ranked = np.lexsort((rng.random(n), rounds, sample_stream))
+    order = layout.members[ranked]
+    if streams > 1:
+        order = _deal_chunks(order, np.bincount(sample_stream, minlength=streams), chunk)
+    return order, after, stream_of
+
+
+def _deal_chunks(by_stream: np.ndarray, counts: np.ndarray, chunk: int) -> np.ndarray:
+    """``by_stream`` (each stream's order, stream after stream, ``counts``
+    samples each) as chunks of ``chunk`` samples taken from stream ``c mod
+    streams`` for chunk ``c``, or from the next stream with samples left
+    once that one is spent."""
+    streams = len(counts)
+    begin = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    taken = np.zeros(streams, dtype=np.int64)
+    pieces = []
+    c = 0
+    while taken.sum() < len(by_stream):
+        for step in range(streams):
+            k = (c + step) % streams
+            if taken[k] < counts[k]:
+                break
+        else:
+            break
+        m = min(chunk, int(counts[k] - taken[k]))
+        at = int(begin[k] + taken[k])
+        pieces.append(by_stream[at : at + m])
+        taken[k] += m
+        c += 1
+    return np.concatenate(pieces) if pieces else by_stream[:0]
 
 
 class ReadPlan:
@@ -151,7 +222,7 @@ class ReadPlan:
     the groups the batch is half through; each is asked for once per plan
     (the plan remembers, in the process that holds it, what it asked)."""
 
-    def __init__(self, layout: Layout, after: np.ndarray) -> None:
+    def __init__(self, layout: Layout, after: np.ndarray, streams: int = 1) -> None:
         if layout.lengths is None:
             raise ValueError("a read plan needs the samples' lengths (a layout from the image)")
         n = len(layout.members)
@@ -175,6 +246,8 @@ class ReadPlan:
             spans[:, 2] = np.maximum.reduceat(ends, lo) - keys[lo]
         self.spans = spans
         self.after = np.asarray(after, dtype=np.int64)
+        #: Streams of the order: each worker reads its own (module doc).
+        self.streams = streams
         self._seen = np.zeros(layout.groups, dtype=bool)
         self._followed = np.zeros(layout.groups, dtype=bool)
 
@@ -186,7 +259,9 @@ class ReadPlan:
         epoch share what they fetch (a node-local disk cache): each reads
         ahead only the next groups it owns (group number modulo
         ``workers``), and finds the others' on disk when it gets to them,
-        so that the storage serves each region once, not once per worker."""
+        so that the storage serves each region once, not once per worker.
+        An order dealt in streams needs no share: a worker's next groups
+        are its own stream's, which no other worker reads."""
         indices = np.asarray(indices, dtype=np.int64)
         groups = self.group_of[indices]
         new = np.unique(groups[~self._seen[groups]])
@@ -197,7 +272,7 @@ class ReadPlan:
         nxt = self.after[halfway]
         nxt = nxt[nxt >= 0]
         worker, workers = share
-        if workers > 1:
+        if workers > 1 and self.streams == 1:
             nxt = nxt[nxt % workers == worker]
         if not len(new) and not len(nxt):
             return b""

@@ -311,6 +311,16 @@ class ShuffleSampler:
     workers with the dataset when they start; workers kept across epochs
     (``persistent_workers=True``) keep the plan of the epoch they started
     in, which then fetches the wrong regions (reads stay correct).
+
+    ``num_workers`` and ``batch_size`` (with locality): the DataLoader's.
+    Each worker process has its own image and caches, and the loader hands
+    it every ``num_workers``-th batch; with more than one worker the order
+    is dealt in as many streams of regions, one per worker, so that each
+    region is fetched by one worker, not by all (module doc of
+    ``packfs._sampler``, "Streams"). Left out, every worker's batches draw
+    from every region. The order then depends on ``batch_size *
+    world_size``, the global batch, and on ``num_workers``; a loaded state
+    continues its epoch in the order it was saved in.
     """
 
     def __init__(
@@ -325,6 +335,8 @@ class ShuffleSampler:
         group_bytes: int = 4 << 20,
         window: int = 64,
         read_ahead: bool = True,
+        batch_size: int | None = None,
+        num_workers: int = 0,
     ) -> None:
         if rank is None or world_size is None:
             dist_rank, dist_world = _distributed()
@@ -335,6 +347,15 @@ class ShuffleSampler:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
         if group_bytes < 1 or window < 1:
             raise ValueError("group_bytes and window must be positive")
+        num_workers = operator.index(num_workers)
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, not {num_workers}")
+        if batch_size is not None and operator.index(batch_size) < 1:
+            raise ValueError(f"batch_size must be positive, not {batch_size}")
+        if num_workers > 1 and batch_size is None:
+            raise ValueError(
+                "num_workers needs batch_size (the DataLoader's): the workers' streams are cut in batches"
+            )
         self.dataset = dataset
         self.seed = operator.index(seed)
         self.rank = rank
@@ -344,11 +365,17 @@ class ShuffleSampler:
         self.group_bytes = operator.index(group_bytes)
         self.window = operator.index(window)
         self.read_ahead = bool(read_ahead)
+        self.batch_size = None if batch_size is None else operator.index(batch_size)
+        self.num_workers = num_workers
         self.epoch = 0
         self._size = len(dataset)
         self._layout: _sampler.Layout | None = None
-        # The last locality schedule made: (seed, epoch, order, after).
-        self._schedule: tuple[int, int, np.ndarray, np.ndarray] | None = None
+        # The last locality schedule made: its key (seed, epoch, streams,
+        # chunk), order, next groups and streams.
+        self._schedule: tuple[tuple, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # (epoch, streams, chunk) of a loaded state: that epoch keeps the
+        # dealing it was saved with.
+        self._loaded_dealing: tuple[int, int, int] | None = None
         # Global position where the next iteration starts (set by
         # load_state_dict), and what the current one has yielded.
         self._start = 0
@@ -379,24 +406,36 @@ class ShuffleSampler:
             return _sampler.uniform_order(self._size, self.seed, self.epoch)
         return self._local_schedule()[0]
 
-    def _local_schedule(self) -> tuple[np.ndarray, np.ndarray]:
+    def _dealing(self) -> tuple[int, int]:
+        """``(streams, chunk)`` of this epoch's order: a loaded state's for
+        its own epoch, else one stream per DataLoader worker, cut in global
+        batches."""
+        loaded = self._loaded_dealing
+        if loaded is not None and loaded[0] == self.epoch:
+            return loaded[1], loaded[2]
+        if self.locality and self.num_workers > 1 and self.batch_size is not None:
+            return self.num_workers, self.batch_size * self.world_size
+        return 1, 0
+
+    def _local_schedule(self) -> tuple[np.ndarray, np.ndarray, int]:
+        key = (self.seed, self.epoch, *self._dealing())
         s = self._schedule
-        if s is None or s[:2] != (self.seed, self.epoch):
+        if s is None or s[0] != key:
             if self._layout is None:
                 self._layout = self._make_layout()
-            order, after = _sampler.local_schedule(self._layout, self.window, self.seed, self.epoch)
-            s = self._schedule = (self.seed, self.epoch, order, after)
-        return s[2], s[3]
+            order, after, _ = _sampler.local_schedule(self._layout, self.window, self.seed, self.epoch, *key[2:])
+            s = self._schedule = (key, order, after, key[2])
+        return s[1], s[2], s[3]
 
     def _plan_dataset(self) -> None:
         """Gives the dataset this epoch's read plan (see the class doc)."""
         setter = getattr(self.dataset, "set_read_plan", None)
         if not (self.locality and self.read_ahead and setter is not None):
             return
-        _, after = self._local_schedule()
+        _, after, streams = self._local_schedule()
         layout = self._layout
         if layout is not None and layout.lengths is not None:
-            setter(_sampler.ReadPlan(layout, after))
+            setter(_sampler.ReadPlan(layout, after, streams))
 
     def _make_layout(self) -> _sampler.Layout:
         layout = getattr(self.dataset, "layout", None)
@@ -441,6 +480,8 @@ class ShuffleSampler:
             "locality": self.locality,
             "group_bytes": self.group_bytes,
             "window": self.window,
+            "streams": self._dealing()[0],
+            "chunk": self._dealing()[1],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -459,6 +500,8 @@ class ShuffleSampler:
                 )
         self.seed = state["seed"]
         self.epoch = state["epoch"]
+        # States saved before streams existed were dealt in one.
+        self._loaded_dealing = (self.epoch, int(state.get("streams", 1)), int(state.get("chunk", 0)))
         self._start = state["position"]
         self._yielded = 0
         self._resuming = True
