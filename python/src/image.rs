@@ -38,11 +38,11 @@ use std::sync::{Arc, OnceLock};
 const CHUNK: u64 = 4 << 20;
 
 /// What one process holds of an opened image.
-struct Inner {
+pub(crate) struct Inner {
     /// The filesystem core the FUSE server uses, without readahead: no
     /// background decoding threads, so nothing runs inside mountfs behind
     /// the binding's back (see `fork.rs`).
-    fs: PackFs<AnyImage>,
+    pub(crate) fs: PackFs<AnyImage>,
     location: String,
     storage: Arc<StorageCounters>,
     remote: Option<Arc<RemoteCounters>>,
@@ -191,7 +191,7 @@ impl Inner {
         self.read_whole(&a)
     }
 
-    fn list(&self, path: &[u8]) -> Result<Vec<mountfs::fs::DirEntry>> {
+    pub(crate) fn list(&self, path: &[u8]) -> Result<Vec<mountfs::fs::DirEntry>> {
         let a = self.fs.resolve_path(path, true)?;
         if a.kind != FileKind::Dir {
             return Err(FsError::NotDir.into());
@@ -639,6 +639,53 @@ impl NativeImage {
             list.append((py_name(py, &e.name)?, type_bits(e.kind), e.ino))?;
         }
         Ok(list)
+    }
+
+    /// The files under `top` in `packfs.torch.ImageFolder`'s order
+    /// (`walk.rs`): `(paths, offsets, undecided)`, the paths one after
+    /// another in one `bytes`, path `i` at `offsets[i]..offsets[i + 1]`
+    /// (little-endian u64s). With `exts` (lowercase), only the paths whose
+    /// lowercase ends with one of them; a path that is not UTF-8 is kept
+    /// and its index listed in `undecided`, for Python to lowercase as it
+    /// does its own `str`s.
+    fn files_under<'py>(
+        &self,
+        py: Python<'py>,
+        top: &Bound<'py, PyAny>,
+        exts: Option<Vec<String>>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<u64>)> {
+        let p = path_arg(top)?;
+        let mut undecided = Vec::new();
+        let paths = self
+            .call(py, |i| {
+                let mut kept = 0u64;
+                crate::walk::files_under(i, &p, &mut |path| {
+                    let keep = match (&exts, std::str::from_utf8(path)) {
+                        (None, _) => true,
+                        (Some(exts), Ok(s)) => {
+                            let lower = s.to_lowercase();
+                            exts.iter().any(|e| lower.ends_with(e.as_str()))
+                        }
+                        (Some(_), Err(_)) => {
+                            undecided.push(kept);
+                            true
+                        }
+                    };
+                    kept += u64::from(keep);
+                    keep
+                })
+            })
+            .map_err(|e| self.err(py, e, &p, None))?;
+        let (blob, ends) = paths;
+        let blob = PyBytes::new(py, &blob);
+        let offsets = PyBytes::new_with(py, (ends.len() + 1) * 8, |b| {
+            b[..8].copy_from_slice(&0u64.to_le_bytes());
+            for (k, end) in ends.iter().enumerate() {
+                b[(k + 1) * 8..(k + 2) * 8].copy_from_slice(&end.to_le_bytes());
+            }
+            Ok(())
+        })?;
+        Ok((blob, offsets, undecided))
     }
 
     /// Where the data of regular file `path` lies: (part, offset, length).

@@ -15,6 +15,7 @@ mod errors;
 mod fork;
 mod image;
 mod open;
+mod walk;
 
 use pyo3::prelude::*;
 

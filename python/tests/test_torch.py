@@ -54,6 +54,62 @@ def test_index_like_torchvision(folder):
 
 
 
+def walked_index(image, root, extensions=None, is_valid_file=None):
+    """The index as ImageFolder built it over ``Image.walk`` in Python (as
+    torchvision's make_dataset over ``os.walk``): the reference for the one
+    it now finds in Rust."""
+    if isinstance(extensions, str):
+        extensions = (extensions,)
+    exts = None if extensions is None else tuple(e.lower() for e in extensions)
+    if is_valid_file is None:
+        is_valid_file = lambda p: exts is None or p.lower().endswith(exts)  # noqa: E731
+    classes = sorted(e.name for e in image.scandir(root) if e.is_dir())
+    out = []
+    for t, c in enumerate(classes):
+        top = f"{root}/{c}" if root else c
+        for dirpath, _, filenames in sorted(image.walk(top, followlinks=True)):
+            out += [(f"{dirpath}/{n}", t) for n in sorted(filenames) if is_valid_file(f"{dirpath}/{n}")]
+    return out
+
+
+def test_the_index_is_the_python_walks_on_links_loops_and_odd_names(tmp_path, packfs_bin):
+    tree = tmp_path / "tree"
+    a, b = tree / "data" / "a", tree / "data" / "b"
+    for d in (a / "s" / "u", a / "s-t", a / "S", b, tree / "data" / "empty", tree / "data" / "\u00fc"):
+        d.mkdir(parents=True, exist_ok=True)
+    for f in ("x.JPG", "y.jpg", "z.png", "s/1.jpg", "s/u/v.jpg", "s-t/2.jpg", "S/3.jpg", "k.\u212a"):
+        (a / f).write_bytes(f.encode())
+    for f in ("\ue000.jpg", "\u00e9.jpg", "Z.jpg", "\u03a3"):
+        (b / f).write_bytes(f.encode())
+    (tree / "data" / "\u00fc" / "w.jpg").write_bytes(b"w")
+    raw = os.fsencode(b)
+    for name in (b"\xfe.jpg", b"\xff.JPG", b"\xc3.png"):  # not UTF-8
+        with open(raw + b"/" + name, "wb") as f:
+            f.write(name)
+    os.symlink("../b", a / "link")  # a directory, followed
+    os.symlink(".", a / "s" / "loop")  # its own ancestor: not entered
+    os.symlink("nowhere", a / "broken")  # a file that is not there: a sample
+    os.symlink("y.jpg", a / "file.jpg")  # a file
+    os.symlink("../..", a / "s" / "up")  # the classes again, then a loop
+    img = packfs.Image(pack(packfs_bin, tree, tmp_path / "odd.sqfs"))
+    cases = [
+        {},
+        {"extensions": (".JPG", ".k", "\u03c3")},
+        {"extensions": ".png"},
+        {"is_valid_file": lambda p: "s" in p},
+    ]
+    for kw in cases:
+        ds = packfs.torch.ImageFolder(img, "data", allow_empty=True, **kw)
+        want = walked_index(img, "data", **kw)
+        assert list(ds.samples) == want, kw
+        assert ds.targets.tolist() == [t for _, t in want]
+    # The loop was not entered, the broken link is a sample, the classes
+    # were reached again through the link up.
+    paths = [p for p, _ in packfs.torch.ImageFolder(img, "data", allow_empty=True).samples]
+    assert "data/a/broken" in paths and not any("loop" in p for p in paths)
+    assert "data/a/s/up/b/Z.jpg" in paths and "data/a/link/Z.jpg" in paths
+
+
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 @pytest.mark.parametrize("persistent", [False, True])
 def test_dataloader_two_workers(folder, method, persistent):

@@ -133,41 +133,49 @@ class ImageFolder:
         self.target_transform = target_transform
         self.loader = loader if loader is not None else raw_loader
         exts = tuple(e.lower() for e in extensions) if extensions is not None else None
-        if is_valid_file is None:
-
-            def is_valid_file(p: str) -> bool:
-                return exts is None or p.lower().endswith(exts)
-
         self.classes = sorted(
             e.name for e in self.image.scandir(self.root) if e.is_dir()
         )
         if not self.classes:
             raise FileNotFoundError(f"no class directories under {self.root!r} in {self.image.location}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        # Flat arrays, not lists of ints: at ten million samples a list
-        # holds a 28-byte object and an 8-byte pointer per entry.
-        blob = bytearray()
-        offsets = array.array("q", [0])
-        targets = array.array("q")
+        # The order of torchvision's make_dataset (directories sorted by
+        # path, files by name, links followed), found in Rust: a Python
+        # object per file would cost more than the file's name.
+        native = self.image._native()
+        blobs, ends, counts = [], [], []
+        at = 0
         for c in self.classes:
             top = f"{self.root}/{c}" if self.root else c
-            # The order of torchvision's make_dataset: directories sorted by
-            # path, files by name.
-            for dirpath, _, filenames in sorted(self.image.walk(top, followlinks=True)):
-                for name in sorted(filenames):
-                    p = f"{dirpath}/{name}"
-                    if is_valid_file(p):
-                        blob += os.fsencode(p)
-                        offsets.append(len(blob))
-                        targets.append(self.class_to_idx[c])
-        empty = sorted(set(self.classes) - {self.classes[t] for t in set(targets)})
+            blob, offsets, undecided = native.files_under(top, None if is_valid_file else exts)
+            offs = np.frombuffer(offsets, dtype="<u8").astype(np.int64)
+            keep = None
+            if is_valid_file is not None:
+                keep = [is_valid_file(os.fsdecode(blob[a:b])) for a, b in zip(offs[:-1], offs[1:])]
+            elif undecided:
+                # Not UTF-8: lowercased as Python lowercases the str it decodes to.
+                keep = np.ones(len(offs) - 1, dtype=bool)
+                for k in undecided:
+                    keep[k] = os.fsdecode(blob[offs[k] : offs[k + 1]]).lower().endswith(exts)
+            if keep is not None and not all(keep):
+                starts = offs[:-1][np.asarray(keep, dtype=bool)]
+                stops = offs[1:][np.asarray(keep, dtype=bool)]
+                blob = b"".join(blob[a:b] for a, b in zip(starts, stops))
+                offs = np.concatenate([[0], np.cumsum(stops - starts)])
+            blobs.append(blob)
+            ends.append(offs[1:] + at)
+            at += len(blob)
+            counts.append(len(offs) - 1)
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), *ends])
+        targets = np.repeat(np.arange(len(self.classes), dtype=np.int64), counts)
+        empty = [c for c, n in zip(self.classes, counts) if n == 0]
         if empty and not allow_empty:
             what = f"with extensions {', '.join(exts)}" if exts else "that is a sample"
             raise FileNotFoundError(
                 f"{self.image.location}: no file {what} in the class directories "
                 f"{', '.join(empty)} under {self.root or '/'!r} (allow_empty=True keeps them)"
             )
-        self._set_index(blob, offsets, targets)
+        self._set_index(b"".join(blobs), offsets, targets)
 
     def _set_index(self, blob: bytes | bytearray, offsets: Sequence[int], targets: Sequence[int]) -> None:
         self._paths = np.frombuffer(bytes(blob), dtype=np.uint8)
