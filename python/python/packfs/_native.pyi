@@ -68,6 +68,9 @@ class Image:
     def listdir(self, path: _Path) -> list[str]: ...
     def scandir(self, path: _Path) -> list[tuple[str, int, int]]:
         """(name, st_mode type bits, inode number) of each entry."""
+    def files_under(self, top: _Path, exts: list[str] | None) -> tuple[bytes, bytes, list[int]]:
+        """Files under `top` in ImageFolder's order: (paths end to end, little-endian u64
+        offsets, indices of paths that are not UTF-8 whose `exts` test is Python's)."""
     def locate(self, path: _Path) -> tuple[int, int, int]:
         """(part, offset, length) of a regular file's data in the image's storage."""
     def locate_many(self, paths: object) -> bytes:
