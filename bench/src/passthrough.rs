@@ -11,16 +11,54 @@
 //!
 //! Requests are answered from a pool of threads so that N application
 //! threads overlap their round trips as they would against a real server.
-//! Attributes and pages are cached by the kernel for as long as the mount
+//! Attributes and names are cached by the kernel for as long as the mount
 //! lives (the data never changes during a run), which stands in for the
-//! client-side caching of a network filesystem; a cold run remounts.
+//! client-side metadata caching of a network filesystem; a cold run
+//! remounts.
+//!
+//! File data is cached as [`ClientCache`] says. By default the kernel keeps
+//! every page read (`FOPEN_KEEP_CACHE`) for the life of the mount: a client
+//! whose cache holds the whole data set, which is what a machine with more
+//! memory than the image gives, and which makes every read order cost the
+//! storage about the same. `--client-cache SIZE|none` emulates the case of
+//! a data set much larger than the client's memory: files are opened with
+//! `FOPEN_DIRECT_IO`, so the kernel keeps no page of them, and the layer
+//! keeps its own least-recently-used cache of pages of at most SIZE bytes
+//! (none: nothing), standing in for the client's page cache. A read that
+//! finds every page it needs there costs no round trip; one that misses any
+//! fetches the pages from its first missing page to its last in one round
+//! trip (one storage read, counted with the bytes fetched), as a client
+//! sends one request for a run of pages; a read that needs a page another
+//! read is fetching waits for it, as a client's readers wait on a page
+//! being read in. Not emulated: the client's own readahead (a read fetches
+//! no page beyond what it asked), and the sharing of that memory with
+//! anything else. A read at or past the end of a file is answered without a
+//! round trip, as a client that knows the file's size from its attributes
+//! answers it. Both sides get the same treatment, each from its own layer
+//! and so its own cache of SIZE: the raw tree's files, read through the
+//! passthrough of the tree, and the image, read by packfs's mount through
+//! the passthrough of its directory.
+//!
+//! The kernel still serves `posix_fadvise(WILLNEED)` on such a file by
+//! reading pages into its page cache through the layer, pages that the
+//! direct reads after it do not use: packfs's own mount hints each block
+//! of the image that way before reading it. With a client cache that read
+//! lands in it and the read that follows finds it there, as on a real
+//! client; with `none` both reach the storage, so `none` charges the first
+//! read of each block twice. (The hinted pages stay in the page cache, so a
+//! hint of a range hinted before reaches nothing.)
+//!
+//! The files packfs's own mount serves are not read through this layer:
+//! the kernel keeps their pages as for any mount, so a warm epoch of the
+//! packfs side reads them from there. Within one epoch each file is read
+//! once, so a cold epoch is what compares orders of reading.
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -30,10 +68,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
+use super::args::ClientCache;
 use super::error::{BenchError, Context};
 
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 const WORKERS: usize = 32;
+/// The unit of the layer's own client cache: a page, as a network
+/// filesystem's client caches file data.
+const PAGE: u64 = 4096;
 
 /// Operations that reached the storage through the layer.
 #[derive(Debug, Default)]
@@ -84,13 +126,106 @@ impl Inodes {
 
 type DirListing = Arc<Vec<(u64, FileType, OsString)>>;
 
+/// A file opened through the layer.
+struct OpenFile {
+    file: std::fs::File,
+    /// Its size at open: the data does not change during a run.
+    size: u64,
+}
+
+/// A fetch of pages under way, which readers needing one of its pages wait
+/// for rather than sending a round trip of their own.
+#[derive(Default)]
+struct Flight {
+    done: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Flight {
+    fn done(&self) {
+        *lock(&self.done) = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut d = lock(&self.done);
+        while !*d {
+            d = self.cv.wait(d).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// The layer's own client cache and the fetches that will fill it.
+struct Pages {
+    lru: PageLru,
+    pending: HashMap<PageKey, Arc<Flight>>,
+}
+
+/// Pages of a file, by (inode, page number).
+type PageKey = (u64, u64);
+
+/// The layer's own client cache (`--client-cache SIZE`): whole pages, the
+/// least recently used evicted first once more than `budget` pages are held.
+struct PageLru {
+    budget: usize,
+    pages: HashMap<PageKey, (u64, Arc<[u8]>)>,
+    /// Last use (a tick of `clock`) to page, oldest first.
+    by_use: BTreeMap<u64, PageKey>,
+    clock: u64,
+}
+
+impl PageLru {
+    fn new(budget_bytes: u64) -> Self {
+        PageLru {
+            budget: (budget_bytes / PAGE) as usize,
+            pages: HashMap::new(),
+            by_use: BTreeMap::new(),
+            clock: 0,
+        }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// The page, marked as just used.
+    fn get(&mut self, key: PageKey) -> Option<Arc<[u8]>> {
+        let now = self.tick();
+        let (used, data) = self.pages.get_mut(&key)?;
+        self.by_use.remove(used);
+        *used = now;
+        self.by_use.insert(now, key);
+        Some(data.clone())
+    }
+
+    fn insert(&mut self, key: PageKey, data: Arc<[u8]>) {
+        if self.budget == 0 {
+            return;
+        }
+        let now = self.tick();
+        if let Some((old, _)) = self.pages.insert(key, (now, data)) {
+            self.by_use.remove(&old);
+        }
+        self.by_use.insert(now, key);
+        while self.pages.len() > self.budget {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.pages.remove(&oldest);
+        }
+    }
+}
+
 struct Shared {
     root: PathBuf,
     meta: Duration,
     read: Duration,
     counters: Arc<Counters>,
+    /// Pages kept by the layer itself; None when the kernel keeps them.
+    pages: Option<Mutex<Pages>>,
     inodes: Mutex<Inodes>,
-    files: Mutex<HashMap<u64, Arc<std::fs::File>>>,
+    files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     dirs: Mutex<HashMap<u64, DirListing>>,
     next_fh: AtomicU64,
 }
@@ -113,6 +248,114 @@ impl Shared {
     fn attr(&self, ino: u64, rel: &Path) -> std::io::Result<FileAttr> {
         let m = std::fs::symlink_metadata(self.root.join(rel))?;
         Ok(to_attr(ino, &m))
+    }
+
+    /// One round trip to the storage: `len` bytes at `off` (fewer at the
+    /// end of the file), counted.
+    fn fetch(&self, f: &OpenFile, off: u64, len: u64) -> std::io::Result<Vec<u8>> {
+        if !self.read.is_zero() {
+            std::thread::sleep(self.read);
+        }
+        let mut buf = vec![0u8; len as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            match f.file.read_at(&mut buf[done..], off + done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .read_bytes
+            .fetch_add(done as u64, Ordering::Relaxed);
+        Ok(buf)
+    }
+
+    /// `size` bytes at `offset` of file `ino`, as the client cache
+    /// configured serves them (see the module doc).
+    fn read(&self, ino: u64, f: &OpenFile, offset: u64, size: u64) -> std::io::Result<Vec<u8>> {
+        let Some(pages) = &self.pages else {
+            // The kernel caches: every read it sends is a miss.
+            return self.fetch(f, offset, size);
+        };
+        let end = offset.saturating_add(size).min(f.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        if lock(pages).lru.budget == 0 {
+            return self.fetch(f, offset, end - offset);
+        }
+        let first = offset / PAGE;
+        let mut got: Vec<Option<Arc<[u8]>>> = vec![None; ((end - 1) / PAGE - first + 1) as usize];
+        loop {
+            let mut waits: Vec<Arc<Flight>> = Vec::new();
+            let mut mine: Vec<usize> = Vec::new();
+            let mut flight = None;
+            {
+                let mut st = lock(pages);
+                for (i, g) in got.iter_mut().enumerate().filter(|(_, g)| g.is_none()) {
+                    let key = (ino, first + i as u64);
+                    if let Some(d) = st.lru.get(key) {
+                        *g = Some(d);
+                    } else if let Some(fl) = st.pending.get(&key) {
+                        if !waits.iter().any(|w| Arc::ptr_eq(w, fl)) {
+                            waits.push(fl.clone());
+                        }
+                    } else {
+                        mine.push(i);
+                    }
+                }
+                if !mine.is_empty() {
+                    let fl = Arc::new(Flight::default());
+                    for &i in &mine {
+                        st.pending.insert((ino, first + i as u64), fl.clone());
+                    }
+                    flight = Some(fl);
+                }
+            }
+            if let (Some(fl), Some(&lo), Some(&hi)) = (flight, mine.first(), mine.last()) {
+                let from = (first + lo as u64) * PAGE;
+                let bytes = ((first + hi as u64 + 1) * PAGE).min(f.size) - from;
+                let fetched = self.fetch(f, from, bytes);
+                let mut st = lock(pages);
+                for &i in &mine {
+                    st.pending.remove(&(ino, first + i as u64));
+                }
+                if let Ok(data) = &fetched {
+                    for &i in &mine {
+                        let at = ((i - lo) as u64 * PAGE) as usize;
+                        let page: Arc<[u8]> =
+                            data[at.min(data.len())..(at + PAGE as usize).min(data.len())].into();
+                        st.lru.insert((ino, first + i as u64), page.clone());
+                        got[i] = Some(page);
+                    }
+                }
+                drop(st);
+                fl.done();
+                fetched?;
+            }
+            // A page another read was fetching is taken from the cache once
+            // that read is done (or fetched here if it has left it already).
+            for w in &waits {
+                w.wait();
+            }
+            if waits.is_empty() {
+                break;
+            }
+        }
+        let mut out = Vec::with_capacity(got.len() * PAGE as usize);
+        for page in got.iter().flatten() {
+            out.extend_from_slice(page);
+        }
+        let skip = (offset - first * PAGE) as usize;
+        let take = (end - offset) as usize;
+        Ok(out
+            .get(skip..)
+            .map(|o| o[..take.min(o.len())].to_vec())
+            .unwrap_or_default())
     }
 }
 
@@ -174,7 +417,13 @@ pub struct Passthrough {
 }
 
 impl Passthrough {
-    pub fn new(root: &Path, meta: Duration, read: Duration, counters: Arc<Counters>) -> Self {
+    pub fn new(
+        root: &Path,
+        meta: Duration,
+        read: Duration,
+        cache: ClientCache,
+        counters: Arc<Counters>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..WORKERS {
@@ -198,6 +447,13 @@ impl Passthrough {
                 meta,
                 read,
                 counters,
+                pages: match cache {
+                    ClientCache::Kernel => None,
+                    ClientCache::Bounded(bytes) => Some(Mutex::new(Pages {
+                        lru: PageLru::new(bytes),
+                        pending: HashMap::new(),
+                    })),
+                },
                 inodes: Mutex::new(Inodes {
                     paths: vec![PathBuf::new()],
                     by_path,
@@ -282,11 +538,19 @@ impl fuser::Filesystem for Passthrough {
             let Some(rel) = s.rel(ino.0) else {
                 return reply.error(Errno::ENOENT);
             };
-            match std::fs::File::open(s.root.join(rel)) {
-                Ok(f) => {
+            let opened = std::fs::File::open(s.root.join(rel))
+                .and_then(|file| Ok((file.metadata()?.len(), file)));
+            match opened {
+                Ok((size, file)) => {
                     let fh = s.next_fh.fetch_add(1, Ordering::Relaxed);
-                    lock(&s.files).insert(fh, Arc::new(f));
-                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+                    lock(&s.files).insert(fh, Arc::new(OpenFile { file, size }));
+                    // With a client cache of the layer's own, the kernel
+                    // must keep none: it would hold every page read.
+                    let flags = match s.pages {
+                        None => FopenFlags::FOPEN_KEEP_CACHE,
+                        Some(_) => FopenFlags::FOPEN_DIRECT_IO,
+                    };
+                    reply.opened(FileHandle(fh), flags)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -296,7 +560,7 @@ impl fuser::Filesystem for Passthrough {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -308,25 +572,10 @@ impl fuser::Filesystem for Passthrough {
             let Some(f) = lock(&s.files).get(&fh.0).cloned() else {
                 return reply.error(Errno::EBADF);
             };
-            if !s.read.is_zero() {
-                std::thread::sleep(s.read);
+            match s.read(ino.0, &f, offset, size as u64) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(errno(&e)),
             }
-            let mut buf = vec![0u8; size as usize];
-            let mut done = 0usize;
-            let off = offset;
-            while done < buf.len() {
-                match f.read_at(&mut buf[done..], off + done as u64) {
-                    Ok(0) => break,
-                    Ok(k) => done += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return reply.error(errno(&e)),
-                }
-            }
-            s.counters.reads.fetch_add(1, Ordering::Relaxed);
-            s.counters
-                .read_bytes
-                .fetch_add(done as u64, Ordering::Relaxed);
-            reply.data(&buf[..done])
         });
     }
 
@@ -517,6 +766,7 @@ impl EmulatedMount {
             &self.source,
             self.lat.meta(),
             self.lat.read(),
+            self.lat.client_cache,
             self.counters.clone(),
         );
         let mut opts = fuser::Config::default();
@@ -539,7 +789,8 @@ impl EmulatedMount {
         super::mounts::wait_mounted(self.dir.path(), before, None)
     }
 
-    /// Unmounts; the kernel forgets every cached page and attribute of it.
+    /// Unmounts; the kernel forgets every cached page and attribute of it,
+    /// and the layer's own client cache goes with the filesystem.
     pub fn stop(&mut self) {
         if let Some(s) = self.session.take() {
             // Dropping the session unmounts, which ends its thread.
@@ -582,6 +833,109 @@ mod tests {
         fn flush(&self) {}
     }
 
+    /// A passthrough of `src` with no delay and `cache`; None (the test
+    /// skips) where FUSE cannot be mounted, outside CI.
+    fn mount_or_skip(src: &Path, cache: ClientCache) -> Option<EmulatedMount> {
+        let lat = crate::args::Latency {
+            meta_us: 0,
+            read_us: 0,
+            client_cache: cache,
+        };
+        match EmulatedMount::mount(src, &lat) {
+            Ok(m) => Some(m),
+            Err(e) if std::env::var_os("CI").is_none() => {
+                eprintln!(
+                    "skipped: cannot mount a FUSE passthrough here: {}",
+                    one_line(&e)
+                );
+                None
+            }
+            Err(e) => panic!("CI: cannot mount a FUSE passthrough: {}", one_line(&e)),
+        }
+    }
+
+    #[test]
+    fn the_client_cache_evicts_the_least_recently_used_page_first() {
+        let page = |b: u8| -> Arc<[u8]> { vec![b; PAGE as usize].into() };
+        let mut lru = PageLru::new(2 * PAGE + PAGE / 2);
+        lru.insert((1, 0), page(0));
+        lru.insert((1, 1), page(1));
+        // Used last: page 0 outlives page 1.
+        assert!(lru.get((1, 0)).is_some());
+        lru.insert((2, 0), page(2));
+        assert!(lru.get((1, 1)).is_none());
+        assert_eq!(lru.get((1, 0)).map(|p| p[0]), Some(0));
+        assert_eq!(lru.get((2, 0)).map(|p| p[0]), Some(2));
+        // A budget under one page holds nothing.
+        let mut none = PageLru::new(PAGE - 1);
+        none.insert((1, 0), page(0));
+        assert!(none.get((1, 0)).is_none());
+    }
+
+    /// Storage reads and bytes the layer counted while `f` ran.
+    fn storage_reads(m: &EmulatedMount, f: impl FnOnce()) -> (u64, u64) {
+        let a = m.counters.snapshot();
+        f();
+        let b = m.counters.snapshot();
+        (b.reads - a.reads, b.read_bytes - a.read_bytes)
+    }
+
+    /// What reaches the storage when a range is read twice: nothing the
+    /// second time from the kernel's page cache or a client cache that holds
+    /// it, everything again without a cache or once the cache evicted it.
+    #[test]
+    fn a_second_read_reaches_the_storage_only_when_no_cache_holds_it() {
+        let src = tempfile::tempdir().unwrap();
+        // Sixteen pages, the last one short.
+        let data: Vec<u8> = (0..16 * PAGE - 96).map(|i| (i % 251) as u8).collect();
+        std::fs::write(src.path().join("f"), &data).unwrap();
+        let page = PAGE as usize;
+        let read = |m: &EmulatedMount, off: usize, len: usize| {
+            let f = std::fs::File::open(m.path().join("f")).unwrap();
+            let mut buf = vec![0u8; len];
+            let n = f.read_at(&mut buf, off as u64).unwrap();
+            assert_eq!(
+                &buf[..n],
+                &data[off.min(data.len())..(off + len).min(data.len())]
+            );
+        };
+
+        let Some(m) = mount_or_skip(src.path(), ClientCache::Kernel) else {
+            return;
+        };
+        assert!(storage_reads(&m, || read(&m, page, 2 * page)).0 >= 1);
+        assert_eq!(storage_reads(&m, || read(&m, page, 2 * page)), (0, 0));
+        drop(m);
+
+        // No cache: each read is one round trip for exactly what it asked.
+        let m = mount_or_skip(src.path(), ClientCache::Bounded(0)).unwrap();
+        for _ in 0..2 {
+            assert_eq!(storage_reads(&m, || read(&m, 100, 5000)), (1, 5000));
+        }
+        // Past the end of the file: the client knows the size.
+        assert_eq!(storage_reads(&m, || read(&m, data.len(), 10)), (0, 0));
+        drop(m);
+
+        // A cache of two pages: whole pages fetched, held until evicted.
+        let m = mount_or_skip(src.path(), ClientCache::Bounded(2 * PAGE)).unwrap();
+        assert_eq!(
+            storage_reads(&m, || read(&m, page, 2 * page)),
+            (1, 2 * PAGE)
+        );
+        assert_eq!(storage_reads(&m, || read(&m, page, 2 * page)), (0, 0));
+        // Page 0 evicts page 1, used less recently than page 2.
+        assert_eq!(storage_reads(&m, || read(&m, 0, page)), (1, PAGE));
+        assert_eq!(storage_reads(&m, || read(&m, 2 * page, page)), (0, 0));
+        assert_eq!(storage_reads(&m, || read(&m, page, 2 * page)), (1, PAGE));
+        assert_eq!(storage_reads(&m, || read(&m, page + 10, 100)), (0, 0));
+        // The last page is fetched as far as the file goes.
+        let tail = data.len() - 10;
+        assert_eq!(
+            storage_reads(&m, || read(&m, tail, 100)),
+            (1, data.len() as u64 % PAGE)
+        );
+    }
+
     static WARNINGS: FuserWarnings = FuserWarnings(Mutex::new(Vec::new()));
 
     /// What every `open()` of Python or C stdio sends through the layer:
@@ -597,6 +951,7 @@ mod tests {
         let lat = crate::args::Latency {
             meta_us: 0,
             read_us: 0,
+            client_cache: ClientCache::Kernel,
         };
         let m = match EmulatedMount::mount(src.path(), &lat) {
             Ok(m) => m,
