@@ -92,7 +92,10 @@ pub struct BenchArgs {
     /// sampler's group_bytes).
     #[arg(long, default_value = "4M", value_parser = crate::size::parse_size)]
     pub group_bytes: u64,
-    /// `grouped`: groups read at once (as the sampler's window).
+    /// `grouped`: groups read at once (as the sampler's window). Each group
+    /// being read keeps about one readahead window (128 KiB) of the image
+    /// in use, so the reader's caches must hold WINDOW of them or the order
+    /// costs the storage what a shuffle does (see --client-cache).
     #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     pub window: usize,
     /// Modules for the `import` workload, comma-separated (e.g. numpy,pandas).
@@ -119,8 +122,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "META_US[,READ_US]")]
     pub emulate_latency: Option<String>,
     /// With --emulate-latency: the client's cache of file data is SIZE
-    /// bytes of pages kept by the passthrough (least recently used evicted
-    /// first; `none`: no cache), and the kernel's page cache keeps none of
+    /// bytes kept by the passthrough in 128 KiB chunks (least recently used
+    /// evicted first; `none`: no cache), and the kernel's page cache keeps none of
     /// the files read through it (direct I/O), on both sides. Emulates a
     /// data set much larger than the client's memory, where every read the
     /// caches of this size and packfs's own --cache-size miss reaches the
@@ -222,8 +225,8 @@ pub enum ClientCache {
     /// The kernel's page cache, every page kept for the life of the mount.
     #[default]
     Kernel,
-    /// No page cache; pages of at most this many bytes kept by the layer
-    /// (`--client-cache SIZE`, 0 for `none`).
+    /// No page cache; at most this many bytes of file data kept by the
+    /// layer (`--client-cache SIZE`, 0 for `none`).
     Bounded(u64),
 }
 

@@ -23,30 +23,34 @@
 //! storage about the same. `--client-cache SIZE|none` emulates the case of
 //! a data set much larger than the client's memory: files are opened with
 //! `FOPEN_DIRECT_IO`, so the kernel keeps no page of them, and the layer
-//! keeps its own least-recently-used cache of pages of at most SIZE bytes
-//! (none: nothing), standing in for the client's page cache. A read that
-//! finds every page it needs there costs no round trip; one that misses any
-//! fetches the pages from its first missing page to its last in one round
-//! trip (one storage read, counted with the bytes fetched), as a client
-//! sends one request for a run of pages; a read that needs a page another
-//! read is fetching waits for it, as a client's readers wait on a page
-//! being read in. Not emulated: the client's own readahead (a read fetches
-//! no page beyond what it asked), and the sharing of that memory with
-//! anything else. A read at or past the end of a file is answered without a
-//! round trip, as a client that knows the file's size from its attributes
-//! answers it. Both sides get the same treatment, each from its own layer
-//! and so its own cache of SIZE: the raw tree's files, read through the
-//! passthrough of the tree, and the image, read by packfs's mount through
-//! the passthrough of its directory.
+//! keeps its own least-recently-used cache of at most SIZE bytes, standing
+//! in for the client's page cache. It fetches and keeps aligned chunks of
+//! the kernel's default readahead window: a read that finds every chunk it
+//! needs there costs no round trip; one that misses any fetches the chunks
+//! from its first missing one to its last in one round trip (one storage
+//! read, counted with the bytes fetched), as a client sends one request for
+//! a run of pages; a read that needs a chunk another read is fetching waits
+//! for it, as a client's readers wait on a page being read in. With `none`
+//! nothing is kept and each read fetches exactly what it asked. Not
+//! emulated: readahead beyond the chunk a read falls in, and the sharing of
+//! the client's memory with anything else. A read at or past the end of a
+//! file is answered without a round trip, as a client that knows the
+//! file's size from its attributes answers it. Both sides get the same
+//! treatment, each from its own layer and so its own cache of SIZE: the
+//! raw tree's files, read through the passthrough of the tree, and the
+//! image, read by packfs's mount through the passthrough of its directory.
 //!
 //! The kernel still serves `posix_fadvise(WILLNEED)` on such a file by
-//! reading pages into its page cache through the layer, pages that the
-//! direct reads after it do not use: packfs's own mount hints each block
-//! of the image that way before reading it. With a client cache that read
-//! lands in it and the read that follows finds it there, as on a real
-//! client; with `none` both reach the storage, so `none` charges the first
-//! read of each block twice. (The hinted pages stay in the page cache, so a
-//! hint of a range hinted before reaches nothing.)
+//! reading the hinted range (a readahead window at most) into its page
+//! cache through the layer, pages the direct reads after it do not use:
+//! packfs's own mount hints each block of the image that way, widened to
+//! whole windows, before reading it. With a client cache that read fills
+//! the chunk and the read that follows finds it there, or the other way
+//! round when the read overtakes the hint, as on a real client where both
+//! go through one page cache; with `none` both reach the storage, so
+//! `none` charges the first read of each window twice. (The hinted pages
+//! stay in the page cache, so a hint of a range hinted before reaches
+//! nothing.)
 //!
 //! The files packfs's own mount serves are not read through this layer:
 //! the kernel keeps their pages as for any mount, so a warm epoch of the
@@ -73,9 +77,11 @@ use super::error::{BenchError, Context};
 
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 const WORKERS: usize = 32;
-/// The unit of the layer's own client cache: a page, as a network
-/// filesystem's client caches file data.
-const PAGE: u64 = 4096;
+/// The unit the layer's own client cache fetches and keeps: an aligned
+/// chunk as large as the kernel's default readahead window, which is also
+/// what `posix_fadvise(WILLNEED)` reads into the page cache at once (see
+/// the module doc).
+const CHUNK: u64 = 128 << 10;
 
 /// Operations that reached the storage through the layer.
 #[derive(Debug, Default)]
@@ -133,7 +139,7 @@ struct OpenFile {
     size: u64,
 }
 
-/// A fetch of pages under way, which readers needing one of its pages wait
+/// A fetch of chunks under way, which readers needing one of its chunks wait
 /// for rather than sending a round trip of their own.
 #[derive(Default)]
 struct Flight {
@@ -156,29 +162,29 @@ impl Flight {
 }
 
 /// The layer's own client cache and the fetches that will fill it.
-struct Pages {
-    lru: PageLru,
-    pending: HashMap<PageKey, Arc<Flight>>,
+struct Chunks {
+    lru: ChunkLru,
+    pending: HashMap<ChunkKey, Arc<Flight>>,
 }
 
-/// Pages of a file, by (inode, page number).
-type PageKey = (u64, u64);
+/// Chunks of a file, by (inode, chunk number).
+type ChunkKey = (u64, u64);
 
-/// The layer's own client cache (`--client-cache SIZE`): whole pages, the
-/// least recently used evicted first once more than `budget` pages are held.
-struct PageLru {
+/// The layer's own client cache (`--client-cache SIZE`): whole chunks, the
+/// least recently used evicted first once more than `budget` chunks are held.
+struct ChunkLru {
     budget: usize,
-    pages: HashMap<PageKey, (u64, Arc<[u8]>)>,
-    /// Last use (a tick of `clock`) to page, oldest first.
-    by_use: BTreeMap<u64, PageKey>,
+    chunks: HashMap<ChunkKey, (u64, Arc<[u8]>)>,
+    /// Last use (a tick of `clock`) to chunk, oldest first.
+    by_use: BTreeMap<u64, ChunkKey>,
     clock: u64,
 }
 
-impl PageLru {
+impl ChunkLru {
     fn new(budget_bytes: u64) -> Self {
-        PageLru {
-            budget: (budget_bytes / PAGE) as usize,
-            pages: HashMap::new(),
+        ChunkLru {
+            budget: (budget_bytes / CHUNK) as usize,
+            chunks: HashMap::new(),
             by_use: BTreeMap::new(),
             clock: 0,
         }
@@ -189,30 +195,30 @@ impl PageLru {
         self.clock
     }
 
-    /// The page, marked as just used.
-    fn get(&mut self, key: PageKey) -> Option<Arc<[u8]>> {
+    /// The chunk, marked as just used.
+    fn get(&mut self, key: ChunkKey) -> Option<Arc<[u8]>> {
         let now = self.tick();
-        let (used, data) = self.pages.get_mut(&key)?;
+        let (used, data) = self.chunks.get_mut(&key)?;
         self.by_use.remove(used);
         *used = now;
         self.by_use.insert(now, key);
         Some(data.clone())
     }
 
-    fn insert(&mut self, key: PageKey, data: Arc<[u8]>) {
+    fn insert(&mut self, key: ChunkKey, data: Arc<[u8]>) {
         if self.budget == 0 {
             return;
         }
         let now = self.tick();
-        if let Some((old, _)) = self.pages.insert(key, (now, data)) {
+        if let Some((old, _)) = self.chunks.insert(key, (now, data)) {
             self.by_use.remove(&old);
         }
         self.by_use.insert(now, key);
-        while self.pages.len() > self.budget {
+        while self.chunks.len() > self.budget {
             let Some((_, oldest)) = self.by_use.pop_first() else {
                 break;
             };
-            self.pages.remove(&oldest);
+            self.chunks.remove(&oldest);
         }
     }
 }
@@ -222,8 +228,8 @@ struct Shared {
     meta: Duration,
     read: Duration,
     counters: Arc<Counters>,
-    /// Pages kept by the layer itself; None when the kernel keeps them.
-    pages: Option<Mutex<Pages>>,
+    /// Chunks kept by the layer itself; None when the kernel keeps pages.
+    chunks: Option<Mutex<Chunks>>,
     inodes: Mutex<Inodes>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     dirs: Mutex<HashMap<u64, DirListing>>,
@@ -277,7 +283,7 @@ impl Shared {
     /// `size` bytes at `offset` of file `ino`, as the client cache
     /// configured serves them (see the module doc).
     fn read(&self, ino: u64, f: &OpenFile, offset: u64, size: u64) -> std::io::Result<Vec<u8>> {
-        let Some(pages) = &self.pages else {
+        let Some(chunks) = &self.chunks else {
             // The kernel caches: every read it sends is a miss.
             return self.fetch(f, offset, size);
         };
@@ -285,17 +291,17 @@ impl Shared {
         if offset >= end {
             return Ok(Vec::new());
         }
-        if lock(pages).lru.budget == 0 {
+        if lock(chunks).lru.budget == 0 {
             return self.fetch(f, offset, end - offset);
         }
-        let first = offset / PAGE;
-        let mut got: Vec<Option<Arc<[u8]>>> = vec![None; ((end - 1) / PAGE - first + 1) as usize];
+        let first = offset / CHUNK;
+        let mut got: Vec<Option<Arc<[u8]>>> = vec![None; ((end - 1) / CHUNK - first + 1) as usize];
         loop {
             let mut waits: Vec<Arc<Flight>> = Vec::new();
             let mut mine: Vec<usize> = Vec::new();
             let mut flight = None;
             {
-                let mut st = lock(pages);
+                let mut st = lock(chunks);
                 for (i, g) in got.iter_mut().enumerate().filter(|(_, g)| g.is_none()) {
                     let key = (ino, first + i as u64);
                     if let Some(d) = st.lru.get(key) {
@@ -317,27 +323,27 @@ impl Shared {
                 }
             }
             if let (Some(fl), Some(&lo), Some(&hi)) = (flight, mine.first(), mine.last()) {
-                let from = (first + lo as u64) * PAGE;
-                let bytes = ((first + hi as u64 + 1) * PAGE).min(f.size) - from;
+                let from = (first + lo as u64) * CHUNK;
+                let bytes = ((first + hi as u64 + 1) * CHUNK).min(f.size) - from;
                 let fetched = self.fetch(f, from, bytes);
-                let mut st = lock(pages);
+                let mut st = lock(chunks);
                 for &i in &mine {
                     st.pending.remove(&(ino, first + i as u64));
                 }
                 if let Ok(data) = &fetched {
                     for &i in &mine {
-                        let at = ((i - lo) as u64 * PAGE) as usize;
-                        let page: Arc<[u8]> =
-                            data[at.min(data.len())..(at + PAGE as usize).min(data.len())].into();
-                        st.lru.insert((ino, first + i as u64), page.clone());
-                        got[i] = Some(page);
+                        let at = ((i - lo) as u64 * CHUNK) as usize;
+                        let chunk: Arc<[u8]> =
+                            data[at.min(data.len())..(at + CHUNK as usize).min(data.len())].into();
+                        st.lru.insert((ino, first + i as u64), chunk.clone());
+                        got[i] = Some(chunk);
                     }
                 }
                 drop(st);
                 fl.done();
                 fetched?;
             }
-            // A page another read was fetching is taken from the cache once
+            // A chunk another read was fetching is taken from the cache once
             // that read is done (or fetched here if it has left it already).
             for w in &waits {
                 w.wait();
@@ -346,11 +352,11 @@ impl Shared {
                 break;
             }
         }
-        let mut out = Vec::with_capacity(got.len() * PAGE as usize);
-        for page in got.iter().flatten() {
-            out.extend_from_slice(page);
+        let mut out = Vec::with_capacity(got.len() * CHUNK as usize);
+        for chunk in got.iter().flatten() {
+            out.extend_from_slice(chunk);
         }
-        let skip = (offset - first * PAGE) as usize;
+        let skip = (offset - first * CHUNK) as usize;
         let take = (end - offset) as usize;
         Ok(out
             .get(skip..)
@@ -447,10 +453,10 @@ impl Passthrough {
                 meta,
                 read,
                 counters,
-                pages: match cache {
+                chunks: match cache {
                     ClientCache::Kernel => None,
-                    ClientCache::Bounded(bytes) => Some(Mutex::new(Pages {
-                        lru: PageLru::new(bytes),
+                    ClientCache::Bounded(bytes) => Some(Mutex::new(Chunks {
+                        lru: ChunkLru::new(bytes),
                         pending: HashMap::new(),
                     })),
                 },
@@ -546,7 +552,7 @@ impl fuser::Filesystem for Passthrough {
                     lock(&s.files).insert(fh, Arc::new(OpenFile { file, size }));
                     // With a client cache of the layer's own, the kernel
                     // must keep none: it would hold every page read.
-                    let flags = match s.pages {
+                    let flags = match s.chunks {
                         None => FopenFlags::FOPEN_KEEP_CACHE,
                         Some(_) => FopenFlags::FOPEN_DIRECT_IO,
                     };
@@ -855,20 +861,20 @@ mod tests {
     }
 
     #[test]
-    fn the_client_cache_evicts_the_least_recently_used_page_first() {
-        let page = |b: u8| -> Arc<[u8]> { vec![b; PAGE as usize].into() };
-        let mut lru = PageLru::new(2 * PAGE + PAGE / 2);
-        lru.insert((1, 0), page(0));
-        lru.insert((1, 1), page(1));
-        // Used last: page 0 outlives page 1.
+    fn the_client_cache_evicts_the_least_recently_used_chunk_first() {
+        let chunk = |b: u8| -> Arc<[u8]> { vec![b; CHUNK as usize].into() };
+        let mut lru = ChunkLru::new(2 * CHUNK + CHUNK / 2);
+        lru.insert((1, 0), chunk(0));
+        lru.insert((1, 1), chunk(1));
+        // Used last: chunk 0 outlives chunk 1.
         assert!(lru.get((1, 0)).is_some());
-        lru.insert((2, 0), page(2));
+        lru.insert((2, 0), chunk(2));
         assert!(lru.get((1, 1)).is_none());
-        assert_eq!(lru.get((1, 0)).map(|p| p[0]), Some(0));
-        assert_eq!(lru.get((2, 0)).map(|p| p[0]), Some(2));
-        // A budget under one page holds nothing.
-        let mut none = PageLru::new(PAGE - 1);
-        none.insert((1, 0), page(0));
+        assert_eq!(lru.get((1, 0)).map(|c| c[0]), Some(0));
+        assert_eq!(lru.get((2, 0)).map(|c| c[0]), Some(2));
+        // A budget under one chunk holds nothing.
+        let mut none = ChunkLru::new(CHUNK - 1);
+        none.insert((1, 0), chunk(0));
         assert!(none.get((1, 0)).is_none());
     }
 
@@ -883,13 +889,14 @@ mod tests {
     /// What reaches the storage when a range is read twice: nothing the
     /// second time from the kernel's page cache or a client cache that holds
     /// it, everything again without a cache or once the cache evicted it.
+    /// (Reads stay under a chunk: the kernel may split a larger one.)
     #[test]
     fn a_second_read_reaches_the_storage_only_when_no_cache_holds_it() {
         let src = tempfile::tempdir().unwrap();
-        // Sixteen pages, the last one short.
-        let data: Vec<u8> = (0..16 * PAGE - 96).map(|i| (i % 251) as u8).collect();
+        // Sixteen chunks, the last one short.
+        let data: Vec<u8> = (0..16 * CHUNK - 96).map(|i| (i % 251) as u8).collect();
         std::fs::write(src.path().join("f"), &data).unwrap();
-        let page = PAGE as usize;
+        let c = CHUNK as usize;
         let read = |m: &EmulatedMount, off: usize, len: usize| {
             let f = std::fs::File::open(m.path().join("f")).unwrap();
             let mut buf = vec![0u8; len];
@@ -899,12 +906,14 @@ mod tests {
                 &data[off.min(data.len())..(off + len).min(data.len())]
             );
         };
+        // Across the end of chunk 0 into chunk 1.
+        let across = |m: &EmulatedMount| read(m, c - 100, 200);
 
         let Some(m) = mount_or_skip(src.path(), ClientCache::Kernel) else {
             return;
         };
-        assert!(storage_reads(&m, || read(&m, page, 2 * page)).0 >= 1);
-        assert_eq!(storage_reads(&m, || read(&m, page, 2 * page)), (0, 0));
+        assert!(storage_reads(&m, || across(&m)).0 >= 1);
+        assert_eq!(storage_reads(&m, || across(&m)), (0, 0));
         drop(m);
 
         // No cache: each read is one round trip for exactly what it asked.
@@ -916,23 +925,21 @@ mod tests {
         assert_eq!(storage_reads(&m, || read(&m, data.len(), 10)), (0, 0));
         drop(m);
 
-        // A cache of two pages: whole pages fetched, held until evicted.
-        let m = mount_or_skip(src.path(), ClientCache::Bounded(2 * PAGE)).unwrap();
-        assert_eq!(
-            storage_reads(&m, || read(&m, page, 2 * page)),
-            (1, 2 * PAGE)
-        );
-        assert_eq!(storage_reads(&m, || read(&m, page, 2 * page)), (0, 0));
-        // Page 0 evicts page 1, used less recently than page 2.
-        assert_eq!(storage_reads(&m, || read(&m, 0, page)), (1, PAGE));
-        assert_eq!(storage_reads(&m, || read(&m, 2 * page, page)), (0, 0));
-        assert_eq!(storage_reads(&m, || read(&m, page, 2 * page)), (1, PAGE));
-        assert_eq!(storage_reads(&m, || read(&m, page + 10, 100)), (0, 0));
-        // The last page is fetched as far as the file goes.
+        // A cache of two chunks: whole chunks fetched, held until evicted.
+        let m = mount_or_skip(src.path(), ClientCache::Bounded(2 * CHUNK)).unwrap();
+        assert_eq!(storage_reads(&m, || across(&m)), (1, 2 * CHUNK));
+        assert_eq!(storage_reads(&m, || across(&m)), (0, 0));
+        // Chunk 2 evicts chunk 0, used less recently than chunk 1.
+        assert_eq!(storage_reads(&m, || read(&m, 2 * c, 100)), (1, CHUNK));
+        assert_eq!(storage_reads(&m, || read(&m, c + 5, 100)), (0, 0));
+        // Chunk 0 is fetched alone (chunk 1 is held) and evicts chunk 2.
+        assert_eq!(storage_reads(&m, || across(&m)), (1, CHUNK));
+        assert_eq!(storage_reads(&m, || read(&m, 2 * c + 10, 100)), (1, CHUNK));
+        // The last chunk is fetched as far as the file goes.
         let tail = data.len() - 10;
         assert_eq!(
             storage_reads(&m, || read(&m, tail, 100)),
-            (1, data.len() as u64 % PAGE)
+            (1, data.len() as u64 % CHUNK)
         );
     }
 

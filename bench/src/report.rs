@@ -395,7 +395,7 @@ fn notes(rep: &Report) -> String {
                 None => "the kernel's page cache, unbounded".to_string(),
                 Some(0) => "none (direct I/O)".to_string(),
                 Some(b) => format!(
-                    "{} of pages in the passthrough (direct I/O, no page cache)",
+                    "{} in the passthrough (direct I/O, no page cache)",
                     crate::size::human(b)
                 ),
             }
@@ -554,7 +554,7 @@ mod tests {
         rep.config.emulate_latency = latency(Some(256 << 20));
         let n = notes(&rep);
         assert!(
-            n.contains("client cache of file data: 256.0 MiB of pages in the passthrough"),
+            n.contains("client cache of file data: 256.0 MiB in the passthrough"),
             "{n}"
         );
     }
