@@ -92,7 +92,10 @@ pub struct BenchArgs {
     /// sampler's group_bytes).
     #[arg(long, default_value = "4M", value_parser = crate::size::parse_size)]
     pub group_bytes: u64,
-    /// `grouped`: groups read at once (as the sampler's window).
+    /// `grouped`: groups read at once (as the sampler's window). Each group
+    /// being read keeps about one readahead window (128 KiB) of the image
+    /// in use, so the reader's caches must hold WINDOW of them or the order
+    /// costs the storage what a shuffle does (see --client-cache).
     #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     pub window: usize,
     /// Modules for the `import` workload, comma-separated (e.g. numpy,pandas).
@@ -118,6 +121,16 @@ pub struct BenchArgs {
     /// network filesystem; see docs/BENCH_JSON.md).
     #[arg(long, value_name = "META_US[,READ_US]")]
     pub emulate_latency: Option<String>,
+    /// With --emulate-latency: the client's cache of file data is SIZE
+    /// bytes kept by the passthrough in 128 KiB chunks (least recently used
+    /// evicted first; `none`: no cache), and the kernel's page cache keeps none of
+    /// the files read through it (direct I/O), on both sides. Emulates a
+    /// data set much larger than the client's memory, where every read the
+    /// caches of this size and packfs's own --cache-size miss reaches the
+    /// storage. Compare cold epochs: the kernel still caches the files
+    /// packfs's mount serves. Default: the kernel's page cache, unbounded.
+    #[arg(long, value_name = "SIZE|none", value_parser = client_cache)]
+    pub client_cache: Option<ClientCache>,
     /// Write the results as JSON (schema: docs/BENCH_JSON.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -165,6 +178,14 @@ fn thread_count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--client-cache`: a size, or `none` for no cache at all.
+fn client_cache(s: &str) -> Result<ClientCache, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(ClientCache::Bounded(0));
+    }
+    crate::size::parse_size(s).map(ClientCache::Bounded)
+}
+
 /// A count that must be at least 1.
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
@@ -198,11 +219,25 @@ pub fn parse_mountpoint(spec: &str, index: usize) -> External {
     }
 }
 
+/// What caches file data read through the latency-emulating passthrough.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientCache {
+    /// The kernel's page cache, every page kept for the life of the mount.
+    #[default]
+    Kernel,
+    /// No page cache; at most this many bytes of file data kept by the
+    /// layer (`--client-cache SIZE`, 0 for `none`).
+    Bounded(u64),
+}
+
 /// `--emulate-latency META_US[,READ_US]`; READ_US defaults to META_US.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct Latency {
     pub meta_us: u64,
     pub read_us: u64,
+    /// `--client-cache`: what caches the file data read through the layer.
+    #[serde(skip)]
+    pub client_cache: ClientCache,
 }
 
 impl Latency {
@@ -229,6 +264,7 @@ impl Latency {
         Ok(Latency {
             meta_us: meta,
             read_us: read,
+            client_cache: ClientCache::Kernel,
         })
     }
     pub fn meta(&self) -> Duration {
@@ -265,6 +301,12 @@ pub fn validate(a: &BenchArgs) -> Result<(), BenchError> {
     if a.emulate_latency.is_some() && !a.mountpoints.is_empty() {
         usage!("--emulate-latency cannot be combined with --mountpoint: an existing mount does not read through the emulation layer");
     }
+    if a.client_cache.is_some() && a.emulate_latency.is_none() {
+        usage!("--client-cache needs --emulate-latency: it is the cache of the emulated network filesystem's client");
+    }
+    if a.client_cache.is_some() && a.mount_io == Some(mountfs::source::IoMode::Mmap) {
+        usage!("--client-cache cannot be combined with --mount-io mmap: a memory map of the image is served from the kernel's page cache, which --client-cache keeps out");
+    }
     if a.sample_size == 0 {
         usage!("--sample-size must be positive");
     }
@@ -292,4 +334,40 @@ pub fn parse(argv: &[&str]) -> BenchArgs {
     Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied()))
         .unwrap()
         .a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage_error(argv: &[&str]) -> String {
+        match validate(&parse(argv)) {
+            Err(e @ BenchError::Usage(_)) => e.to_string(),
+            other => panic!("{argv:?}: not a usage error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn client_cache_is_a_size_or_none_and_needs_emulated_latency() {
+        let lat = ["--raw", "r", "--image", "i", "--emulate-latency", "500,100"];
+        let cache = |v: &str| {
+            let argv: Vec<&str> = lat.iter().copied().chain(["--client-cache", v]).collect();
+            let a = parse(&argv);
+            assert!(validate(&a).is_ok());
+            a.client_cache
+        };
+        assert_eq!(parse(&lat).client_cache, None);
+        assert_eq!(cache("none"), Some(ClientCache::Bounded(0)));
+        assert_eq!(cache("64M"), Some(ClientCache::Bounded(64 << 20)));
+
+        let e = usage_error(&["--raw", "r", "--image", "i", "--client-cache", "1G"]);
+        assert!(e.contains("--client-cache needs --emulate-latency"), "{e}");
+        let argv: Vec<&str> = lat
+            .iter()
+            .copied()
+            .chain(["--client-cache", "1G", "--mount-io", "mmap"])
+            .collect();
+        let e = usage_error(&argv);
+        assert!(e.contains("cannot be combined with --mount-io mmap"), "{e}");
+    }
 }

@@ -2,7 +2,7 @@
 //! whole document (types in `report`), which echoes everything that
 //! changes what was measured so a result file explains itself.
 
-use super::args::{BenchArgs, Workload};
+use super::args::{BenchArgs, ClientCache, Workload};
 use super::grid::Cell;
 use super::plan::{Ctx, Prepared};
 use super::report::{self, Report, Run};
@@ -88,6 +88,10 @@ fn config(a: &BenchArgs, p: &Prepared) -> report::Config {
         emulate_latency: p.latency.map(|l| report::LatencyConfig {
             meta_us: l.meta_us,
             read_us: l.read_us,
+            client_cache_bytes: match l.client_cache {
+                ClientCache::Kernel => None,
+                ClientCache::Bounded(b) => Some(b),
+            },
         }),
         verified: !a.no_verify,
         cold_method: p.ctx.method.name().to_string(),
@@ -166,6 +170,12 @@ fn side_info(ctx: &Ctx, s: &Side) -> report::SideInfo {
         path: s.root(&ctx.raw).display().to_string(),
         cold,
         storage_source: source,
+        block_cache_bytes: match &s.kind {
+            SideKind::Packfs { mount, .. } => mount
+                .stats()
+                .and_then(|v| v.get("cache")?.get("budget")?.as_u64()),
+            _ => None,
+        },
     }
 }
 

@@ -11,16 +11,58 @@
 //!
 //! Requests are answered from a pool of threads so that N application
 //! threads overlap their round trips as they would against a real server.
-//! Attributes and pages are cached by the kernel for as long as the mount
+//! Attributes and names are cached by the kernel for as long as the mount
 //! lives (the data never changes during a run), which stands in for the
-//! client-side caching of a network filesystem; a cold run remounts.
+//! client-side metadata caching of a network filesystem; a cold run
+//! remounts.
+//!
+//! File data is cached as [`ClientCache`] says. By default the kernel keeps
+//! every page read (`FOPEN_KEEP_CACHE`) for the life of the mount: a client
+//! whose cache holds the whole data set, which is what a machine with more
+//! memory than the image gives, and which makes every read order cost the
+//! storage about the same. `--client-cache SIZE|none` emulates the case of
+//! a data set much larger than the client's memory: files are opened with
+//! `FOPEN_DIRECT_IO`, so the kernel keeps no page of them, and the layer
+//! keeps its own least-recently-used cache of at most SIZE bytes, standing
+//! in for the client's page cache. It fetches and keeps aligned chunks of
+//! the kernel's default readahead window: a read that finds every chunk it
+//! needs there costs no round trip; one that misses any fetches the chunks
+//! from its first missing one to its last in one round trip (one storage
+//! read, counted with the bytes fetched), as a client sends one request for
+//! a run of pages; a read that needs a chunk another read is fetching waits
+//! for it, as a client's readers wait on a page being read in. With `none`
+//! nothing is kept and each read fetches exactly what it asked. Not
+//! emulated: readahead beyond the chunk a read falls in, and the sharing of
+//! the client's memory with anything else. A read at or past the end of a
+//! file is answered without a round trip, as a client that knows the
+//! file's size from its attributes answers it. Both sides get the same
+//! treatment, each from its own layer and so its own cache of SIZE: the
+//! raw tree's files, read through the passthrough of the tree, and the
+//! image, read by packfs's mount through the passthrough of its directory.
+//!
+//! The kernel still serves `posix_fadvise(WILLNEED)` on such a file by
+//! reading the hinted range (a readahead window at most) into its page
+//! cache through the layer, pages the direct reads after it do not use:
+//! packfs's own mount hints each block of the image that way, widened to
+//! whole windows, before reading it. With a client cache that read fills
+//! the chunk and the read that follows finds it there, or the other way
+//! round when the read overtakes the hint, as on a real client where both
+//! go through one page cache; with `none` both reach the storage, so
+//! `none` charges the first read of each window twice. (The hinted pages
+//! stay in the page cache, so a hint of a range hinted before reaches
+//! nothing.)
+//!
+//! The files packfs's own mount serves are not read through this layer:
+//! the kernel keeps their pages as for any mount, so a warm epoch of the
+//! packfs side reads them from there. Within one epoch each file is read
+//! once, so a cold epoch is what compares orders of reading.
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
     IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -30,10 +72,16 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
+use super::args::ClientCache;
 use super::error::{BenchError, Context};
 
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 const WORKERS: usize = 32;
+/// The unit the layer's own client cache fetches and keeps: an aligned
+/// chunk as large as the kernel's default readahead window, which is also
+/// what `posix_fadvise(WILLNEED)` reads into the page cache at once (see
+/// the module doc).
+const CHUNK: u64 = 128 << 10;
 
 /// Operations that reached the storage through the layer.
 #[derive(Debug, Default)]
@@ -84,13 +132,106 @@ impl Inodes {
 
 type DirListing = Arc<Vec<(u64, FileType, OsString)>>;
 
+/// A file opened through the layer.
+struct OpenFile {
+    file: std::fs::File,
+    /// Its size at open: the data does not change during a run.
+    size: u64,
+}
+
+/// A fetch of chunks under way, which readers needing one of its chunks wait
+/// for rather than sending a round trip of their own.
+#[derive(Default)]
+struct Flight {
+    done: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Flight {
+    fn done(&self) {
+        *lock(&self.done) = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut d = lock(&self.done);
+        while !*d {
+            d = self.cv.wait(d).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// The layer's own client cache and the fetches that will fill it.
+struct Chunks {
+    lru: ChunkLru,
+    pending: HashMap<ChunkKey, Arc<Flight>>,
+}
+
+/// Chunks of a file, by (inode, chunk number).
+type ChunkKey = (u64, u64);
+
+/// The layer's own client cache (`--client-cache SIZE`): whole chunks, the
+/// least recently used evicted first once more than `budget` chunks are held.
+struct ChunkLru {
+    budget: usize,
+    chunks: HashMap<ChunkKey, (u64, Arc<[u8]>)>,
+    /// Last use (a tick of `clock`) to chunk, oldest first.
+    by_use: BTreeMap<u64, ChunkKey>,
+    clock: u64,
+}
+
+impl ChunkLru {
+    fn new(budget_bytes: u64) -> Self {
+        ChunkLru {
+            budget: (budget_bytes / CHUNK) as usize,
+            chunks: HashMap::new(),
+            by_use: BTreeMap::new(),
+            clock: 0,
+        }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// The chunk, marked as just used.
+    fn get(&mut self, key: ChunkKey) -> Option<Arc<[u8]>> {
+        let now = self.tick();
+        let (used, data) = self.chunks.get_mut(&key)?;
+        self.by_use.remove(used);
+        *used = now;
+        self.by_use.insert(now, key);
+        Some(data.clone())
+    }
+
+    fn insert(&mut self, key: ChunkKey, data: Arc<[u8]>) {
+        if self.budget == 0 {
+            return;
+        }
+        let now = self.tick();
+        if let Some((old, _)) = self.chunks.insert(key, (now, data)) {
+            self.by_use.remove(&old);
+        }
+        self.by_use.insert(now, key);
+        while self.chunks.len() > self.budget {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.chunks.remove(&oldest);
+        }
+    }
+}
+
 struct Shared {
     root: PathBuf,
     meta: Duration,
     read: Duration,
     counters: Arc<Counters>,
+    /// Chunks kept by the layer itself; None when the kernel keeps pages.
+    chunks: Option<Mutex<Chunks>>,
     inodes: Mutex<Inodes>,
-    files: Mutex<HashMap<u64, Arc<std::fs::File>>>,
+    files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     dirs: Mutex<HashMap<u64, DirListing>>,
     next_fh: AtomicU64,
 }
@@ -113,6 +254,114 @@ impl Shared {
     fn attr(&self, ino: u64, rel: &Path) -> std::io::Result<FileAttr> {
         let m = std::fs::symlink_metadata(self.root.join(rel))?;
         Ok(to_attr(ino, &m))
+    }
+
+    /// One round trip to the storage: `len` bytes at `off` (fewer at the
+    /// end of the file), counted.
+    fn fetch(&self, f: &OpenFile, off: u64, len: u64) -> std::io::Result<Vec<u8>> {
+        if !self.read.is_zero() {
+            std::thread::sleep(self.read);
+        }
+        let mut buf = vec![0u8; len as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            match f.file.read_at(&mut buf[done..], off + done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .read_bytes
+            .fetch_add(done as u64, Ordering::Relaxed);
+        Ok(buf)
+    }
+
+    /// `size` bytes at `offset` of file `ino`, as the client cache
+    /// configured serves them (see the module doc).
+    fn read(&self, ino: u64, f: &OpenFile, offset: u64, size: u64) -> std::io::Result<Vec<u8>> {
+        let Some(chunks) = &self.chunks else {
+            // The kernel caches: every read it sends is a miss.
+            return self.fetch(f, offset, size);
+        };
+        let end = offset.saturating_add(size).min(f.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        if lock(chunks).lru.budget == 0 {
+            return self.fetch(f, offset, end - offset);
+        }
+        let first = offset / CHUNK;
+        let mut got: Vec<Option<Arc<[u8]>>> = vec![None; ((end - 1) / CHUNK - first + 1) as usize];
+        loop {
+            let mut waits: Vec<Arc<Flight>> = Vec::new();
+            let mut mine: Vec<usize> = Vec::new();
+            let mut flight = None;
+            {
+                let mut st = lock(chunks);
+                for (i, g) in got.iter_mut().enumerate().filter(|(_, g)| g.is_none()) {
+                    let key = (ino, first + i as u64);
+                    if let Some(d) = st.lru.get(key) {
+                        *g = Some(d);
+                    } else if let Some(fl) = st.pending.get(&key) {
+                        if !waits.iter().any(|w| Arc::ptr_eq(w, fl)) {
+                            waits.push(fl.clone());
+                        }
+                    } else {
+                        mine.push(i);
+                    }
+                }
+                if !mine.is_empty() {
+                    let fl = Arc::new(Flight::default());
+                    for &i in &mine {
+                        st.pending.insert((ino, first + i as u64), fl.clone());
+                    }
+                    flight = Some(fl);
+                }
+            }
+            if let (Some(fl), Some(&lo), Some(&hi)) = (flight, mine.first(), mine.last()) {
+                let from = (first + lo as u64) * CHUNK;
+                let bytes = ((first + hi as u64 + 1) * CHUNK).min(f.size) - from;
+                let fetched = self.fetch(f, from, bytes);
+                let mut st = lock(chunks);
+                for &i in &mine {
+                    st.pending.remove(&(ino, first + i as u64));
+                }
+                if let Ok(data) = &fetched {
+                    for &i in &mine {
+                        let at = ((i - lo) as u64 * CHUNK) as usize;
+                        let chunk: Arc<[u8]> =
+                            data[at.min(data.len())..(at + CHUNK as usize).min(data.len())].into();
+                        st.lru.insert((ino, first + i as u64), chunk.clone());
+                        got[i] = Some(chunk);
+                    }
+                }
+                drop(st);
+                fl.done();
+                fetched?;
+            }
+            // A chunk another read was fetching is taken from the cache once
+            // that read is done (or fetched here if it has left it already).
+            for w in &waits {
+                w.wait();
+            }
+            if waits.is_empty() {
+                break;
+            }
+        }
+        let mut out = Vec::with_capacity(got.len() * CHUNK as usize);
+        for chunk in got.iter().flatten() {
+            out.extend_from_slice(chunk);
+        }
+        let skip = (offset - first * CHUNK) as usize;
+        let take = (end - offset) as usize;
+        Ok(out
+            .get(skip..)
+            .map(|o| o[..take.min(o.len())].to_vec())
+            .unwrap_or_default())
     }
 }
 
@@ -174,7 +423,13 @@ pub struct Passthrough {
 }
 
 impl Passthrough {
-    pub fn new(root: &Path, meta: Duration, read: Duration, counters: Arc<Counters>) -> Self {
+    pub fn new(
+        root: &Path,
+        meta: Duration,
+        read: Duration,
+        cache: ClientCache,
+        counters: Arc<Counters>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..WORKERS {
@@ -198,6 +453,13 @@ impl Passthrough {
                 meta,
                 read,
                 counters,
+                chunks: match cache {
+                    ClientCache::Kernel => None,
+                    ClientCache::Bounded(bytes) => Some(Mutex::new(Chunks {
+                        lru: ChunkLru::new(bytes),
+                        pending: HashMap::new(),
+                    })),
+                },
                 inodes: Mutex::new(Inodes {
                     paths: vec![PathBuf::new()],
                     by_path,
@@ -282,11 +544,19 @@ impl fuser::Filesystem for Passthrough {
             let Some(rel) = s.rel(ino.0) else {
                 return reply.error(Errno::ENOENT);
             };
-            match std::fs::File::open(s.root.join(rel)) {
-                Ok(f) => {
+            let opened = std::fs::File::open(s.root.join(rel))
+                .and_then(|file| Ok((file.metadata()?.len(), file)));
+            match opened {
+                Ok((size, file)) => {
                     let fh = s.next_fh.fetch_add(1, Ordering::Relaxed);
-                    lock(&s.files).insert(fh, Arc::new(f));
-                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+                    lock(&s.files).insert(fh, Arc::new(OpenFile { file, size }));
+                    // With a client cache of the layer's own, the kernel
+                    // must keep none: it would hold every page read.
+                    let flags = match s.chunks {
+                        None => FopenFlags::FOPEN_KEEP_CACHE,
+                        Some(_) => FopenFlags::FOPEN_DIRECT_IO,
+                    };
+                    reply.opened(FileHandle(fh), flags)
                 }
                 Err(e) => reply.error(errno(&e)),
             }
@@ -296,7 +566,7 @@ impl fuser::Filesystem for Passthrough {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -308,25 +578,10 @@ impl fuser::Filesystem for Passthrough {
             let Some(f) = lock(&s.files).get(&fh.0).cloned() else {
                 return reply.error(Errno::EBADF);
             };
-            if !s.read.is_zero() {
-                std::thread::sleep(s.read);
+            match s.read(ino.0, &f, offset, size as u64) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(errno(&e)),
             }
-            let mut buf = vec![0u8; size as usize];
-            let mut done = 0usize;
-            let off = offset;
-            while done < buf.len() {
-                match f.read_at(&mut buf[done..], off + done as u64) {
-                    Ok(0) => break,
-                    Ok(k) => done += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return reply.error(errno(&e)),
-                }
-            }
-            s.counters.reads.fetch_add(1, Ordering::Relaxed);
-            s.counters
-                .read_bytes
-                .fetch_add(done as u64, Ordering::Relaxed);
-            reply.data(&buf[..done])
         });
     }
 
@@ -517,6 +772,7 @@ impl EmulatedMount {
             &self.source,
             self.lat.meta(),
             self.lat.read(),
+            self.lat.client_cache,
             self.counters.clone(),
         );
         let mut opts = fuser::Config::default();
@@ -539,7 +795,8 @@ impl EmulatedMount {
         super::mounts::wait_mounted(self.dir.path(), before, None)
     }
 
-    /// Unmounts; the kernel forgets every cached page and attribute of it.
+    /// Unmounts; the kernel forgets every cached page and attribute of it,
+    /// and the layer's own client cache goes with the filesystem.
     pub fn stop(&mut self) {
         if let Some(s) = self.session.take() {
             // Dropping the session unmounts, which ends its thread.
@@ -582,6 +839,110 @@ mod tests {
         fn flush(&self) {}
     }
 
+    /// A passthrough of `src` with no delay and `cache`; None (the test
+    /// skips) where FUSE cannot be mounted, outside CI.
+    fn mount_or_skip(src: &Path, cache: ClientCache) -> Option<EmulatedMount> {
+        let lat = crate::args::Latency {
+            meta_us: 0,
+            read_us: 0,
+            client_cache: cache,
+        };
+        match EmulatedMount::mount(src, &lat) {
+            Ok(m) => Some(m),
+            Err(e) if std::env::var_os("CI").is_none() => {
+                eprintln!(
+                    "skipped: cannot mount a FUSE passthrough here: {}",
+                    one_line(&e)
+                );
+                None
+            }
+            Err(e) => panic!("CI: cannot mount a FUSE passthrough: {}", one_line(&e)),
+        }
+    }
+
+    #[test]
+    fn the_client_cache_evicts_the_least_recently_used_chunk_first() {
+        let chunk = |b: u8| -> Arc<[u8]> { vec![b; CHUNK as usize].into() };
+        let mut lru = ChunkLru::new(2 * CHUNK + CHUNK / 2);
+        lru.insert((1, 0), chunk(0));
+        lru.insert((1, 1), chunk(1));
+        // Used last: chunk 0 outlives chunk 1.
+        assert!(lru.get((1, 0)).is_some());
+        lru.insert((2, 0), chunk(2));
+        assert!(lru.get((1, 1)).is_none());
+        assert_eq!(lru.get((1, 0)).map(|c| c[0]), Some(0));
+        assert_eq!(lru.get((2, 0)).map(|c| c[0]), Some(2));
+        // A budget under one chunk holds nothing.
+        let mut none = ChunkLru::new(CHUNK - 1);
+        none.insert((1, 0), chunk(0));
+        assert!(none.get((1, 0)).is_none());
+    }
+
+    /// Storage reads and bytes the layer counted while `f` ran.
+    fn storage_reads(m: &EmulatedMount, f: impl FnOnce()) -> (u64, u64) {
+        let a = m.counters.snapshot();
+        f();
+        let b = m.counters.snapshot();
+        (b.reads - a.reads, b.read_bytes - a.read_bytes)
+    }
+
+    /// What reaches the storage when a range is read twice: nothing the
+    /// second time from the kernel's page cache or a client cache that holds
+    /// it, everything again without a cache or once the cache evicted it.
+    /// (Reads stay under a chunk: the kernel may split a larger one.)
+    #[test]
+    fn a_second_read_reaches_the_storage_only_when_no_cache_holds_it() {
+        let src = tempfile::tempdir().unwrap();
+        // Sixteen chunks, the last one short.
+        let data: Vec<u8> = (0..16 * CHUNK - 96).map(|i| (i % 251) as u8).collect();
+        std::fs::write(src.path().join("f"), &data).unwrap();
+        let c = CHUNK as usize;
+        let read = |m: &EmulatedMount, off: usize, len: usize| {
+            let f = std::fs::File::open(m.path().join("f")).unwrap();
+            let mut buf = vec![0u8; len];
+            let n = f.read_at(&mut buf, off as u64).unwrap();
+            assert_eq!(
+                &buf[..n],
+                &data[off.min(data.len())..(off + len).min(data.len())]
+            );
+        };
+        // Across the end of chunk 0 into chunk 1.
+        let across = |m: &EmulatedMount| read(m, c - 100, 200);
+
+        let Some(m) = mount_or_skip(src.path(), ClientCache::Kernel) else {
+            return;
+        };
+        assert!(storage_reads(&m, || across(&m)).0 >= 1);
+        assert_eq!(storage_reads(&m, || across(&m)), (0, 0));
+        drop(m);
+
+        // No cache: each read is one round trip for exactly what it asked.
+        let m = mount_or_skip(src.path(), ClientCache::Bounded(0)).unwrap();
+        for _ in 0..2 {
+            assert_eq!(storage_reads(&m, || read(&m, 100, 5000)), (1, 5000));
+        }
+        // Past the end of the file: the client knows the size.
+        assert_eq!(storage_reads(&m, || read(&m, data.len(), 10)), (0, 0));
+        drop(m);
+
+        // A cache of two chunks: whole chunks fetched, held until evicted.
+        let m = mount_or_skip(src.path(), ClientCache::Bounded(2 * CHUNK)).unwrap();
+        assert_eq!(storage_reads(&m, || across(&m)), (1, 2 * CHUNK));
+        assert_eq!(storage_reads(&m, || across(&m)), (0, 0));
+        // Chunk 2 evicts chunk 0, used less recently than chunk 1.
+        assert_eq!(storage_reads(&m, || read(&m, 2 * c, 100)), (1, CHUNK));
+        assert_eq!(storage_reads(&m, || read(&m, c + 5, 100)), (0, 0));
+        // Chunk 0 is fetched alone (chunk 1 is held) and evicts chunk 2.
+        assert_eq!(storage_reads(&m, || across(&m)), (1, CHUNK));
+        assert_eq!(storage_reads(&m, || read(&m, 2 * c + 10, 100)), (1, CHUNK));
+        // The last chunk is fetched as far as the file goes.
+        let tail = data.len() - 10;
+        assert_eq!(
+            storage_reads(&m, || read(&m, tail, 100)),
+            (1, data.len() as u64 % CHUNK)
+        );
+    }
+
     static WARNINGS: FuserWarnings = FuserWarnings(Mutex::new(Vec::new()));
 
     /// What every `open()` of Python or C stdio sends through the layer:
@@ -597,6 +958,7 @@ mod tests {
         let lat = crate::args::Latency {
             meta_us: 0,
             read_us: 0,
+            client_cache: ClientCache::Kernel,
         };
         let m = match EmulatedMount::mount(src.path(), &lat) {
             Ok(m) => m,

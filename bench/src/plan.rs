@@ -93,7 +93,11 @@ pub fn prepare(a: &BenchArgs) -> Result<Prepared, BenchError> {
         .emulate_latency
         .as_deref()
         .map(Latency::parse)
-        .transpose()?;
+        .transpose()?
+        .map(|l| Latency {
+            client_cache: a.client_cache.unwrap_or_default(),
+            ..l
+        });
     let (raw, image, image_remote) = resolve_paths(a)?;
     if image_remote && latency.is_some() {
         return Err(BenchError::Usage(

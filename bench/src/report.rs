@@ -52,6 +52,10 @@ pub struct Config {
 pub struct LatencyConfig {
     pub meta_us: u64,
     pub read_us: u64,
+    /// `--client-cache`: bytes of pages the passthrough keeps in place of
+    /// the kernel's page cache (0: none); null: the kernel's page cache.
+    #[serde(default)]
+    pub client_cache_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,6 +85,10 @@ pub struct SideInfo {
     pub cold: String,
     /// Where `storage` counters of this side come from.
     pub storage_source: String,
+    /// The block cache budget of packfs's own mount, as the daemon reports
+    /// it; null for other sides or when it did not answer.
+    #[serde(default)]
+    pub block_cache_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -369,15 +377,28 @@ fn notes(rep: &Report) -> String {
             true => String::new(),
             false => format!("; cold: {own}"),
         };
+        let block_cache = match s.block_cache_bytes {
+            Some(b) => format!("; block cache {}", crate::size::human(b)),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "  {}: {}{cold}; storage counters: {}\n",
+            "  {}: {}{cold}{block_cache}; storage counters: {}\n",
             s.label, s.path, s.storage_source
         ));
     }
     if let Some(l) = &rep.config.emulate_latency {
         out.push_str(&format!(
-            "emulated latency: {} us per metadata op, {} us per read (rd MB / rd calls = passthrough reads of the storage)\n",
-            l.meta_us, l.read_us
+            "emulated latency: {} us per metadata op, {} us per read (rd MB / rd calls = passthrough reads of the storage); client cache of file data: {}\n",
+            l.meta_us,
+            l.read_us,
+            match l.client_cache_bytes {
+                None => "the kernel's page cache, unbounded".to_string(),
+                Some(0) => "none (direct I/O)".to_string(),
+                Some(b) => format!(
+                    "{} in the passthrough (direct I/O, no page cache)",
+                    crate::size::human(b)
+                ),
+            }
         ));
     }
     if rep.runs.iter().any(|r| r.storage.remote.is_some()) {
@@ -504,5 +525,37 @@ mod tests {
         assert_eq!(t.matches("cold runs:").count(), 1, "{t}");
         // What a side adds of its own is still there.
         assert!(t.contains("not refreshed"), "{t}");
+    }
+
+    #[test]
+    fn the_notes_say_which_caches_stood_before_the_storage() {
+        let mut rep = wide_report(&["--raw", "/raw"]);
+        rep.sides[1].block_cache_bytes = Some(64 << 20);
+        let latency = |client_cache_bytes| {
+            Some(LatencyConfig {
+                meta_us: 500,
+                read_us: 100,
+                client_cache_bytes,
+            })
+        };
+        rep.config.emulate_latency = latency(None);
+        let n = notes(&rep);
+        assert!(n.contains("kernel: /k; cold: "), "{n}");
+        assert!(
+            n.contains("; block cache 64.0 MiB; storage counters"),
+            "{n}"
+        );
+        assert!(
+            n.contains("client cache of file data: the kernel's page cache"),
+            "{n}"
+        );
+        rep.config.emulate_latency = latency(Some(0));
+        assert!(notes(&rep).contains("client cache of file data: none (direct I/O)"));
+        rep.config.emulate_latency = latency(Some(256 << 20));
+        let n = notes(&rep);
+        assert!(
+            n.contains("client cache of file data: 256.0 MiB in the passthrough"),
+            "{n}"
+        );
     }
 }

@@ -443,6 +443,60 @@ fn emulated_latency_counts_operations_through_the_passthrough() {
     );
 }
 
+/// With `--client-cache none` no page cache stands between the readers and
+/// the storage: a warm epoch of the raw tree reads every byte through the
+/// layer again, and a cold epoch of packfs's mount reads more of the image
+/// than its small block cache holds. (Its warm epoch is served from the
+/// kernel's cache of the mount's own files, which the option leaves as it
+/// is.) The report says which caches there were.
+#[test]
+fn without_a_client_cache_every_epoch_reaches_the_storage() {
+    let tmp = scratch();
+    let (src, img) = packed(tmp.path());
+    let json_path = tmp.path().join("nocache.json");
+    let out = ok(&bench(
+        &src,
+        &img,
+        &[
+            "--workload",
+            "sequential",
+            "--epochs",
+            "2",
+            "--emulate-latency",
+            "0,0",
+            "--client-cache",
+            "none",
+            "--cache-size",
+            "1M",
+            "--no-verify",
+            "--json",
+            json_path.to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        out.contains("client cache of file data: none (direct I/O)"),
+        "{out}"
+    );
+    assert!(out.contains("; block cache 1.0 MiB;"), "{out}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    validate_against_doc(&json);
+    assert_eq!(json["config"]["emulate_latency"]["client_cache_bytes"], 0);
+    let sides = json["sides"].as_array().unwrap();
+    assert_eq!(sides[0]["block_cache_bytes"], Value::Null);
+    assert_eq!(sides[1]["block_cache_bytes"], 1 << 20);
+    let file_bytes = json["tree"]["file_bytes"].as_u64().unwrap();
+    for r in json["runs"].as_array().unwrap() {
+        let pt = &r["storage"]["passthrough"];
+        if r["side"] == "raw" {
+            // Exactly the files' bytes, warm or cold: no read past an end.
+            assert_eq!(pt["read_bytes"].as_u64(), Some(file_bytes), "{r}");
+        } else if r["cold"] == true {
+            // The image's blocks are several times the block cache.
+            assert!(pt["read_bytes"].as_u64().unwrap() > 2 << 20, "{r}");
+        }
+    }
+}
+
 #[test]
 fn bad_arguments_are_errors_not_panics() {
     let tmp = scratch();
@@ -452,6 +506,7 @@ fn bad_arguments_are_errors_not_panics() {
         (&["--threads", "0"][..], "1 to 1024"),
         (&["--workload", "import"][..], "--import"),
         (&["--emulate-latency", "abc"][..], "not a number"),
+        (&["--client-cache", "1G"][..], "needs --emulate-latency"),
         (
             &["--import", "os;rm", "--workload", "import"][..],
             "not a Python module name",
