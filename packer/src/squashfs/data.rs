@@ -454,7 +454,8 @@ struct Writer<'a, 'f, 'p> {
     out: DataOutput,
     cur: Option<Current>,
     /// Dedup of a file's run of blocks: key over (block bytes, per-block
-    /// hashes) -> inode whose `FileLoc` holds the run. Kept apart from the
+    /// hashes) -> inode whose `FileLoc` holds the run; once the locations
+    /// go to disk, it stops growing at [`Writer::tail_dedup_cap`]. Kept apart from the
     /// tail so files that differ only in their last partial block (e.g.
     /// versions of a log) still share every full block, as in mksquashfs.
     block_dedup: HashMap<Key, u32>,
@@ -1241,7 +1242,11 @@ impl Writer<'_, '_, '_> {
                 }
                 saved += cur.block_bytes;
             } else {
-                self.block_dedup.insert(k, cur.ino);
+                // Once the locations go to disk, this index would be what
+                // grows with the file count: it stops at the tails' cap.
+                if self.out.loc_file.is_none() || self.block_dedup.len() < self.tail_dedup_cap {
+                    self.block_dedup.insert(k, cur.ino);
+                }
                 all_shared = false;
             }
         }
@@ -1423,6 +1428,58 @@ mod tests {
             );
         }
         assert!(l.pages.len() <= LOC_PAGES);
+    }
+
+    #[test]
+    fn blocks_dedup_against_locations_on_disk_within_the_index_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempfile().unwrap();
+        let mut img = ImageWriter::new(&tmp, Path::new("test.img"));
+        // Room for one key in each index.
+        let opts = PackOptions {
+            block_size: 4096,
+            memory: 8 * 52,
+            ..Default::default()
+        };
+        let enc = Encoder::new(opts.compressor, opts.level, opts.block_size).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (a, b) = (noise(4096, 1), noise(4096, 2));
+        // Files 0 and 1 before the spill, 2 (a copy of 1, which the full
+        // index left out) and 3 (a copy of 0, whose location is on disk
+        // by then) after it.
+        let files = [&a, &b, &b, &a];
+        let spill: Arc<Path> = Arc::from(dir.path());
+        let mut n = 0;
+        let next = |_| -> Result<Option<Batch>, PackError> {
+            let Some(body) = files.get(n) else {
+                return Ok(None);
+            };
+            let piece = Piece {
+                ino: n as u32,
+                path: Arc::from(Path::new("f")),
+                size: 4096,
+                first_block: 0,
+                nblocks: 1,
+                last: true,
+                data: PieceData::Blocks(vec![Some(body.to_vec())]),
+            };
+            n += 1;
+            Ok(Some(Batch {
+                pieces: vec![piece],
+                progress: 0,
+                spill_dir: (n > 1).then(|| spill.clone()),
+            }))
+        };
+        let out = write_batches(&mut img, enc, &opts, &pool, 0, 0, next).unwrap();
+        assert!(out.locs.is_empty() && out.loc_file.is_some());
+        let mut l = out.loc_lookup();
+        let start = |l: &mut LocLookup, n| l.get(n).unwrap().blocks_start;
+        assert_eq!(start(&mut l, 3), start(&mut l, 0));
+        assert_ne!(start(&mut l, 2), start(&mut l, 1));
+        assert_eq!((out.dedup_files, out.dedup_bytes), (1, 4096));
     }
 
     #[test]
