@@ -19,6 +19,9 @@ pub(crate) trait Spilled {
     /// The names of the inode of identity [`Rec::link`], when its names are
     /// in several runs (no one record then knows them all).
     fn link_names(&self, link: u64) -> Option<u32>;
+    /// The directory the runs are in, where the tables written from them
+    /// wait too.
+    fn dir(&self) -> &std::path::Path;
 }
 
 /// [`Spilled::entries`].

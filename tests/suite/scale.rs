@@ -36,7 +36,8 @@ fn pack_stream(layout: Layout, img: &std::path::Path, extra: &[&str]) -> String 
 }
 
 /// Packs what `feed` writes to its stdin into `img`, with `extra`
-/// arguments and the spill's log on; returns the summary line and the log.
+/// arguments and the spill's log on (the namespace's and the data
+/// writer's); returns the summary line and the log.
 fn pack_input(
     img: &std::path::Path,
     extra: &[&str],
@@ -46,7 +47,7 @@ fn pack_input(
         .args(["pack", "-", "-o"])
         .arg(img)
         .args(extra)
-        .env("RUST_LOG", "packer::archive=debug")
+        .env("RUST_LOG", "packer::archive=debug,packer::squashfs=debug")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -350,4 +351,112 @@ fn a_spilled_shard_records_what_the_shard_packed_in_memory_records() {
     let whole = record("whole", &[]);
     assert_eq!(whole["entries"], layout.dirs() + layout.files);
     assert_eq!(record("spilled", &["--memory", "16M"]), whole);
+}
+
+#[test]
+fn file_locations_and_tables_spilled_to_disk_give_the_image_packed_in_memory() {
+    // Files of whole blocks before the namespace spills, and after it
+    // copies of them whose blocks dedup finds among the locations gone to
+    // disk; between them enough tiny files that the namespace, then the
+    // locations and tables, spill at the smallest budget.
+    let layout = Layout {
+        files: 120_000,
+        per_dir: 1000,
+    };
+    let (big, other) = (bytes(1, 300_000, false), bytes(2, 200_000, false));
+    let member = |tar: &mut Vec<u8>, name: &str, body: &[u8]| {
+        tar.extend_from_slice(&tarstream::member_header(
+            name,
+            body.len() as u64,
+            b'0',
+            0o644,
+            "",
+        ));
+        tar.extend_from_slice(body);
+        tar.resize(tar.len().next_multiple_of(512), 0);
+    };
+    let mut tar = Vec::new();
+    member(&mut tar, "big/a", &big);
+    member(&mut tar, "big/other", &other);
+    tarstream::write(layout, &mut tar).unwrap();
+    tar.truncate(tar.len() - 1024);
+    member(&mut tar, "big/b", &big);
+    let mut tail_differs = big.clone();
+    tail_differs.truncate(2 * 131_072 + 10);
+    member(&mut tar, "big/c", &tail_differs);
+    member(&mut tar, "big/d", &other);
+    tar.extend_from_slice(&[0u8; 1024]);
+
+    let t = scratch();
+    let tar = Arc::new(tar);
+    let pack = |img: &std::path::Path, memory: &str| {
+        let tar = tar.clone();
+        pack_input(img, &["--memory", memory], move |w| w.write_all(&tar))
+    };
+    let (spilled, whole) = (t.path().join("spilled.sqfs"), t.path().join("whole.sqfs"));
+    let log = pack(&spilled, "16M");
+    assert!(log.contains("namespace spilled"), "{log}");
+    assert!(log.contains("file locations go to disk"), "{log}");
+    let log = pack(&whole, "1G");
+    assert!(!log.contains("namespace spilled"), "{log}");
+    // Nothing is left beside the images but the images.
+    let mut left: Vec<_> = std::fs::read_dir(t.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["spilled.sqfs", "whole.sqfs"]);
+
+    // packfs's reader: every file of the stream and the large ones read
+    // back, the copies sharing their blocks.
+    let sq = SquashFs::open(
+        Box::new(FileSource::open(&spilled).unwrap()),
+        Arc::new(BlockCache::new(64 << 20)),
+    )
+    .unwrap();
+    let fs = PackFs::new(sq, 0, 0);
+    let read = |path: &str| {
+        let node = fs.resolve(path.as_bytes()).unwrap().node;
+        let mut got = Vec::new();
+        fs.read_all(node, |b| {
+            got.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        got
+    };
+    for (path, want) in [
+        ("big/a", &big),
+        ("big/b", &big),
+        ("big/c", &tail_differs),
+        ("big/other", &other),
+        ("big/d", &other),
+    ] {
+        assert!(read(path) == *want, "content of {path}");
+    }
+    let mut want = Vec::new();
+    for i in (0..layout.files).step_by(97) {
+        tarstream::content(i, &mut want);
+        assert!(
+            read(&layout.file_path(i)) == want,
+            "{}",
+            layout.file_path(i)
+        );
+    }
+    // Dedup found the copies' blocks: the spilled image is no larger than
+    // the one packed in memory but for its tables' compression.
+    let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+    assert!(size(&spilled) <= size(&whole) + 64 * 1024);
+
+    // The kernel's reader: both images hold the same entries.
+    let (Some(a), Some(b)) = (KernelMount::new(&spilled), KernelMount::new(&whole)) else {
+        return;
+    };
+    let (got, _) = entries_under(a.path());
+    let (want, _) = entries_under(b.path());
+    assert_eq!(got.len() as u64, layout.files + layout.dirs() + 6);
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
 }

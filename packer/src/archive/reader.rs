@@ -275,6 +275,7 @@ impl<'a> Reader<'a> {
         let b = Batch {
             pieces: std::mem::take(&mut self.batch),
             progress: std::mem::take(&mut self.unreported),
+            spill_dir: self.runs.as_ref().map(Runs::dir),
         };
         self.batch_bytes = 0;
         self.tx.send(Ok(b)).map_err(|_| writer_gone())

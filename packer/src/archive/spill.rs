@@ -29,11 +29,22 @@
 //! after its entries (`squashfs::spilled`). Memory then grows with the
 //! depth and the widest directory, not with the entry count.
 //!
-//! What stays in memory per entry: where each file's data went (the data
-//! writer's location, by data number; 48 bytes a file), the encoded inode
-//! and directory tables and the export table (about 20 bytes an entry,
-//! compressed), and the run being filled. The dedup index of tails stops
-//! growing at its share of the budget (see `squashfs::data`).
+//! What else grows with the entry count goes to the same directory once
+//! the namespace spills. The data writer is told so with the batches that
+//! follow, and from then on writes each file's location (where its data
+//! went, by data number) to a file there as soon as it is final, keeping
+//! only those of the files whose blocks may still move (behind fragment
+//! blocks being compressed); the metadata pass reads them back by data
+//! number through a small cache of pages (`squashfs::data::LocLookup`). The
+//! pass writes the inode and directory tables' finished blocks and the
+//! export table's references to files there too, and they are copied into
+//! the image at the end a bounded buffer at a time.
+//!
+//! What stays in memory per entry is then only the run being filled, and
+//! for hard-linked inodes their identity. Per file with whole blocks the
+//! data writer keeps the block sizes and the key of its blocks for dedup;
+//! the dedup index of tails stops growing at its share of the budget (see
+//! `squashfs::data`); per piece of the image its hash, for the hash record.
 //!
 //! A hard link names its target's inode, which the stage finds by path.
 //! A target that went to disk with an earlier run is found there (each
@@ -67,8 +78,9 @@ use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// The part of [`PackOptions::memory`] the stage may take before it spills:
-/// the rest is for the data writer's file locations and dedup index, the
-/// encoded tables and the merge's buffers.
+/// the rest is for the data writer's file locations (until they go to disk
+/// with the namespace) and dedup index, the encoded tables of a stream
+/// that never spills and the merge's buffers.
 pub(crate) fn stage_share(opts: &PackOptions) -> u64 {
     opts.memory / 4
 }
@@ -125,6 +137,12 @@ impl Runs {
             on_conflict,
             names,
         })
+    }
+
+    /// The directory the runs are in: what else of the pack goes to disk
+    /// goes there too.
+    pub(crate) fn dir(&self) -> std::sync::Arc<Path> {
+        std::sync::Arc::from(self.dir.path())
     }
 
     /// Runs written so far.
@@ -472,6 +490,10 @@ impl Spilled for Runs {
 
     fn link_names(&self, link: u64) -> Option<u32> {
         Runs::link_names(self, link)
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.path()
     }
 }
 

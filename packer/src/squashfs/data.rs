@@ -92,7 +92,12 @@ impl Default for FileLoc {
 pub struct DataOutput {
     /// Indexed by inode, or by data number with [`DataOutput::data_of`];
     /// meaningful for regular files only. Read through [`DataOutput::loc`].
+    /// Once a stream's namespace spills, the locations go to
+    /// [`DataOutput::loc_file`] as they are final: this then holds none
+    /// at the end.
     pub locs: Vec<FileLoc>,
+    /// Every file's location by data number, when they went to disk.
+    pub loc_file: Option<LocFile>,
     /// A stream's files: each inode's data number (none, `u32::MAX`, for
     /// other than files), `locs`' index.
     pub data_of: Option<Vec<u32>>,
@@ -107,6 +112,21 @@ pub struct DataOutput {
 }
 
 impl DataOutput {
+    /// Nothing written yet, the locations given.
+    fn new(locs: Vec<FileLoc>, loc_file: Option<LocFile>) -> DataOutput {
+        DataOutput {
+            locs,
+            loc_file,
+            data_of: None,
+            block_sizes: Vec::new(),
+            fragment_entries: Vec::new(),
+            fragment_count: 0,
+            bytes_in: 0,
+            dedup_files: 0,
+            dedup_bytes: 0,
+        }
+    }
+
     /// Where the data of regular file `ino` is.
     pub fn loc(&self, ino: u32) -> FileLoc {
         let at = match &self.data_of {
@@ -114,6 +134,220 @@ impl DataOutput {
             None => ino,
         };
         self.locs.get(at as usize).cloned().unwrap_or_default()
+    }
+
+    /// Lookups of locations by data number, from memory or from
+    /// [`DataOutput::loc_file`].
+    pub(crate) fn loc_lookup(&self) -> LocLookup<'_> {
+        LocLookup {
+            data: self,
+            pages: HashMap::new(),
+            tick: 0,
+        }
+    }
+}
+
+/// Bytes of one location in a [`LocFile`].
+const LOC_BYTES: usize = 40;
+
+impl FileLoc {
+    /// The location as a [`LocFile`] stores it; its start is resolved.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.blocks_start.to_le_bytes());
+        out.extend_from_slice(&(self.sizes_start as u64).to_le_bytes());
+        out.extend_from_slice(&(self.block_count as u64).to_le_bytes());
+        out.extend_from_slice(&self.fragment.to_le_bytes());
+        out.extend_from_slice(&self.frag_offset.to_le_bytes());
+        out.extend_from_slice(&self.sparse.to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> FileLoc {
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        FileLoc {
+            blocks_start: u64_at(0),
+            sizes_start: u64_at(8) as usize,
+            block_count: u64_at(16) as usize,
+            fragment: u32_at(24),
+            frag_offset: u32_at(28),
+            sparse: u64_at(32),
+            start_frags: NO_START,
+        }
+    }
+}
+
+/// Files' locations on disk, by data number: fixed-size records, record
+/// `n` at `n * LOC_BYTES`, in an unnamed file in the spill directory (gone
+/// with its handle, whichever way the pack ends). A stream whose namespace
+/// spilled has more files than their locations would fit in its budget.
+pub struct LocFile {
+    file: File,
+    /// The spill directory, for messages.
+    dir: std::path::PathBuf,
+    /// Encoded records not yet written, from record [`LocFile::buf_from`].
+    buf: Vec<u8>,
+    buf_from: u64,
+}
+
+/// Bytes of records [`LocFile`] gathers before a write.
+const LOC_WRITE_BYTES: usize = 1 << 20;
+
+impl LocFile {
+    fn create(dir: &Path) -> Result<LocFile, PackError> {
+        let file = tempfile::tempfile_in(dir)
+            .map_err(PackError::output(dir, "writing the spilled file locations"))?;
+        Ok(LocFile {
+            file,
+            dir: dir.to_path_buf(),
+            buf: Vec::with_capacity(LOC_WRITE_BYTES + LOC_BYTES),
+            buf_from: 0,
+        })
+    }
+
+    /// Records written or gathered.
+    fn next(&self) -> u64 {
+        self.buf_from + (self.buf.len() / LOC_BYTES) as u64
+    }
+
+    /// Stores the location of data number `n`, whose start is resolved;
+    /// numbers skipped since the last get the default location.
+    fn put(&mut self, n: u32, loc: &FileLoc) -> Result<(), PackError> {
+        let n = n as u64;
+        if n < self.next() {
+            // Not in order: written in place.
+            self.flush()?;
+            let mut b = Vec::with_capacity(LOC_BYTES);
+            loc.encode(&mut b);
+            return self
+                .file
+                .write_all_at(&b, n * LOC_BYTES as u64)
+                .map_err(PackError::output(
+                    &self.dir,
+                    "writing the spilled file locations",
+                ));
+        }
+        while self.next() < n {
+            FileLoc::default().encode(&mut self.buf);
+        }
+        loc.encode(&mut self.buf);
+        if self.buf.len() >= LOC_WRITE_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), PackError> {
+        self.file
+            .write_all_at(&self.buf, self.buf_from * LOC_BYTES as u64)
+            .map_err(PackError::output(
+                &self.dir,
+                "writing the spilled file locations",
+            ))?;
+        self.buf_from = self.next();
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Reads `out.len() / LOC_BYTES` records from record `n` on; records
+    /// never stored read as the default location.
+    fn read(&self, n: u64, out: &mut [u8]) -> Result<(), PackError> {
+        let err = PackError::output(&self.dir, "reading the spilled file locations");
+        out.fill(0);
+        let mut at = 0;
+        while at < out.len() {
+            match self
+                .file
+                .read_at(&mut out[at..], n * LOC_BYTES as u64 + at as u64)
+            {
+                Ok(0) => break,
+                Ok(k) => at += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        // What lies past the file's end was never stored.
+        let whole = at / LOC_BYTES;
+        for rec in out[whole * LOC_BYTES..].chunks_exact_mut(LOC_BYTES) {
+            let mut b = Vec::with_capacity(LOC_BYTES);
+            FileLoc::default().encode(&mut b);
+            rec.copy_from_slice(&b);
+        }
+        Ok(())
+    }
+
+    /// The location of data number `n`.
+    fn get(&self, n: u32) -> Result<FileLoc, PackError> {
+        let n = n as u64;
+        if n >= self.buf_from {
+            let at = (n - self.buf_from) as usize * LOC_BYTES;
+            return Ok(match self.buf.get(at..at + LOC_BYTES) {
+                Some(b) => FileLoc::decode(b),
+                None => FileLoc::default(),
+            });
+        }
+        let mut b = [0u8; LOC_BYTES];
+        self.read(n, &mut b)?;
+        Ok(FileLoc::decode(&b))
+    }
+}
+
+/// Records in a page of [`LocLookup`]'s cache.
+const LOC_PAGE: u64 = 256;
+/// Pages [`LocLookup`] keeps.
+const LOC_PAGES: usize = 256;
+
+/// Locations by data number for the metadata pass. From a [`LocFile`] they
+/// are read a page at a time through a small cache: the pass asks in
+/// directory order, and a stream's members come mostly in directory order
+/// too (an archiver writes a tree directory by directory), so its asks
+/// fall in a few pages at a time and each page is read once. Joining the
+/// two orders by an external sort would read each record once whatever
+/// the stream's order, at the price of two more passes over disk for every
+/// stream; a stream in no such order costs here a read a lookup instead,
+/// with memory still bounded by the cache.
+pub(crate) struct LocLookup<'d> {
+    data: &'d DataOutput,
+    /// Page number -> (records, when last used).
+    pages: HashMap<u64, (Vec<u8>, u64)>,
+    tick: u64,
+}
+
+impl LocLookup<'_> {
+    /// The location of data number `n`.
+    pub fn get(&mut self, n: u32) -> Result<FileLoc, PackError> {
+        let Some(file) = &self.data.loc_file else {
+            return Ok(self.data.locs.get(n as usize).cloned().unwrap_or_default());
+        };
+        if n as u64 >= file.buf_from {
+            return file.get(n);
+        }
+        self.tick += 1;
+        let page = n as u64 / LOC_PAGE;
+        if !self.pages.contains_key(&page) {
+            let mut b = match self.pages.len() >= LOC_PAGES {
+                true => {
+                    let oldest = self
+                        .pages
+                        .iter()
+                        .min_by_key(|(_, (_, used))| *used)
+                        .map(|(&p, _)| p)
+                        .unwrap_or(page);
+                    self.pages
+                        .remove(&oldest)
+                        .map(|(b, _)| b)
+                        .unwrap_or_default()
+                }
+                false => vec![0u8; LOC_PAGE as usize * LOC_BYTES],
+            };
+            file.read(page * LOC_PAGE, &mut b)?;
+            self.pages.insert(page, (b, self.tick));
+        }
+        let Some((b, used)) = self.pages.get_mut(&page) else {
+            return file.get(n);
+        };
+        *used = self.tick;
+        let at = (n as u64 % LOC_PAGE) as usize * LOC_BYTES;
+        Ok(FileLoc::decode(&b[at..at + LOC_BYTES]))
     }
 }
 
@@ -220,7 +454,8 @@ struct Writer<'a, 'f, 'p> {
     out: DataOutput,
     cur: Option<Current>,
     /// Dedup of a file's run of blocks: key over (block bytes, per-block
-    /// hashes) -> inode whose `FileLoc` holds the run. Kept apart from the
+    /// hashes) -> inode whose `FileLoc` holds the run; once the locations
+    /// go to disk, it stops growing at [`Writer::tail_dedup_cap`]. Kept apart from the
     /// tail so files that differ only in their last partial block (e.g.
     /// versions of a log) still share every full block, as in mksquashfs.
     block_dedup: HashMap<Key, u32>,
@@ -233,6 +468,9 @@ struct Writer<'a, 'f, 'p> {
     frag_sealed: VecDeque<SealedFragment>,
     /// The data area: placed blocks, written in order as they are ready.
     behind: WriteBehind,
+    /// The data number of `out.locs[0]`: those before it are in
+    /// [`DataOutput::loc_file`].
+    locs_base: u32,
     /// Files of an access profile still to be written; when the last one is
     /// done its open fragment block is sealed and written at once, so the
     /// profile's data (blocks and tails) is one region at the image's start
@@ -646,7 +884,11 @@ pub fn write_data(
                     p.size.min((p.first_block + p.nblocks) * bs as u64) - p.first_block * bs as u64
                 })
                 .sum();
-            Batch { pieces, progress }
+            Batch {
+                pieces,
+                progress,
+                spill_dir: None,
+            }
         }))
     };
     let mut out = write_batches(
@@ -667,6 +909,9 @@ pub fn write_data(
 pub(crate) struct Batch {
     pub pieces: Vec<Piece>,
     pub progress: u64,
+    /// The directory a stream's namespace spilled to, once it has: the
+    /// files' locations go there from this batch on.
+    pub spill_dir: Option<Arc<Path>>,
 }
 
 /// Writes the data of the batches `next` returns, in order, until it
@@ -727,6 +972,15 @@ pub(crate) fn write_batches(
         };
         let (batch, results) = detach::wait(&rx, opts)?;
         written += 1;
+        if let Some(dir) = &batch.spill_dir {
+            if w.out.loc_file.is_none() {
+                w.out.loc_file = Some(LocFile::create(dir)?);
+                log::debug!(
+                    "file locations go to disk, {} files written so far",
+                    w.locs_base as usize + w.out.locs.len()
+                );
+            }
+        }
         for (p, r) in batch.pieces.iter().zip(results) {
             w.consume(p, r?)?;
         }
@@ -775,16 +1029,7 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
             img,
             ctx,
             pool,
-            out: DataOutput {
-                locs: vec![FileLoc::default(); files],
-                data_of: None,
-                block_sizes: Vec::new(),
-                fragment_entries: Vec::new(),
-                fragment_count: 0,
-                bytes_in: 0,
-                dedup_files: 0,
-                dedup_bytes: 0,
-            },
+            out: DataOutput::new(vec![FileLoc::default(); files], None),
             cur: None,
             block_dedup: HashMap::new(),
             tail_dedup: HashMap::new(),
@@ -793,6 +1038,7 @@ impl<'a, 'f, 'p> Writer<'a, 'f, 'p> {
             frag_sealed: VecDeque::new(),
             // As much data may wait behind fragment blocks as one batch reads.
             behind: WriteBehind::new(base, pool.current_num_threads(), BATCH_BYTES as usize),
+            locs_base: 0,
             files_left_in_profile: profiled,
         }
     }
@@ -806,6 +1052,7 @@ impl Writer<'_, '_, '_> {
         self.place_sealed_fragments();
         self.behind.flush(self.img, opts, false)?;
         self.behind.bound(self.img, opts)?;
+        self.spill_locs()?;
         self.img.start_writeback();
         if opts.follow.is_some() {
             // A rewind goes back at most to the start of the file in
@@ -839,15 +1086,65 @@ impl Writer<'_, '_, '_> {
             }
             loc.start_frags = NO_START;
         }
+        if self.out.loc_file.is_some() {
+            self.spill_locs()?;
+            if let Some(f) = &mut self.out.loc_file {
+                f.flush()?;
+            }
+            self.out.locs = Vec::new();
+        }
         Ok(self.out)
     }
 
+    /// With the locations going to disk: writes those that are final (the
+    /// files before the one in progress whose start is resolved), in data
+    /// number order, and drops them from memory.
+    fn spill_locs(&mut self) -> Result<(), PackError> {
+        let Some(file) = &mut self.out.loc_file else {
+            return Ok(());
+        };
+        let end = match &self.cur {
+            Some(c) => (c.ino - self.locs_base) as usize,
+            None => self.out.locs.len(),
+        };
+        let mut n = 0;
+        while n < end {
+            let loc = &mut self.out.locs[n];
+            if let Some(m) = loc.start() {
+                let Some(at) = self.behind.try_resolve(m) else {
+                    break;
+                };
+                loc.blocks_start = at;
+                loc.start_frags = NO_START;
+            }
+            file.put(self.locs_base + n as u32, loc)?;
+            n += 1;
+        }
+        self.out.locs.drain(..n);
+        self.locs_base += n as u32;
+        // Give back what the locations held before they went to disk.
+        if self.out.locs.capacity() > 2 * self.out.locs.len() + 4096 {
+            self.out.locs.shrink_to(self.out.locs.len() + 4096);
+        }
+        Ok(())
+    }
+
+    /// The location of the file numbered `n`, final or not.
+    fn loc_of(&self, n: u32) -> Result<FileLoc, PackError> {
+        match (n.checked_sub(self.locs_base), &self.out.loc_file) {
+            (Some(i), _) => Ok(self.out.locs.get(i as usize).cloned().unwrap_or_default()),
+            (None, Some(f)) => f.get(n),
+            (None, None) => Ok(FileLoc::default()),
+        }
+    }
+
     fn consume(&mut self, p: &Piece, blocks: Vec<(Block, blake3::Hash)>) -> Result<(), PackError> {
-        if p.ino as usize >= self.out.locs.len() {
+        let slot = (p.ino - self.locs_base) as usize;
+        if slot >= self.out.locs.len() {
             // A stream's files are numbered as they come. The vector's
             // capacity grows by doubling; only the slots in use are written
             // (and so resident).
-            self.out.locs.resize(p.ino as usize + 1, FileLoc::default());
+            self.out.locs.resize(slot + 1, FileLoc::default());
         }
         if p.first_block == 0 {
             self.cur = Some(Current {
@@ -924,6 +1221,7 @@ impl Writer<'_, '_, '_> {
             sparse: cur.sparse,
             start_frags: NO_START,
         };
+        let mut resolved = None;
         let mut all_shared = true;
         let mut saved = 0;
         if loc.block_count > 0 {
@@ -934,15 +1232,21 @@ impl Writer<'_, '_, '_> {
                 // last thing placed) and point at the earlier run.
                 self.behind.rewind(self.img, cur.start)?;
                 self.out.block_sizes.truncate(cur.sizes_start);
-                let p = &self.out.locs[prev as usize];
+                let p = self.loc_of(prev)?;
                 (loc.sizes_start, loc.block_count, loc.sparse) =
                     (p.sizes_start, p.block_count, p.sparse);
-                if let Some(m) = p.start() {
-                    start = m;
+                match p.start() {
+                    Some(m) => start = m,
+                    // Gone to disk: its start is resolved already.
+                    None => resolved = Some(p.blocks_start),
                 }
                 saved += cur.block_bytes;
             } else {
-                self.block_dedup.insert(k, cur.ino);
+                // Once the locations go to disk, this index would be what
+                // grows with the file count: it stops at the tails' cap.
+                if self.out.loc_file.is_none() || self.block_dedup.len() < self.tail_dedup_cap {
+                    self.block_dedup.insert(k, cur.ino);
+                }
                 all_shared = false;
             }
         }
@@ -963,8 +1267,12 @@ impl Writer<'_, '_, '_> {
             self.out.dedup_files += 1;
         }
         self.out.dedup_bytes += saved;
-        loc.set_start(start);
-        self.out.locs[cur.ino as usize] = loc;
+        match resolved {
+            Some(at) => loc.blocks_start = at,
+            None => loc.set_start(start),
+        }
+        let slot = (cur.ino - self.locs_base) as usize;
+        self.out.locs[slot] = loc;
         Ok(())
     }
 
@@ -1077,6 +1385,101 @@ mod tests {
         // 3 full blocks for big1 and for other, no block for big2; tails in fragments.
         assert_eq!(out.block_sizes.len(), 6);
         assert!(end > 0);
+    }
+
+    #[test]
+    fn locations_on_disk_read_back_by_data_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = LocFile::create(dir.path()).unwrap();
+        let loc = |n: u32| FileLoc {
+            blocks_start: 1000 + n as u64,
+            sizes_start: n as usize * 2,
+            block_count: (n % 3) as usize,
+            fragment: n / 7,
+            frag_offset: n % 7,
+            sparse: n as u64 % 5,
+            start_frags: NO_START,
+        };
+        // Every third number is skipped: those read as no data.
+        let stored = |n: u32| n % 3 != 1;
+        let count = LOC_PAGE as u32 * 3 + 10 + (LOC_WRITE_BYTES / LOC_BYTES) as u32;
+        for n in (0..count).filter(|&n| stored(n)) {
+            f.put(n, &loc(n)).unwrap();
+            // A lookup before the end, as dedup makes, sees what is stored.
+            assert_eq!(f.get(n).unwrap().blocks_start, loc(n).blocks_start);
+        }
+        assert_eq!(f.get(3).unwrap().blocks_start, loc(3).blocks_start);
+        f.flush().unwrap();
+        let out = DataOutput::new(Vec::new(), Some(f));
+        let mut l = out.loc_lookup();
+        for n in (0..count + 5).rev().chain(0..count + 5) {
+            let got = l.get(n).unwrap();
+            let want = match n < count && stored(n) {
+                true => loc(n),
+                false => FileLoc::default(),
+            };
+            assert_eq!(
+                (got.blocks_start, got.sizes_start, got.block_count),
+                (want.blocks_start, want.sizes_start, want.block_count)
+            );
+            assert_eq!(
+                (got.fragment, got.frag_offset, got.sparse),
+                (want.fragment, want.frag_offset, want.sparse)
+            );
+        }
+        assert!(l.pages.len() <= LOC_PAGES);
+    }
+
+    #[test]
+    fn blocks_dedup_against_locations_on_disk_within_the_index_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempfile().unwrap();
+        let mut img = ImageWriter::new(&tmp, Path::new("test.img"));
+        // Room for one key in each index.
+        let opts = PackOptions {
+            block_size: 4096,
+            memory: 8 * 52,
+            ..Default::default()
+        };
+        let enc = Encoder::new(opts.compressor, opts.level, opts.block_size).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (a, b) = (noise(4096, 1), noise(4096, 2));
+        // Files 0 and 1 before the spill, 2 (a copy of 1, which the full
+        // index left out) and 3 (a copy of 0, whose location is on disk
+        // by then) after it.
+        let files = [&a, &b, &b, &a];
+        let spill: Arc<Path> = Arc::from(dir.path());
+        let mut n = 0;
+        let next = |_| -> Result<Option<Batch>, PackError> {
+            let Some(body) = files.get(n) else {
+                return Ok(None);
+            };
+            let piece = Piece {
+                ino: n as u32,
+                path: Arc::from(Path::new("f")),
+                size: 4096,
+                first_block: 0,
+                nblocks: 1,
+                last: true,
+                data: PieceData::Blocks(vec![Some(body.to_vec())]),
+            };
+            n += 1;
+            Ok(Some(Batch {
+                pieces: vec![piece],
+                progress: 0,
+                spill_dir: (n > 1).then(|| spill.clone()),
+            }))
+        };
+        let out = write_batches(&mut img, enc, &opts, &pool, 0, 0, next).unwrap();
+        assert!(out.locs.is_empty() && out.loc_file.is_some());
+        let mut l = out.loc_lookup();
+        let start = |l: &mut LocLookup, n| l.get(n).unwrap().blocks_start;
+        assert_eq!(start(&mut l, 3), start(&mut l, 0));
+        assert_ne!(start(&mut l, 2), start(&mut l, 1));
+        assert_eq!((out.dedup_files, out.dedup_bytes), (1, 4096));
     }
 
     #[test]

@@ -19,8 +19,11 @@ pub struct MetadataWriter {
     /// Uncompressed bytes of the block being filled.
     buf: Vec<u8>,
     scratch: Vec<u8>,
-    /// Position of every finished block's header in `out`.
+    /// Position of every finished block's header, relative to the area
+    /// start.
     block_starts: Vec<u64>,
+    /// Bytes of finished blocks taken by [`MetadataWriter::drain`].
+    drained: u64,
 }
 
 impl MetadataWriter {
@@ -31,12 +34,28 @@ impl MetadataWriter {
             buf: Vec::with_capacity(METADATA_SIZE),
             scratch: Vec::new(),
             block_starts: Vec::new(),
+            drained: 0,
         }
+    }
+
+    /// Finished blocks held, in bytes.
+    pub fn finished_len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Gives `put` the finished blocks not given yet, and forgets them: an
+    /// area too large to hold goes elsewhere as it is made. Positions stay
+    /// relative to the area start.
+    pub fn drain<E>(&mut self, put: impl FnOnce(&[u8]) -> Result<(), E>) -> Result<(), E> {
+        put(&self.out)?;
+        self.drained += self.out.len() as u64;
+        self.out.clear();
+        Ok(())
     }
 
     /// (position of the current block relative to the area start, offset in its payload).
     pub fn position(&self) -> (u64, usize) {
-        (self.out.len() as u64, self.buf.len())
+        (self.drained + self.out.len() as u64, self.buf.len())
     }
 
     pub fn write(&mut self, mut data: &[u8]) -> Result<(), CodecError> {
@@ -52,7 +71,7 @@ impl MetadataWriter {
     }
 
     fn flush_block(&mut self) -> Result<(), CodecError> {
-        self.block_starts.push(self.out.len() as u64);
+        self.block_starts.push(self.drained + self.out.len() as u64);
         let compressed = self.enc.compress(&self.buf, &mut self.scratch)?;
         let payload = if compressed { &self.scratch } else { &self.buf };
         let header = MetaHeader {
@@ -65,8 +84,8 @@ impl MetadataWriter {
         Ok(())
     }
 
-    /// Flushes the partial last block and returns the area bytes together
-    /// with each block's start position.
+    /// Flushes the partial last block and returns the area bytes (those
+    /// not drained) together with each block's start position.
     pub fn finish(mut self) -> Result<(Vec<u8>, Vec<u64>), CodecError> {
         if !self.buf.is_empty() {
             self.flush_block()?;
@@ -75,14 +94,64 @@ impl MetadataWriter {
     }
 }
 
-/// The inode and directory tables, encoded in memory, with the export
-/// table's entries and the root's reference.
+/// The inode and directory tables, encoded, with the export table's
+/// entries and the root's reference.
 pub struct Metadata {
-    pub inodes: Vec<u8>,
-    pub dirs: Vec<u8>,
+    pub inodes: Area,
+    pub dirs: Area,
     /// Inode references by inode number - 1.
-    pub export: Vec<u8>,
+    pub export: Area,
     pub root_inode: u64,
+}
+
+/// Bytes of a table: in memory, or in a file of the spill directory.
+pub enum Area {
+    Mem(Vec<u8>),
+    File(AreaFile),
+}
+
+/// Bytes in an unnamed file of the spill directory (gone with its handle,
+/// whichever way the pack ends).
+pub struct AreaFile {
+    file: std::fs::File,
+    len: u64,
+    /// The spill directory, for messages.
+    dir: std::path::PathBuf,
+}
+
+impl AreaFile {
+    pub fn create(dir: &std::path::Path) -> Result<AreaFile, crate::PackError> {
+        let file = tempfile::tempfile_in(dir)
+            .map_err(crate::PackError::output(dir, "writing the spilled tables"))?;
+        Ok(AreaFile {
+            file,
+            len: 0,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Appends `b`.
+    pub fn append(&mut self, b: &[u8]) -> Result<(), crate::PackError> {
+        self.write_at(b, self.len)
+    }
+
+    /// Writes `b` at `at`, past the end or not.
+    pub fn write_at(&mut self, b: &[u8], at: u64) -> Result<(), crate::PackError> {
+        std::os::unix::fs::FileExt::write_all_at(&self.file, b, at).map_err(
+            crate::PackError::output(&self.dir, "writing the spilled tables"),
+        )?;
+        self.len = self.len.max(at + b.len() as u64);
+        Ok(())
+    }
+
+    /// Reads from `at` into `out`, as much as there is; returns how much.
+    pub fn read_at(&self, at: u64, out: &mut [u8]) -> Result<usize, crate::PackError> {
+        let want = (self.len.saturating_sub(at)).min(out.len() as u64) as usize;
+        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut out[..want], at).map_err(
+            crate::PackError::output(&self.dir, "reading the spilled tables"),
+        )?;
+        Ok(want)
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +195,30 @@ mod tests {
         assert_eq!(starts.len(), 4);
         assert_eq!(starts[0], 0);
         assert_eq!(read_all(&area), data);
+    }
+
+    #[test]
+    fn a_drained_area_is_the_area_written_whole() {
+        let enc = Encoder::new(Compressor::Zstd, Some(3), 131072).unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        let mut whole = MetadataWriter::new(enc);
+        whole.write(&data).unwrap();
+        let mut drained = MetadataWriter::new(enc);
+        let mut out = Vec::new();
+        for chunk in data.chunks(3000) {
+            drained.write(chunk).unwrap();
+            drained
+                .drain(|b| {
+                    out.extend_from_slice(b);
+                    Ok::<_, ()>(())
+                })
+                .unwrap();
+            assert_eq!(drained.finished_len(), 0);
+        }
+        assert_eq!(drained.position(), whole.position());
+        let (rest, starts) = drained.finish().unwrap();
+        out.extend_from_slice(&rest);
+        assert_eq!((out, starts), whole.finish().unwrap());
     }
 
     #[test]

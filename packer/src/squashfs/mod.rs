@@ -15,7 +15,7 @@ mod writer;
 mod xattr;
 
 use self::inode::basic_type;
-use self::metadata::{Metadata, MetadataWriter};
+use self::metadata::{Area, Metadata, MetadataWriter};
 use crate::tree::{Kind, Tree};
 use crate::{cancelled, PackError, PackOptions};
 use packfs_format::codec::{CodecError, Encoder};
@@ -262,9 +262,9 @@ fn encode_metadata(
     }
     let root_inode = m.inode_ref(tree.nodes[0].inode);
     Ok(Metadata {
-        inodes: m.inodes.finish()?.0,
-        dirs: m.dirs.finish()?.0,
-        export: m.export,
+        inodes: Area::Mem(m.inodes.finish()?.0),
+        dirs: Area::Mem(m.dirs.finish()?.0),
+        export: Area::Mem(m.export),
         root_inode,
     })
 }
@@ -428,9 +428,9 @@ fn write_tables(
     meta: Metadata,
 ) -> Result<TablePositions, PhaseError> {
     let inode_table_start = img.pos();
-    img.write_meta(&meta.inodes)?;
+    write_meta_area(img, &meta.inodes)?;
     let directory_table_start = img.pos();
-    img.write_meta(&meta.dirs)?;
+    write_meta_area(img, &meta.dirs)?;
 
     // Without fragments the table is empty but its start still marks the
     // end of the directory table, which is how unsquashfs sizes it.
@@ -441,8 +441,7 @@ fn write_tables(
     } else {
         img.pos()
     };
-    let (b, export_table_start) = tables::indexed_table(enc, &meta.export, img.pos())?;
-    write_table(img, &b, export_table_start)?;
+    let export_table_start = write_export(img, enc, &meta.export)?;
     let ids: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
     let (b, id_table_start) = tables::indexed_table(enc, &ids, img.pos())?;
     write_table(img, &b, id_table_start)?;
@@ -462,6 +461,82 @@ fn write_tables(
         id_table_start,
         xattr_id_table_start,
     })
+}
+
+/// Bytes of a table read from its file at a time.
+const COPY_BYTES: usize = 1 << 20;
+
+/// Writes a run of metadata blocks; from a file, a bounded buffer at a
+/// time, cut between blocks (each is hashed as a piece).
+fn write_meta_area(img: &mut ImageWriter, area: &Area) -> Result<(), PhaseError> {
+    let f = match area {
+        Area::Mem(b) => return Ok(img.write_meta(b)?),
+        Area::File(f) => f,
+    };
+    let mut buf = vec![0u8; COPY_BYTES];
+    let (mut have, mut at) = (0, 0u64);
+    loop {
+        let n = f.read_at(at, &mut buf[have..])?;
+        at += n as u64;
+        have += n;
+        let mut end = 0;
+        while end + 2 <= have {
+            let h = metadata_header(&buf[end..end + 2]);
+            if end + 2 + h > have {
+                break;
+            }
+            end += 2 + h;
+        }
+        if n == 0 && end == 0 {
+            // What is left is not a whole block: never written so, but
+            // copied as it is rather than lost.
+            img.write(&buf[..have])?;
+            return Ok(());
+        }
+        img.write_meta(&buf[..end])?;
+        buf.copy_within(end..have, 0);
+        have -= end;
+    }
+}
+
+/// The stored length a metadata block's header gives.
+fn metadata_header(h: &[u8]) -> usize {
+    packfs_format::squashfs::metadata::MetaHeader::decode([h[0], h[1]]).stored_len as usize
+}
+
+/// Writes the export table; from a file, a bounded buffer at a time, with
+/// the bytes [`tables::indexed_table`] would give. Returns its start.
+fn write_export(img: &mut ImageWriter, enc: Encoder, export: &Area) -> Result<u64, PhaseError> {
+    let f = match export {
+        Area::Mem(b) => {
+            let (b, start) = tables::indexed_table(enc, b, img.pos())?;
+            write_table(img, &b, start)?;
+            return Ok(start);
+        }
+        Area::File(f) => f,
+    };
+    let first = img.pos();
+    let mut w = MetadataWriter::new(enc);
+    let mut buf = vec![0u8; COPY_BYTES];
+    let mut at = 0u64;
+    loop {
+        let n = f.read_at(at, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+        w.write(&buf[..n])?;
+        w.drain(|b| img.write_meta(b))?;
+    }
+    let (rest, starts) = w.finish()?;
+    img.write_meta(&rest)?;
+    let start = img.pos();
+    let index: Vec<u8> = starts
+        .iter()
+        .flat_map(|s| (first + s).to_le_bytes())
+        .collect();
+    img.write_piece(&index)?;
+    Ok(start)
 }
 
 /// Writes a table as [`tables::indexed_table`] and [`xattr::xattr_table`]

@@ -9,11 +9,15 @@
 //! numbered in pre-order instead: a directory's number is known when its
 //! subdirectories' inodes record it as their parent. The export table is
 //! then filled by number, not in write order.
+//!
+//! The tables grow with the entry count, so they wait in files of the
+//! spill directory, not in memory, until the image takes them; so do the
+//! files' locations the inodes are written from (`super::data::LocFile`).
 
-use super::data::DataOutput;
+use super::data::{DataOutput, LocLookup};
 use super::dir;
 use super::inode::{self, basic_type, Common};
-use super::metadata::{Metadata, MetadataWriter};
+use super::metadata::{Area, AreaFile, Metadata, MetadataWriter};
 use crate::record::{Rec, Spilled, NO_LINK, NO_XATTRS};
 use crate::tree::Kind;
 use crate::xattrs::XattrSets;
@@ -53,15 +57,16 @@ struct Open {
 
 struct Pass<'a> {
     data: &'a DataOutput,
+    locs: LocLookup<'a>,
     runs: &'a dyn Spilled,
     sets: &'a XattrSets,
     all_root: bool,
     mtime: Option<u32>,
-    inodes: MetadataWriter,
-    dirs: MetadataWriter,
+    inodes: Table,
+    dirs: Table,
     /// Inode references by number - 1, 8 bytes each, as the export table
     /// stores them.
-    export: Vec<u8>,
+    export: Export,
     ids: Vec<u32>,
     id_index: HashMap<u32, u16>,
     xattrs: XattrSets,
@@ -84,20 +89,17 @@ pub(crate) fn encode(
     opts: &PackOptions,
     path: &Path,
 ) -> Result<Streamed, PackError> {
-    let codec = |source: CodecError| PackError::Codec {
-        path: path.to_path_buf(),
-        source,
-    };
     let mut merged = runs.entries()?;
     let mut p = Pass {
         data,
+        locs: data.loc_lookup(),
         runs,
         sets: runs.xattr_sets(),
         all_root: opts.all_root,
         mtime: opts.mtime,
-        inodes: MetadataWriter::new(enc),
-        dirs: MetadataWriter::new(enc),
-        export: Vec::new(),
+        inodes: Table::new(enc, runs.dir())?,
+        dirs: Table::new(enc, runs.dir())?,
+        export: Export::new(runs.dir())?,
         ids: Vec::new(),
         id_index: HashMap::new(),
         xattrs: XattrSets::default(),
@@ -169,7 +171,7 @@ pub(crate) fn encode(
         let first = first_leaf.take().unwrap_or_else(|| last.clone());
         (first, last)
     });
-    let inode_count = (p.export.len() / 8) as u32;
+    let inode_count = p.export.count;
     let mut root_inode = 0;
     while !p.stack.is_empty() {
         root_inode = p
@@ -201,9 +203,9 @@ pub(crate) fn encode(
     };
     Ok(Streamed {
         meta: Metadata {
-            inodes: p.inodes.finish().map_err(codec)?.0,
-            dirs: p.dirs.finish().map_err(codec)?.0,
-            export: p.export,
+            inodes: p.inodes.finish().map_err(|e| e.into_pack(path))?,
+            dirs: p.dirs.finish().map_err(|e| e.into_pack(path))?,
+            export: p.export.finish()?,
             root_inode,
         },
         inode_count,
@@ -218,8 +220,8 @@ pub(crate) fn encode(
 impl Pass<'_> {
     /// The next inode number.
     fn number(&mut self) -> u32 {
-        self.export.extend_from_slice(&[0; 8]);
-        (self.export.len() / 8) as u32
+        self.export.count += 1;
+        self.export.count
     }
 
     /// The fields every inode of `rec` starts with; `mtime` as recorded.
@@ -280,12 +282,7 @@ impl Pass<'_> {
         buf.clear();
         match rec.kind {
             Kind::File => {
-                let loc = self
-                    .data
-                    .locs
-                    .get(rec.data as usize)
-                    .cloned()
-                    .unwrap_or_default();
+                let loc = self.locs.get(rec.data).map_err(PassError::Pack)?;
                 self.files += 1;
                 self.bytes += rec.size;
                 inode::file(
@@ -321,10 +318,9 @@ impl Pass<'_> {
 
     /// Appends an encoded inode numbered `number`; returns its reference.
     fn add(&mut self, number: u32, buf: &[u8]) -> Result<u64, PassError> {
-        let (block, offset) = self.inodes.position();
+        let (block, offset) = self.inodes.w.position();
         let r = make_ref(block, offset);
-        let at = (number as usize - 1) * 8;
-        self.export[at..at + 8].copy_from_slice(&r.to_le_bytes());
+        self.export.set(number, r).map_err(PassError::Pack)?;
         self.inodes.write(buf)?;
         Ok(r)
     }
@@ -344,8 +340,9 @@ impl Pass<'_> {
                 basic_type: *ty,
             })
             .collect();
-        let l = dir::write_listing(&mut self.dirs, &entries)?;
+        let l = dir::write_listing(&mut self.dirs.w, &entries)?;
         drop(entries);
+        self.dirs.spill()?;
         let mtime = if d.rec.explicit {
             d.rec.mtime
         } else {
@@ -384,10 +381,108 @@ impl Pass<'_> {
     }
 }
 
-/// A failure of the pass: a block's encoding, or the id table's size.
+/// Bytes of finished blocks a [`Table`] holds before it writes them out.
+const TABLE_HELD: usize = 1 << 20;
+
+/// The inode or directory table, its finished blocks written to a file of
+/// the spill directory as they come: an image of a spilled namespace has
+/// more entries than its tables would fit in its budget.
+struct Table {
+    w: MetadataWriter,
+    file: AreaFile,
+}
+
+impl Table {
+    fn new(enc: Encoder, dir: &Path) -> Result<Table, PackError> {
+        Ok(Table {
+            w: MetadataWriter::new(enc),
+            file: AreaFile::create(dir)?,
+        })
+    }
+
+    fn write(&mut self, b: &[u8]) -> Result<(), PassError> {
+        self.w.write(b)?;
+        self.spill()
+    }
+
+    /// Writes out the finished blocks once they are many.
+    fn spill(&mut self) -> Result<(), PassError> {
+        if self.w.finished_len() < TABLE_HELD {
+            return Ok(());
+        }
+        let file = &mut self.file;
+        self.w.drain(|b| file.append(b)).map_err(PassError::Pack)
+    }
+
+    fn finish(mut self) -> Result<Area, PassError> {
+        let (rest, _) = self.w.finish()?;
+        self.file.append(&rest).map_err(PassError::Pack)?;
+        Ok(Area::File(self.file))
+    }
+}
+
+/// References the export table gathers before it writes them.
+const EXPORT_HELD: usize = 1 << 16;
+
+/// The export table, in a file of the spill directory: references come
+/// out of number order (a directory's after its entries'), so they are
+/// gathered, sorted and written in runs of consecutive numbers.
+struct Export {
+    /// Inodes numbered so far.
+    count: u32,
+    held: Vec<(u32, u64)>,
+    file: AreaFile,
+    buf: Vec<u8>,
+}
+
+impl Export {
+    fn new(dir: &Path) -> Result<Export, PackError> {
+        Ok(Export {
+            count: 0,
+            held: Vec::with_capacity(EXPORT_HELD),
+            file: AreaFile::create(dir)?,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Records the reference of inode `number`.
+    fn set(&mut self, number: u32, r: u64) -> Result<(), PackError> {
+        self.held.push((number, r));
+        if self.held.len() >= EXPORT_HELD {
+            self.write_held()?;
+        }
+        Ok(())
+    }
+
+    fn write_held(&mut self) -> Result<(), PackError> {
+        self.held.sort_unstable_by_key(|&(n, _)| n);
+        let mut i = 0;
+        while i < self.held.len() {
+            let first = self.held[i].0;
+            self.buf.clear();
+            while i < self.held.len() && self.held[i].0 == first + (self.buf.len() / 8) as u32 {
+                self.buf.extend_from_slice(&self.held[i].1.to_le_bytes());
+                i += 1;
+            }
+            let at = (first as u64 - 1) * 8;
+            self.file.write_at(&self.buf, at)?;
+        }
+        self.held.clear();
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Area, PackError> {
+        self.write_held()?;
+        Ok(Area::File(self.file))
+    }
+}
+
+/// A failure of the pass: a block's encoding, the id table's size, or
+/// the spill directory's files.
 enum PassError {
     Codec(CodecError),
     TooManyIds,
+    Pack(PackError),
 }
 
 impl From<CodecError> for PassError {
@@ -406,6 +501,7 @@ impl PassError {
             PassError::TooManyIds => PackError::TooManyIds {
                 path: path.to_path_buf(),
             },
+            PassError::Pack(e) => e,
         }
     }
 }
