@@ -95,6 +95,7 @@ class Layout:
         n = len(keys)
         keys = np.asarray(keys, dtype=np.int64)
         self.keys = keys
+        self.group_bytes = group_bytes
         self.parts = None if parts is None else np.asarray(parts, dtype=np.int64)
         #: Bytes of each sample from its key; None when keys are not offsets.
         self.lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
@@ -241,9 +242,16 @@ class ReadPlan:
             if layout.parts is not None:
                 spans[:, 0] = layout.parts[layout.members][lo]
             # A group starts at its first sample (the members are sorted by
-            # position) and ends where its furthest-reaching sample ends.
+            # position) and ends where its furthest-reaching sample ends, or
+            # at the end of its aligned span if that is sooner: the last
+            # sample of a group usually runs a few KiB into the next span,
+            # and asking for them would fetch that span's whole range (a
+            # remote image fetches aligned ranges) long before its own group
+            # comes, to be evicted by then and fetched again. Those few KiB
+            # are read when their sample is, as a small piece.
+            cap = (keys[lo] // layout.group_bytes + 1) * layout.group_bytes
             spans[:, 1] = keys[lo]
-            spans[:, 2] = np.maximum.reduceat(ends, lo) - keys[lo]
+            spans[:, 2] = np.minimum(np.maximum.reduceat(ends, lo), cap) - keys[lo]
         self.spans = spans
         self.after = np.asarray(after, dtype=np.int64)
         #: Streams of the order: each worker reads its own (module doc).
