@@ -322,13 +322,30 @@ impl Opener {
     /// `loc` and their lengths checked (remote ones by HEAD).
     fn manifest(&self, loc: &ImageLocation, bytes: &[u8]) -> Result<UnionImage<AnyImage>> {
         let sizes = |locs: &[ImageLocation]| location::lengths(locs, &self.o.remote);
+        // One range cache for all the remote shards: the budget is the
+        // image's, as a mount's block cache is, not each shard's (a union
+        // of N shards would otherwise hold N budgets).
+        #[cfg(feature = "remote")]
+        let me = {
+            let mut me = self.clone();
+            let r = &mut me.o.remote;
+            r.shared_ranges.get_or_insert_with(|| {
+                crate::remote::ranges::SharedRanges::new(
+                    r.cache_bytes as usize,
+                    r.range_size as usize,
+                )
+            });
+            me
+        };
+        #[cfg(not(feature = "remote"))]
+        let me = self;
         union::open_manifest(
             ManifestSource {
                 location: loc,
                 bytes,
                 sizes: &sizes,
             },
-            self.union_options(OnConflict::Error),
+            me.union_options(OnConflict::Error),
         )
     }
 }

@@ -38,11 +38,11 @@ use std::sync::{Arc, OnceLock};
 const CHUNK: u64 = 4 << 20;
 
 /// What one process holds of an opened image.
-pub(crate) struct Inner {
+struct Inner {
     /// The filesystem core the FUSE server uses, without readahead: no
     /// background decoding threads, so nothing runs inside mountfs behind
     /// the binding's back (see `fork.rs`).
-    pub(crate) fs: PackFs<AnyImage>,
+    fs: PackFs<AnyImage>,
     location: String,
     storage: Arc<StorageCounters>,
     remote: Option<Arc<RemoteCounters>>,
@@ -191,7 +191,7 @@ impl Inner {
         self.read_whole(&a)
     }
 
-    pub(crate) fn list(&self, path: &[u8]) -> Result<Vec<mountfs::fs::DirEntry>> {
+    fn list(&self, path: &[u8]) -> Result<Vec<mountfs::fs::DirEntry>> {
         let a = self.fs.resolve_path(path, true)?;
         if a.kind != FileKind::Dir {
             return Err(FsError::NotDir.into());
@@ -659,7 +659,7 @@ impl NativeImage {
         let paths = self
             .call(py, |i| {
                 let mut kept = 0u64;
-                crate::walk::files_under(i, &p, &mut |path| {
+                crate::walk::files_under(&i.fs, &p, &mut |path| {
                     let keep = match (&exts, std::str::from_utf8(path)) {
                         (None, _) => true,
                         (Some(exts), Ok(s)) => {

@@ -15,8 +15,9 @@
 //! handed over in one `bytes`.
 
 use crate::errors::Result;
-use crate::image::Inner;
-use mountfs::fs::{DirEntry, FileKind};
+use mountfs::fs::{DirEntry, FileKind, PackFs};
+use mountfs::open::AnyImage;
+use mountfs::FsError;
 use std::cmp::Ordering;
 
 /// The paths of every non-directory under `top`, each `top/dir/.../name`,
@@ -24,28 +25,28 @@ use std::cmp::Ordering;
 /// bytes): one buffer of the paths one after another and the offset of
 /// each path's end.
 pub(crate) fn files_under(
-    inner: &Inner,
+    fs: &PackFs<AnyImage>,
     top: &[u8],
     keep: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Result<(Vec<u8>, Vec<u64>)> {
     // Each directory visited: its path and its files' names, one after
     // another (a `Vec` a name would cost more than most names do).
     let mut visited: Vec<(Vec<u8>, Names)> = Vec::new();
-    let first = match inner.fs.resolve_path(top, true) {
+    let first = match fs.resolve_path(top, true) {
         Ok(a) => (Some(a.node), vec![a.ino]),
         // Said by the listing of `top` below, which is skipped.
         Err(_) => (None, Vec::new()),
     };
     let mut stack = vec![(top.to_vec(), first.0, first.1)];
     while let Some((path, node, above)) = stack.pop() {
-        let Ok(entries) = list(inner, &path, node) else {
+        let Ok(entries) = list(fs, &path, node) else {
             continue;
         };
         let mut files = Names::default();
         for e in entries {
             let target = match e.kind {
                 FileKind::Dir => Some((Some(e.node), None)),
-                FileKind::Symlink => match inner.fs.resolve_path(&join(&path, &e.name), true) {
+                FileKind::Symlink => match fs.resolve_path(&join(&path, &e.name), true) {
                     Ok(a) if a.kind == FileKind::Dir => Some((Some(a.node), Some(a.ino))),
                     _ => None,
                 },
@@ -59,7 +60,7 @@ pub(crate) fn files_under(
             // may name one inode and point at another.
             let ino = match (ino, dir) {
                 (Some(ino), _) => ino,
-                (None, Some(node)) => match inner.fs.getattr(node) {
+                (None, Some(node)) => match fs.getattr(node) {
                     Ok(a) => a.ino,
                     Err(_) => continue,
                 },
@@ -117,11 +118,18 @@ impl Names {
 
 /// The listing of the directory at `path`: of `node`, when an entry or
 /// the resolution of `top` gave it, else by path (which then says why not).
-fn list(inner: &Inner, path: &[u8], node: Option<u64>) -> Result<Vec<DirEntry>> {
-    match node {
-        Some(node) => Ok(inner.fs.list(node)?),
-        None => inner.list(path),
-    }
+fn list(fs: &PackFs<AnyImage>, path: &[u8], node: Option<u64>) -> Result<Vec<DirEntry>> {
+    let node = match node {
+        Some(node) => node,
+        None => {
+            let a = fs.resolve_path(path, true)?;
+            if a.kind != FileKind::Dir {
+                return Err(FsError::NotDir.into());
+            }
+            a.node
+        }
+    };
+    Ok(fs.list(node)?)
 }
 
 /// `os.path.join(dir, name)`, or `name` under the root ("").

@@ -19,6 +19,11 @@ pub struct RemoteOptions {
     /// The node-local disk cache of fetched bytes (`--disk-cache`), None
     /// for none.
     pub disk_cache: Option<Arc<super::disk_cache::DiskCache>>,
+    /// A fetched-range cache the objects opened with these options share
+    /// (`cache_bytes` for all of them), or None for one of `cache_bytes`
+    /// each. The shards of one union share one.
+    #[cfg(feature = "remote")]
+    pub shared_ranges: Option<super::ranges::SharedRanges>,
 }
 
 impl Default for RemoteOptions {
@@ -30,6 +35,8 @@ impl Default for RemoteOptions {
             cache_bytes: 256 << 20,
             readahead: 2,
             disk_cache: None,
+            #[cfg(feature = "remote")]
+            shared_ranges: None,
         }
     }
 }

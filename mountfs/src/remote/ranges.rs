@@ -6,16 +6,117 @@
 //! always stays, so the budget must hold two ranges); readahead never has
 //! more than half the budget in flight (counted in whole ranges); a failure is handed to the readers
 //! waiting for that flight and then forgotten.
+//!
+//! One cache may serve several objects, the remote shards of one union
+//! ([`SharedRanges`]): the loader's budget is then one budget for all of
+//! them, not one per shard, and each object's keys carry its tag
+//! ([`Ranges`]) so that they never meet another's.
 
 use bytes::Bytes;
 use lru::LruCache;
 use packfs_objstore::RemoteError;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Readahead fetches in flight at most (demand fetches are not limited).
 pub const MAX_AHEAD: usize = 8;
+
+/// Where an object's tag starts in a key: range and piece numbers stay
+/// below it (an object of 2^40 ranges of at least 64 KiB is 64 EiB), the
+/// piece bit above it.
+const TAG_SHIFT: u32 = 40;
+/// Objects one shared cache can tell apart: the tag's bits up to the piece bit.
+const MAX_TAGS: u64 = 1 << (63 - TAG_SHIFT);
+
+/// A range cache several objects share, one budget for all of them.
+#[derive(Clone)]
+pub struct SharedRanges {
+    cache: Arc<RangeCache>,
+    /// Tags given so far.
+    joined: Arc<AtomicU64>,
+}
+
+impl SharedRanges {
+    /// A cache of `budget` bytes for ranges of `range` bytes.
+    pub fn new(budget: usize, range: usize) -> Self {
+        SharedRanges {
+            cache: Arc::new(RangeCache::new(budget, range)),
+            joined: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Bytes cached now, for every object together.
+    pub fn cached_bytes(&self) -> usize {
+        self.cache.cached_bytes()
+    }
+}
+
+impl std::fmt::Debug for SharedRanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRanges")
+            .field("budget", &self.cache.budget)
+            .field("objects", &self.joined.load(Relaxed))
+            .finish()
+    }
+}
+
+/// One object's keys in a range cache: its own cache, or a shared one with
+/// the object's tag in every key.
+pub struct Ranges {
+    cache: Arc<RangeCache>,
+    tag: u64,
+}
+
+impl Ranges {
+    /// A cache of `budget` bytes for this object alone.
+    pub fn own(budget: usize, range: usize) -> Self {
+        Ranges {
+            cache: Arc::new(RangeCache::new(budget, range)),
+            tag: 0,
+        }
+    }
+
+    /// This object's part of `shared`, under a tag of its own.
+    pub fn join(shared: &SharedRanges) -> Result<Self, String> {
+        let n = shared.joined.fetch_add(1, Relaxed);
+        if n >= MAX_TAGS {
+            return Err(format!(
+                "more than {MAX_TAGS} remote objects share one range cache"
+            ));
+        }
+        Ok(Ranges {
+            cache: shared.cache.clone(),
+            tag: n << TAG_SHIFT,
+        })
+    }
+
+    fn key(&self, key: u64) -> u64 {
+        debug_assert!(key & !(1 << 63) < 1 << TAG_SHIFT, "key {key:#x}");
+        key | self.tag
+    }
+
+    /// [`RangeCache::lookup`] of this object's `key`.
+    pub fn lookup(&self, key: u64, ahead: bool) -> Lookup {
+        self.cache.lookup(self.key(key), ahead)
+    }
+
+    /// [`RangeCache::lookup_planned`] of this object's `key`.
+    pub fn lookup_planned(&self, key: u64) -> Lookup {
+        self.cache.lookup_planned(self.key(key))
+    }
+
+    /// [`RangeCache::has`] of this object's `key`.
+    pub fn has(&self, key: u64) -> bool {
+        self.cache.has(self.key(key))
+    }
+
+    /// [`RangeCache::finish`] of this object's `key`.
+    pub fn finish(&self, key: u64, flight: &Flight, result: Result<Bytes, RemoteError>) {
+        self.cache.finish(self.key(key), flight, result)
+    }
+}
 
 /// One fetch in flight; readers wait on it.
 #[derive(Default)]
@@ -168,6 +269,40 @@ mod tests {
             panic!("{idx} not claimable")
         };
         c.finish(idx, &f, Ok(Bytes::from(vec![idx as u8; n])));
+    }
+
+    #[test]
+    fn objects_sharing_a_cache_keep_their_keys_apart_within_one_budget() {
+        let shared = SharedRanges::new(300, 100);
+        let (a, b) = (
+            Ranges::join(&shared).unwrap(),
+            Ranges::join(&shared).unwrap(),
+        );
+        let fill = |r: &Ranges, key: u64, byte: u8| {
+            let Lookup::Wait(f, true) = r.lookup(key, false) else {
+                panic!("{key} not claimable")
+            };
+            r.finish(key, &f, Ok(Bytes::from(vec![byte; 100])));
+        };
+        // The same range number in two objects is two entries.
+        fill(&a, 0, 1);
+        assert!(a.has(0) && !b.has(0));
+        fill(&b, 0, 2);
+        let Lookup::Ready(got) = a.lookup(0, false) else {
+            panic!()
+        };
+        assert_eq!(got[0], 1);
+        // Pieces too.
+        fill(&a, 1 << 63 | 5, 3);
+        assert!(a.has(1 << 63 | 5) && !b.has(1 << 63 | 5) && !a.has(5));
+        // One budget for both: three ranges of 100 in 300, the least
+        // recently used out (b's 0: a's 0 was read since).
+        fill(&b, 1, 4);
+        assert!(shared.cached_bytes() <= 300);
+        assert!(a.has(0) && !b.has(0) && b.has(1));
+        // An object alone has a budget of its own.
+        let own = Ranges::own(300, 100);
+        assert!(!own.has(0));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use super::disk_cache::{DiskCache, ObjectKey};
 use super::options::RemoteOptions;
-use super::ranges::{Flight, Lookup, RangeCache};
+use super::ranges::{Flight, Lookup, Ranges};
 use crate::error::Result;
 use crate::source::{range_check, ImageSource};
 use bytes::Bytes;
@@ -61,7 +61,7 @@ struct Shared {
     /// How the object is read (ranges, readahead, disk cache).
     opts: RemoteOptions,
     version: Version,
-    ranges: RangeCache,
+    ranges: Ranges,
     /// The disk cache and this version's key in it, when one is used.
     disk: Option<(Arc<DiskCache>, ObjectKey)>,
     /// When the server stopped answering (a fetch timed out or could not
@@ -92,7 +92,10 @@ impl RemoteSource {
                 remote.url()
             );
         }
-        let ranges = RangeCache::new(opts.cache_bytes as usize, opts.range_size as usize);
+        let ranges = match &opts.shared_ranges {
+            Some(shared) => Ranges::join(shared).map_err(RemoteError::Config)?,
+            None => Ranges::own(opts.cache_bytes as usize, opts.range_size as usize),
+        };
         let piece = if version.len > opts.cache_bytes {
             piece_size(opts.range_size)
         } else {
