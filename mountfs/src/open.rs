@@ -329,10 +329,21 @@ impl Opener {
         let me = {
             let mut me = self.clone();
             let r = &mut me.o.remote;
+            // The shards' sizes as the manifest records them (the union
+            // checks them against the objects); 0 for a manifest it refuses.
+            let total: u64 = serde_json::from_slice::<serde_json::Value>(bytes)
+                .ok()
+                .and_then(|m| {
+                    m["shards"]
+                        .as_array()
+                        .map(|s| s.iter().filter_map(|s| s["size"].as_u64()).sum())
+                })
+                .unwrap_or(0);
             r.shared_ranges.get_or_insert_with(|| {
                 crate::remote::ranges::SharedRanges::new(
                     r.cache_bytes as usize,
                     r.range_size as usize,
+                    total,
                 )
             });
             me

@@ -36,15 +36,25 @@ pub struct SharedRanges {
     cache: Arc<RangeCache>,
     /// Tags given so far.
     joined: Arc<AtomicU64>,
+    /// Bytes of all the objects together: what decides, against the
+    /// budget, whether a random reader fetches pieces (see `source.rs`).
+    total_len: u64,
 }
 
 impl SharedRanges {
-    /// A cache of `budget` bytes for ranges of `range` bytes.
-    pub fn new(budget: usize, range: usize) -> Self {
+    /// A cache of `budget` bytes for ranges of `range` bytes, shared by
+    /// objects of `total_len` bytes together.
+    pub fn new(budget: usize, range: usize, total_len: u64) -> Self {
         SharedRanges {
             cache: Arc::new(RangeCache::new(budget, range)),
             joined: Arc::new(AtomicU64::new(0)),
+            total_len,
         }
+    }
+
+    /// Bytes of all the objects sharing the cache.
+    pub fn total_len(&self) -> u64 {
+        self.total_len
     }
 
     /// Bytes cached now, for every object together.
@@ -273,7 +283,7 @@ mod tests {
 
     #[test]
     fn objects_sharing_a_cache_keep_their_keys_apart_within_one_budget() {
-        let shared = SharedRanges::new(300, 100);
+        let shared = SharedRanges::new(300, 100, 1000);
         let (a, b) = (
             Ranges::join(&shared).unwrap(),
             Ranges::join(&shared).unwrap(),

@@ -96,7 +96,14 @@ impl RemoteSource {
             Some(shared) => Ranges::join(shared).map_err(RemoteError::Config)?,
             None => Ranges::own(opts.cache_bytes as usize, opts.range_size as usize),
         };
-        let piece = if version.len > opts.cache_bytes {
+        // Pieces when what shares the cache cannot all stay in it: this
+        // object, or all the shards of its union together (each may be
+        // small, their sum is what a shuffled reader moves over).
+        let sharing = opts
+            .shared_ranges
+            .as_ref()
+            .map_or(version.len, |s| s.total_len());
+        let piece = if version.len.max(sharing) > opts.cache_bytes {
             piece_size(opts.range_size)
         } else {
             opts.range_size
