@@ -134,9 +134,9 @@ def local_order(
 
 def local_schedule(
     layout: Layout, window: int, seed: int, epoch: int, streams: int = 1, chunk: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The locality order for ``(seed, epoch)``; for each group, the group
-    its slot takes after it (-1 for a slot's last); and each group's stream.
+) -> tuple[np.ndarray, np.ndarray]:
+    """The locality order for ``(seed, epoch)`` and, for each group, the
+    group its slot takes after it (-1 for a slot's last).
 
     With ``streams`` > 1 (and a ``chunk``: samples of one global step) the
     groups are dealt to that many streams, each its own ``window`` slots,
@@ -187,7 +187,7 @@ def local_schedule(
     order = layout.members[ranked]
     if streams > 1:
         order = _deal_chunks(order, np.bincount(sample_stream, minlength=streams), chunk)
-    return order, after, stream_of
+    return order, after
 
 
 def _deal_chunks(by_stream: np.ndarray, counts: np.ndarray, chunk: int) -> np.ndarray:

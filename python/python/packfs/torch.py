@@ -379,8 +379,8 @@ class ShuffleSampler:
         self._size = len(dataset)
         self._layout: _sampler.Layout | None = None
         # The last locality schedule made: its key (seed, epoch, streams,
-        # chunk), order, next groups and streams.
-        self._schedule: tuple[tuple, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # chunk), order and next groups.
+        self._schedule: tuple[tuple, np.ndarray, np.ndarray] | None = None
         # (epoch, streams, chunk) of a loaded state: that epoch keeps the
         # dealing it was saved with.
         self._loaded_dealing: tuple[int, int, int] | None = None
@@ -431,9 +431,9 @@ class ShuffleSampler:
         if s is None or s[0] != key:
             if self._layout is None:
                 self._layout = self._make_layout()
-            order, after, _ = _sampler.local_schedule(self._layout, self.window, self.seed, self.epoch, *key[2:])
-            s = self._schedule = (key, order, after, key[2])
-        return s[1], s[2], s[3]
+            order, after = _sampler.local_schedule(self._layout, self.window, self.seed, self.epoch, *key[2:])
+            s = self._schedule = (key, order, after)
+        return s[1], s[2], s[0][2]
 
     def _plan_dataset(self) -> None:
         """Gives the dataset this epoch's read plan (see the class doc)."""
