@@ -183,7 +183,23 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
     // fails at once, not after scanning a large tree. On any error `tmp` is
     // dropped, which deletes the temporary file.
     let tmp = target.create_temp()?;
-    let tree = walk::walk_skipping(src, opts, output::identity(&tmp))?;
+    // A tree larger than the stage's share of the budget is packed through
+    // the namespace that spills to disk. Data orders and an overlay need
+    // the whole tree, so they keep it in memory whatever its size.
+    let bounded = opts.order == order::DataOrder::Path && opts.overlay.is_none();
+    let limit = match bounded {
+        true => archive::spill::stage_share(opts),
+        false => u64::MAX,
+    };
+    let Some(tree) = walk::walk_within(src, opts, output::identity(&tmp), limit)? else {
+        log::info!(
+            "{}: more entries than a quarter of --memory holds: walked again into the \
+             namespace that spills to disk",
+            src.display()
+        );
+        drop((tmp, target));
+        return archive::pack_large_dir(src, out, opts);
+    };
     log::debug!(
         "walk: {} entries in {:.2} s",
         tree.nodes.len(),

@@ -27,30 +27,68 @@ struct Walker<'a> {
     links: HashMap<(u64, u64), u32>,
     /// Whether [`Inode::src_ino`] is recorded (see [`stable_inodes`]).
     stable_ino: bool,
-    /// (dev, ino) of the image being written, left out of the tree: its
-    /// directory may reach into the source by another path (a bind mount),
-    /// where the check on paths in `output::prepare` cannot see it.
-    skip: Option<(u64, u64)>,
+    /// Bytes the tree may take ([`Tree::memory`]) before the walk gives up
+    /// (see [`walk_within`]).
+    limit: u64,
 }
 
 /// Whether inode numbers under `root` stay the same while the pack runs, so
 /// that a file opened for its data can be told from one renamed over it:
 /// not on a FUSE filesystem, whose server may number a file afresh each
 /// time the kernel looks it up again (sshfs, s3fs). An error is "no".
-fn stable_inodes(root: &Path) -> bool {
+pub(crate) fn stable_inodes(root: &Path) -> bool {
     const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
     statfs::fs_type(root).is_some_and(|t| t != FUSE_SUPER_MAGIC)
 }
 
 /// One directory entry as read by an I/O thread, before it joins the tree.
-struct Scanned {
-    name: OsString,
-    meta: fs::Metadata,
+pub(crate) struct Scanned {
+    pub name: OsString,
+    pub meta: fs::Metadata,
     /// Symlinks: the target.
-    target: Option<OsString>,
-    xattrs: Vec<Xattr>,
+    pub target: Option<OsString>,
+    pub xattrs: Vec<Xattr>,
     /// Read from the overlay, not the source.
-    from_overlay: bool,
+    pub from_overlay: bool,
+}
+
+/// The kind of an entry of type `ft`.
+pub(crate) fn kind_of(ft: fs::FileType) -> Kind {
+    if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_block_device() {
+        Kind::BlockDev
+    } else if ft.is_char_device() {
+        Kind::CharDev
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else {
+        Kind::Socket
+    }
+}
+
+/// A subdirectory a [`Visit`] wants walked: its id for the visitor, its
+/// name, and whether it came from the overlay.
+pub(crate) type Subdir = (u32, OsString, bool);
+
+/// What the breadth-first walk ([`breadth_first`]) hands each directory's
+/// entries to: the tree of `pack DIR`, or the namespace of a pack that may
+/// spill (`archive::reader`).
+pub(crate) trait Visit {
+    /// Takes the entries of the directory the visitor knows as `dir`
+    /// (`rel` below the root; the root is 0), sorted by name, excluded ones
+    /// and the image being written left out. Returns the subdirectories to
+    /// walk, or `None` to stop the walk there.
+    fn entries(
+        &mut self,
+        dir: u32,
+        rel: &Path,
+        entries: Vec<Scanned>,
+    ) -> Result<Option<Vec<Subdir>>, PackError>;
 }
 
 /// Directories being read (or read and waiting to be added to the tree) at
@@ -215,6 +253,18 @@ pub fn walk_skipping(
     opts: &PackOptions,
     skip: Option<(u64, u64)>,
 ) -> Result<Tree, PackError> {
+    Ok(walk_within(root, opts, skip, u64::MAX)?.expect("an unbounded walk ends"))
+}
+
+/// [`walk_skipping`], giving up (`None`) once the tree takes more than
+/// `limit` bytes ([`Tree::memory`]): a tree that large is packed through
+/// the namespace that spills to disk instead.
+pub(crate) fn walk_within(
+    root: &Path,
+    opts: &PackOptions,
+    skip: Option<(u64, u64)>,
+    limit: u64,
+) -> Result<Option<Tree>, PackError> {
     let mut tree = Tree::with_root(root.to_path_buf());
     tree.overlay = opts.overlay.clone();
     let mut w = Walker {
@@ -223,23 +273,18 @@ pub fn walk_skipping(
         id_index: HashMap::new(),
         links: HashMap::new(),
         stable_ino: stable_inodes(root),
-        skip,
+        limit,
     };
-    let excludes = Excludes::new(&opts.excludes)?;
     // The root's own metadata (following a symlink given as SRC) is the root inode.
     let meta = fs::metadata(root).map_err(PackError::io(root))?;
     let xattrs = xattrs::read(root).map_err(PackError::io(root))?;
     let ino = w.add_inode(root, &meta, None, xattrs, 0, false)?;
     w.tree.nodes[0].inode = ino;
-    w.add_directories(root, &excludes)?;
-    for p in excludes.unmatched() {
-        log::warn!(
-            "{}: --exclude {p:?} matched nothing (see `packfs pack --help` for how patterns match)",
-            root.display()
-        );
+    if !breadth_first(root, opts, skip, &mut w)? {
+        return Ok(None);
     }
     count_dir_links(&mut w.tree);
-    Ok(w.tree)
+    Ok(Some(w.tree))
 }
 
 /// Sets every directory's link count: 2 + its subdirectories.
@@ -291,85 +336,124 @@ impl Drop for StopOnExit<'_> {
     }
 }
 
-impl Walker<'_> {
-    /// Reads every directory below the root (whose inode is added) and adds
-    /// their entries to the tree. Breadth-first: appending a directory's
-    /// sorted children in one go keeps them contiguous. Directories are
-    /// scanned on the I/O pool up to [`WALK_WINDOW`] ahead, and added by this
-    /// thread in the order they were sent.
-    fn add_directories(&mut self, root: &Path, excludes: &Excludes) -> Result<(), PackError> {
-        let pool = io_pool::pool()?;
-        let stop = AtomicBool::new(false);
-        let (tx, rx) = mpsc::channel::<ScanDone>();
-        let overlay = self.opts.overlay.as_deref();
-        let top = DirAt {
-            rel: PathBuf::new(),
-            in_source: true,
-            in_overlay: overlay.is_some(),
-        };
-        // `todo` holds the directories found but not yet sent to the pool,
-        // `pending` those sent, both in breadth-first order.
-        let mut todo: VecDeque<(u32, DirAt)> = VecDeque::from([(0, top)]);
-        let mut pending: VecDeque<(u32, DirAt)> = VecDeque::new();
-        let mut done = HashMap::new();
-        let (mut sent, mut added) = (0u64, 0u64);
-        pool.in_place_scope(|s| -> Result<(), PackError> {
-            let _stop = StopOnExit(&stop);
-            loop {
-                while pending.len() < WALK_WINDOW {
-                    let Some((node, at)) = todo.pop_front() else {
-                        break;
-                    };
-                    let (tx, stop) = (tx.clone(), &stop);
-                    let (task_at, seq) = (at.clone(), sent);
-                    s.spawn(move |_| {
-                        let r = if stop.load(Ordering::Relaxed) {
-                            Err(PackError::Interrupted)
-                        } else {
-                            scan_dir(root, overlay, &task_at, excludes)
-                        };
-                        let _ = tx.send((seq, r));
-                    });
-                    pending.push_back((node, at));
-                    sent += 1;
-                }
-                let Some((node, at)) = pending.pop_front() else {
-                    return Ok(());
+/// Reads every directory below `root` and hands their entries to `visit`.
+/// Breadth-first: a directory's sorted children go over in one go.
+/// Directories are scanned on the I/O pool (see [`crate::io_pool`]) up to
+/// [`WALK_WINDOW`] ahead, and handed over by this thread strictly in the
+/// order they were sent, so that what the visitor makes (node order, id
+/// and xattr numbering, which name of a hard link comes first, the first
+/// error reported) is the same as a sequential walk's. Returns whether
+/// the walk went to the end (the visitor may stop it).
+///
+/// `skip` ((dev, ino): the image's own temporary file) is left out
+/// wherever it shows up: its directory may reach into the source by
+/// another path (a bind mount), where the check on paths in
+/// `output::prepare` cannot see it.
+pub(crate) fn breadth_first(
+    root: &Path,
+    opts: &PackOptions,
+    skip: Option<(u64, u64)>,
+    visit: &mut impl Visit,
+) -> Result<bool, PackError> {
+    let excludes = Excludes::new(&opts.excludes)?;
+    let pool = io_pool::pool()?;
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<ScanDone>();
+    let overlay = opts.overlay.as_deref();
+    let top = DirAt {
+        rel: PathBuf::new(),
+        in_source: true,
+        in_overlay: overlay.is_some(),
+    };
+    // `todo` holds the directories found but not yet sent to the pool,
+    // `pending` those sent, both in breadth-first order.
+    let mut todo: VecDeque<(u32, DirAt)> = VecDeque::from([(0, top)]);
+    let mut pending: VecDeque<(u32, DirAt)> = VecDeque::new();
+    let mut done = HashMap::new();
+    let (mut sent, mut added) = (0u64, 0u64);
+    let whole = pool.in_place_scope(|s| -> Result<bool, PackError> {
+        let _stop = StopOnExit(&stop);
+        loop {
+            while pending.len() < WALK_WINDOW {
+                let Some((node, at)) = todo.pop_front() else {
+                    break;
                 };
-                if crate::cancelled(self.opts) {
-                    return Err(PackError::Interrupted);
-                }
-                let entries = scan_in_order(&mut done, &rx, added)?;
-                added += 1;
-                for (c, from_overlay) in self.add_children(node, &at.rel, entries)? {
-                    let name = OsStr::from_bytes(self.tree.name(c));
-                    todo.push_back((c, at.child(name, from_overlay, overlay.is_some())));
-                }
+                let (tx, stop, excludes) = (tx.clone(), &stop, &excludes);
+                let (task_at, seq) = (at.clone(), sent);
+                s.spawn(move |_| {
+                    let r = if stop.load(Ordering::Relaxed) {
+                        Err(PackError::Interrupted)
+                    } else {
+                        scan_dir(root, overlay, &task_at, excludes)
+                    };
+                    let _ = tx.send((seq, r));
+                });
+                pending.push_back((node, at));
+                sent += 1;
             }
-        })
+            let Some((node, at)) = pending.pop_front() else {
+                return Ok(true);
+            };
+            if crate::cancelled(opts) {
+                return Err(PackError::Interrupted);
+            }
+            let mut entries = scan_in_order(&mut done, &rx, added)?;
+            added += 1;
+            if let Some((dev, ino)) = skip {
+                entries.retain(|e| {
+                    let it = e.meta.dev() == dev && e.meta.ino() == ino;
+                    if it {
+                        log::warn!(
+                            "{}: the image being written, left out",
+                            root.join(&at.rel).join(&e.name).display()
+                        );
+                    }
+                    !it
+                });
+            }
+            let Some(subdirs) = visit.entries(node, &at.rel, entries)? else {
+                return Ok(false);
+            };
+            for (c, name, from_overlay) in subdirs {
+                todo.push_back((c, at.child(&name, from_overlay, overlay.is_some())));
+            }
+        }
+    })?;
+    if whole {
+        for p in excludes.unmatched() {
+            log::warn!(
+                "{}: --exclude {p:?} matched nothing (see `packfs pack --help` for how patterns match)",
+                root.display()
+            );
+        }
     }
+    Ok(whole)
+}
 
+impl Visit for Walker<'_> {
+    fn entries(
+        &mut self,
+        dir: u32,
+        rel: &Path,
+        entries: Vec<Scanned>,
+    ) -> Result<Option<Vec<Subdir>>, PackError> {
+        let subdirs = self.add_children(dir, rel, entries)?;
+        if self.tree.memory() > self.limit {
+            return Ok(None);
+        }
+        Ok(Some(subdirs))
+    }
+}
+
+impl Walker<'_> {
     /// Adds a directory's scanned entries as its children; returns the new
-    /// nodes that are directories, and whether each came from the overlay.
+    /// nodes that are directories.
     fn add_children(
         &mut self,
         node: u32,
         rel: &Path,
         entries: Vec<Scanned>,
-    ) -> Result<Vec<(u32, bool)>, PackError> {
-        let mut entries = entries;
-        if let Some((dev, ino)) = self.skip {
-            entries.retain(|e| {
-                let it = e.meta.dev() == dev && e.meta.ino() == ino;
-                if it {
-                    log::warn!(
-                        "{}: the image being written, left out",
-                        self.tree.root.join(rel).join(&e.name).display()
-                    );
-                }
-                !it
-            });
-        }
+    ) -> Result<Vec<Subdir>, PackError> {
         let first = self.tree.nodes.len() as u32;
         self.tree.set_children(node, first, entries.len() as u32);
         let mut subdirs = Vec::new();
@@ -406,7 +490,7 @@ impl Walker<'_> {
             };
             self.tree.nodes[idx as usize].inode = ino;
             if meta.is_dir() {
-                subdirs.push((idx, from_overlay));
+                subdirs.push((idx, name, from_overlay));
             }
         }
         Ok(subdirs)
@@ -429,22 +513,7 @@ impl Walker<'_> {
         node: u32,
         from_overlay: bool,
     ) -> Result<u32, PackError> {
-        let ft = meta.file_type();
-        let kind = if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_block_device() {
-            Kind::BlockDev
-        } else if ft.is_char_device() {
-            Kind::CharDev
-        } else if ft.is_fifo() {
-            Kind::Fifo
-        } else {
-            Kind::Socket
-        };
+        let kind = kind_of(meta.file_type());
         let (uid, gid) = if self.opts.all_root {
             (0, 0)
         } else {

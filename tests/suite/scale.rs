@@ -460,3 +460,119 @@ fn file_locations_and_tables_spilled_to_disk_give_the_image_packed_in_memory() {
         assert_eq!(g, w);
     }
 }
+
+/// Runs `packfs pack` with `args` and the walk's and spill's log on;
+/// returns the log.
+fn pack_logged(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(packfs_bin())
+        .arg("pack")
+        .args(args)
+        .arg("-f")
+        .env("RUST_LOG", "packer=info,packer::archive=debug")
+        .output()
+        .expect("run packfs pack");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
+#[test]
+fn a_directory_too_large_for_memory_is_walked_into_the_spilled_namespace_and_packs_as_in_memory() {
+    use std::os::unix::fs::PermissionsExt;
+    // More entries than a quarter of the smallest budget holds as a tree,
+    // so the walk gives its tree up and walks again into the stage, which
+    // spills between directories; hard links whose first name went to
+    // disk with an earlier run than their later names.
+    let t = scratch();
+    let src = t.path().join("src");
+    for d in 0..80 {
+        let dir = src.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            let body = format!("{d}/{f}\n").repeat(f % 7);
+            std::fs::write(dir.join(format!("f{f:04}")), body).unwrap();
+        }
+    }
+    let links = src.join("links");
+    std::fs::create_dir_all(links.join("deep/er")).unwrap();
+    std::fs::hard_link(src.join("d000/f0001"), links.join("a")).unwrap();
+    std::fs::hard_link(src.join("d000/f0001"), src.join("d079/zz-link")).unwrap();
+    std::fs::hard_link(src.join("d040/f0002"), links.join("b")).unwrap();
+    std::os::unix::fs::symlink("../d000/f0001", links.join("s")).unwrap();
+    std::fs::write(links.join("deep/er/leaf"), b"leaf").unwrap();
+    std::fs::set_permissions(src.join("d001"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tar = t.path().join("extra.tar");
+    let st = Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&links)
+        .args(["deep", "s"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let img = |name: &str| t.path().join(name);
+    let os = |p: &std::path::Path| p.as_os_str().to_owned();
+    let args = |srcs: &[&std::path::Path], out: &std::path::Path, memory: Option<&str>| {
+        let mut a: Vec<std::ffi::OsString> = srcs.iter().map(|p| os(p)).collect();
+        a.extend(["-o".into(), os(out)]);
+        if let Some(m) = memory {
+            a.extend(["--memory".into(), m.into()]);
+        }
+        a
+    };
+    let run = |a: Vec<std::ffi::OsString>| {
+        let refs: Vec<&std::ffi::OsStr> = a.iter().map(|s| s.as_os_str()).collect();
+        pack_logged(&refs)
+    };
+    let again = "walked again into the namespace";
+    // `pack DIR`, and a directory among sources (then with an archive).
+    let small = run(args(&[&src], &img("whole.sqfs"), None));
+    assert!(
+        !small.contains(again) && !small.contains("namespace spilled"),
+        "{small}"
+    );
+    let large = run(args(&[&src], &img("spilled.sqfs"), Some("16M")));
+    assert!(
+        large.contains(again) && large.contains("namespace spilled"),
+        "{large}"
+    );
+    run(args(&[&src, &tar], &img("whole-tar.sqfs"), None));
+    let mixed = run(args(&[&src, &tar], &img("spilled-tar.sqfs"), Some("16M")));
+    assert!(
+        mixed.contains(again) && mixed.contains("namespace spilled"),
+        "{mixed}"
+    );
+
+    // 80 directories of 1,000 files, `links` with its 6 entries below it
+    // and a further name in `d079`; the archive adds 4 at the root.
+    for (spilled, whole, entries) in [
+        ("spilled.sqfs", "whole.sqfs", 80_088),
+        ("spilled-tar.sqfs", "whole-tar.sqfs", 80_092),
+    ] {
+        let (Some(a), Some(b)) = (
+            KernelMount::new(&img(spilled)),
+            KernelMount::new(&img(whole)),
+        ) else {
+            return;
+        };
+        let (got, got_links) = entries_under(a.path());
+        let (want, want_links) = entries_under(b.path());
+        assert_eq!(got.len(), entries, "{spilled}");
+        assert_eq!(got.len(), want.len(), "{spilled}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g, w, "{spilled}");
+        }
+        assert_eq!(got_links, want_links, "{spilled}");
+        let named = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            got_links,
+            [
+                named(&["d000/f0001", "d079/zz-link", "links/a"]),
+                named(&["d040/f0002", "links/b"]),
+            ],
+            "{spilled}"
+        );
+    }
+}

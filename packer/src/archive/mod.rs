@@ -76,6 +76,30 @@ pub(crate) fn pack_sources_recorded(
     opts: &PackOptions,
     so: &SourceOptions,
 ) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
+    packed(sources, out, opts, so, false)
+}
+
+/// Packs the directory `src`, whose tree a walk found too large to hold
+/// in memory, through the namespace that spills to disk (as
+/// [`crate::pack_squashfs`] otherwise).
+pub(crate) fn pack_large_dir(
+    src: &Path,
+    out: &Path,
+    opts: &PackOptions,
+) -> Result<PackSummary, PackError> {
+    let sources = [Source::Dir(src.to_path_buf())];
+    packed(&sources, out, opts, &SourceOptions::default(), true).map(|(summary, _)| summary)
+}
+
+/// [`pack_sources_recorded`]; `stream_dirs`: directories are walked
+/// straight into the namespace (see `reader::walked`).
+fn packed(
+    sources: &[Source],
+    out: &Path,
+    opts: &PackOptions,
+    so: &SourceOptions,
+    stream_dirs: bool,
+) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
     let started = Instant::now();
     check(sources, opts)?;
     let dirs: Vec<&Path> = sources
@@ -109,8 +133,9 @@ pub(crate) fn pack_sources_recorded(
                     .name("packfs-read".into())
                     .spawn_scoped(s, || {
                         let names = sources.iter().map(Source::display).collect();
-                        Reader::new(opts, so, tx, bs, skip, names, target.path())?
-                            .read_all(sources, inputs)
+                        let mut r = Reader::new(opts, so, tx, bs, skip, names, target.path())?;
+                        r.stream_dirs = stream_dirs;
+                        r.read_all(sources, inputs)
                     })
                     .map_err(|e| PackError::Threads(format!("the archive reader: {e}")))?;
                 let next = move |_| match rx.recv() {

@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
+mod walked;
+
 /// Reads the sources in order into the namespace and the data batches.
 pub(super) struct Reader<'a> {
     opts: &'a PackOptions,
@@ -54,6 +56,10 @@ pub(super) struct Reader<'a> {
     /// The runs spilled so far, once the stage has passed its share of
     /// [`PackOptions::memory`].
     runs: Option<Runs>,
+    /// Directories are walked straight into the stage (see [`walked`]),
+    /// not into a tree first: the caller's own walk already found the
+    /// tree too large.
+    pub(super) stream_dirs: bool,
 }
 
 /// What the reader read: the namespace, and the bytes it took in.
@@ -225,6 +231,7 @@ impl<'a> Reader<'a> {
             names,
             output: output.to_path_buf(),
             runs: None,
+            stream_dirs: false,
             expand: match so.expand_nested.is_empty() {
                 true => None,
                 false => {
@@ -348,9 +355,21 @@ impl<'a> Reader<'a> {
     }
 
     /// A directory among several sources: walked as `pack DIR` walks it,
-    /// its files read by path on the pool.
+    /// its files read by path on the pool; a tree too large for memory
+    /// walked again straight into the stage (see [`walked`]).
     fn directory(&mut self, k: u16, dir: &Path) -> Result<(), PackError> {
-        let tree = walk::walk_skipping(dir, self.opts, self.skip)?;
+        if self.stream_dirs {
+            return walked::stream(self, k, dir);
+        }
+        let Some(tree) = walk::walk_within(dir, self.opts, self.skip, stage_share(self.opts))?
+        else {
+            log::info!(
+                "{}: more entries than a quarter of --memory holds: walked again into \
+                 the namespace that spills to disk",
+                dir.display()
+            );
+            return walked::stream(self, k, dir);
+        };
         let mut stage_of = vec![u32::MAX; tree.inodes.len()];
         // The root's metadata is the directory's.
         let root = tree.nodes[0].inode;
@@ -381,24 +400,39 @@ impl<'a> Reader<'a> {
             let i = &tree.inodes[ino as usize];
             let id = self.next_id()?;
             self.stage.set_data(si, id);
-            let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
-            for (first_block, nblocks, last) in piece_spans(i.size, self.bs) {
-                self.emit(Piece {
-                    ino: id,
-                    path: path.clone(),
-                    size: i.size,
-                    first_block,
-                    nblocks,
-                    last,
-                    data: PieceData::File {
-                        maybe_sparse: i.maybe_sparse,
-                        src_ino: i.src_ino,
-                    },
-                })?;
-            }
-            self.file_bytes += i.size;
-            self.unreported += i.size;
+            let path = Arc::from(tree.data_path(ino).as_path());
+            self.emit_file(id, path, i.size, i.maybe_sparse, i.src_ino)?;
         }
+        Ok(())
+    }
+
+    /// Sends the pieces of the file at `path`, read there on the pool
+    /// under the number `id` (`maybe_sparse` and `src_ino` as in
+    /// [`PieceData::File`]).
+    fn emit_file(
+        &mut self,
+        id: u32,
+        path: Arc<Path>,
+        size: u64,
+        maybe_sparse: bool,
+        src_ino: u64,
+    ) -> Result<(), PackError> {
+        for (first_block, nblocks, last) in piece_spans(size, self.bs) {
+            self.emit(Piece {
+                ino: id,
+                path: path.clone(),
+                size,
+                first_block,
+                nblocks,
+                last,
+                data: PieceData::File {
+                    maybe_sparse,
+                    src_ino,
+                },
+            })?;
+        }
+        self.file_bytes += size;
+        self.unreported += size;
         Ok(())
     }
 
