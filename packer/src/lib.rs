@@ -7,6 +7,7 @@
 //! place only on success.
 
 pub mod archive;
+mod cut;
 mod detach;
 mod error;
 pub mod exclude;
@@ -198,7 +199,7 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
             src.display()
         );
         drop((tmp, target));
-        return archive::pack_large_dir(src, out, opts);
+        return archive::pack_large_dir(src, out, opts, started);
     };
     log::debug!(
         "walk: {} entries in {:.2} s",

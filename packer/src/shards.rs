@@ -27,6 +27,7 @@
 //! Its content depends only on the sidecars, so tasks finishing together
 //! write the same bytes. [`finalize`] does the same on demand.
 
+use crate::cut::{self, Cut};
 use crate::output::{self, Target};
 use crate::tree::{Kind, Tree};
 use crate::walk;
@@ -146,30 +147,7 @@ pub fn plan(tree: &Tree, n: u32, entry_cost: u64) -> Plan {
         d += depth[c];
         *b = d > 0;
     }
-    let total = prefix[m];
-    let dist = |c: usize, t: u128| prefix[c].abs_diff(t);
-    let mut cuts = vec![0usize];
-    for i in 1..n as u128 {
-        let t = total * i / n as u128;
-        // Nearest position by weight (ties to the earlier one).
-        let above = prefix.partition_point(|&s| s < t).min(m);
-        let mut c = if above > 0 && dist(above - 1, t) <= dist(above, t) {
-            above - 1
-        } else {
-            above
-        };
-        if blocked[c] {
-            let left = (0..c).rev().find(|&x| !blocked[x]).unwrap_or(0);
-            let right = (c + 1..=m).find(|&x| !blocked[x]).unwrap_or(m);
-            c = if dist(left, t) <= dist(right, t) {
-                left
-            } else {
-                right
-            };
-        }
-        cuts.push(c.max(*cuts.last().expect("non-empty")));
-    }
-    cuts.push(m);
+    let cuts = cut::choose_cuts(n, m, &|c| prefix[c], &|c| blocked[c]);
     Plan {
         order,
         cuts,
@@ -226,7 +204,14 @@ fn shard_record(tree: &Tree, plan: &Plan, k: usize) -> Shard {
     }
 }
 
-fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -> Split {
+/// The split's parameters as the manifest records them, for a source tree
+/// of `entries` entries holding `bytes` bytes of files.
+fn split_params(
+    src: &Path,
+    (entries, bytes): (u64, u64),
+    spec: &ShardSpec,
+    opts: &PackOptions,
+) -> Split {
     Split {
         shards: spec.shards,
         weighting: "bytes+entry_cost".into(),
@@ -248,8 +233,8 @@ fn split_params(src: &Path, plan: &Plan, spec: &ShardSpec, opts: &PackOptions) -
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_default(),
-        total_entries: plan.order.len() as u64,
-        total_bytes: plan.total_bytes,
+        total_entries: entries,
+        total_bytes: bytes,
         sources: None,
     }
 }
@@ -382,12 +367,26 @@ pub fn pack_shards(
         .iter()
         .map(|&k| output::prepare(src, &spec.image_path(k), opts.force))
         .collect::<Result<_, _>>()?;
-    let tree = walk::walk(src, opts)?;
+    // A tree larger than the stage's share of the budget is split by a
+    // walk that keeps its numbers on disk, and each shard walks its run
+    // into the namespace that spills to disk.
+    let bounded = spec.format == ShardFormat::SquashFs
+        && opts.order == crate::order::DataOrder::Path
+        && opts.overlay.is_none();
+    let limit = match bounded {
+        true => crate::archive::spill::stage_share(opts),
+        false => u64::MAX,
+    };
+    let Some(tree) = walk::walk_within(src, opts, None, limit)? else {
+        drop(targets);
+        return pack_large_shards(src, spec, only, &which, opts, begun);
+    };
     if crate::cancelled(opts) {
         return Err(PackError::Interrupted);
     }
     let plan = plan(&tree, spec.shards, spec.entry_cost);
-    let split = split_params(src, &plan, spec, opts);
+    let totals = (plan.order.len() as u64, plan.total_bytes);
+    let split = split_params(src, totals, spec, opts);
     let mut targets = targets.into_iter();
     record_shards(spec, only, &split, &which, opts.force, begun, |k| {
         let target = targets.next().expect("one target per shard");
@@ -398,6 +397,35 @@ pub fn pack_shards(
             ShardFormat::Zip => crate::zip::write_tree(&sub, target, tmp, opts, started)?,
         };
         Ok((summary, shard_record(&tree, &plan, k as usize)))
+    })
+}
+
+/// [`pack_shards`] for a tree too large to hold in memory (see
+/// `crate::cut`): the same cuts, each shard packed through the namespace
+/// that spills to disk.
+fn pack_large_shards(
+    src: &Path,
+    spec: &ShardSpec,
+    only: Option<u32>,
+    which: &[u32],
+    opts: &PackOptions,
+    begun: std::time::SystemTime,
+) -> Result<Vec<ShardResult>, PackError> {
+    log::info!(
+        "{}: more entries than a quarter of --memory holds: split by a walk that keeps its \
+         numbers on disk, each shard walked into the namespace that spills to disk",
+        src.display()
+    );
+    let near = spec.image_path(which[0]);
+    let cut = Cut::measure(src, opts, spec.shards, spec.entry_cost, &near)?;
+    if crate::cancelled(opts) {
+        return Err(PackError::Interrupted);
+    }
+    let split = split_params(src, (cut.m as u64, cut.total_bytes), spec, opts);
+    let cut = std::sync::Arc::new(cut);
+    record_shards(spec, only, &split, which, opts.force, begun, |k| {
+        let out = spec.image_path(k);
+        crate::archive::pack_large_shard(src, &out, opts, cut.clone(), k as usize)
     })
 }
 
@@ -517,7 +545,7 @@ pub fn pack_source_shards(
         .iter()
         .map(|s| s.display().to_string_lossy().into_owned())
         .collect();
-    let mut split = split_params(Path::new(""), &Plan::default(), spec, opts);
+    let mut split = split_params(Path::new(""), (0, 0), spec, opts);
     split.weighting = "inputs".into();
     split.entry_cost = 0;
     split.source = source_list(&names);

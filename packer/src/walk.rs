@@ -42,6 +42,7 @@ pub(crate) fn stable_inodes(root: &Path) -> bool {
 }
 
 /// One directory entry as read by an I/O thread, before it joins the tree.
+#[derive(Clone)]
 pub(crate) struct Scanned {
     pub name: OsString,
     pub meta: fs::Metadata,
@@ -242,6 +243,7 @@ fn scan_dir(
 /// order by this thread, so the tree (node order, id and xattr numbering,
 /// which name of a hard link comes first, the first error reported) is the
 /// same as a sequential walk's.
+#[cfg(test)]
 pub fn walk(root: &Path, opts: &PackOptions) -> Result<Tree, PackError> {
     walk_skipping(root, opts, None)
 }
@@ -285,6 +287,71 @@ pub(crate) fn walk_within(
     }
     count_dir_links(&mut w.tree);
     Ok(Some(w.tree))
+}
+
+/// What [`depth_first`] does after an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Goes on; a directory's entries come next.
+    Enter,
+    /// Goes on past this directory's entries without reading them.
+    Skip,
+    /// Ends the walk.
+    Stop,
+}
+
+/// What [`depth_first`] hands each entry to: its path components below
+/// the root and what was read of it.
+pub(crate) type Visitor<'v> = dyn FnMut(&[&[u8]], &Scanned) -> Result<Step, PackError> + 'v;
+
+/// Walks `root` depth-first: every entry but the root, in pre-order with
+/// siblings by name bytes (the order of [`Tree::pre_order`]), handed to
+/// `visit` with its path components below the root. Excludes and `skip`
+/// apply as in [`breadth_first`]. Directories are read one at a time (a
+/// large one's entries `lstat`ed on the I/O pool); what is held is the
+/// listing of each directory on the current path.
+pub(crate) fn depth_first(
+    root: &Path,
+    opts: &PackOptions,
+    skip: Option<(u64, u64)>,
+    visit: &mut Visitor<'_>,
+) -> Result<(), PackError> {
+    let excludes = Excludes::new(&opts.excludes)?;
+    let overlay = opts.overlay.as_deref();
+    let pool = io_pool::pool()?;
+    let scan = |at: &DirAt| -> Result<std::vec::IntoIter<Scanned>, PackError> {
+        if crate::cancelled(opts) {
+            return Err(PackError::Interrupted);
+        }
+        let mut entries = pool.install(|| scan_dir(root, overlay, at, &excludes))?;
+        if let Some((dev, ino)) = skip {
+            entries.retain(|e| e.meta.dev() != dev || e.meta.ino() != ino);
+        }
+        Ok(entries.into_iter())
+    };
+    let top = DirAt {
+        rel: PathBuf::new(),
+        in_source: true,
+        in_overlay: overlay.is_some(),
+    };
+    let mut stack = vec![(scan(&top)?, top)];
+    while let Some((entries, at)) = stack.last_mut() {
+        let Some(e) = entries.next() else {
+            stack.pop();
+            continue;
+        };
+        let mut comps: Vec<&[u8]> = at.rel.iter().map(|c| c.as_bytes()).collect();
+        comps.push(e.name.as_bytes());
+        match visit(&comps, &e)? {
+            Step::Stop => return Ok(()),
+            Step::Enter if e.meta.is_dir() => {
+                let child = at.child(&e.name, e.from_overlay, overlay.is_some());
+                stack.push((scan(&child)?, child));
+            }
+            Step::Enter | Step::Skip => {}
+        }
+    }
+    Ok(())
 }
 
 /// Sets every directory's link count: 2 + its subdirectories.

@@ -461,6 +461,19 @@ fn file_locations_and_tables_spilled_to_disk_give_the_image_packed_in_memory() {
     }
 }
 
+/// Fills `src` with 80 directories `dNNN` of 1,000 small files `fNNNN`:
+/// more entries than a quarter of the smallest budget holds as a tree.
+fn eighty_thousand_files(src: &std::path::Path) {
+    for d in 0..80 {
+        let dir = src.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            let body = format!("{d}/{f}\n").repeat(f % 7);
+            std::fs::write(dir.join(format!("f{f:04}")), body).unwrap();
+        }
+    }
+}
+
 /// Runs `packfs pack` with `args` and the walk's and spill's log on;
 /// returns the log.
 fn pack_logged(args: &[&std::ffi::OsStr]) -> String {
@@ -485,14 +498,7 @@ fn a_directory_too_large_for_memory_is_walked_into_the_spilled_namespace_and_pac
     // disk with an earlier run than their later names.
     let t = scratch();
     let src = t.path().join("src");
-    for d in 0..80 {
-        let dir = src.join(format!("d{d:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in 0..1000 {
-            let body = format!("{d}/{f}\n").repeat(f % 7);
-            std::fs::write(dir.join(format!("f{f:04}")), body).unwrap();
-        }
-    }
+    eighty_thousand_files(&src);
     let links = src.join("links");
     std::fs::create_dir_all(links.join("deep/er")).unwrap();
     std::fs::hard_link(src.join("d000/f0001"), links.join("a")).unwrap();
@@ -574,5 +580,73 @@ fn a_directory_too_large_for_memory_is_walked_into_the_spilled_namespace_and_pac
             ],
             "{spilled}"
         );
+    }
+}
+
+#[test]
+fn shards_of_a_directory_too_large_for_memory_are_cut_and_recorded_as_in_memory() {
+    // Enough entries that the walk gives its tree up at the smallest
+    // budget; a hard-link group across the cut, which must move.
+    let t = scratch();
+    let src = t.path().join("src");
+    eighty_thousand_files(&src);
+    std::fs::hard_link(src.join("d039/f0500"), src.join("d041/zz-link")).unwrap();
+    std::fs::hard_link(src.join("d040/f0000"), src.join("d040/zz-link")).unwrap();
+    std::os::unix::fs::symlink("d000", src.join("s")).unwrap();
+
+    let shards = |dir: &str, memory: Option<&str>| {
+        let out = t.path().join(dir);
+        std::fs::create_dir(&out).unwrap();
+        let template = out.join("s-{shard}.sqfs");
+        let os = std::ffi::OsStr::new;
+        let mut args = vec![src.as_os_str(), os("-o"), template.as_os_str()];
+        args.extend([os("--shards"), os("2")]);
+        if let Some(m) = memory {
+            args.extend([os("--memory"), os(m)]);
+        }
+        let log = pack_logged(&args);
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("s.manifest.json")).unwrap()).unwrap();
+        (out, log, m)
+    };
+    let (whole, log, want) = shards("whole", None);
+    assert!(!log.contains("split by a walk"), "{log}");
+    let (spilled, log, got) = shards("spilled", Some("16M"));
+    assert!(
+        log.contains("split by a walk that keeps its numbers on disk"),
+        "{log}"
+    );
+    assert!(log.contains("namespace spilled"), "{log}");
+    assert_eq!(got["split"], want["split"]);
+    let records = |m: &serde_json::Value| -> Vec<serde_json::Value> {
+        let mut v = m["shards"].as_array().unwrap().clone();
+        for s in &mut v {
+            for k in ["file", "size", "blake3"] {
+                s.as_object_mut().unwrap().remove(k);
+            }
+        }
+        v
+    };
+    assert_eq!(records(&got), records(&want));
+    // The group d039/f0500 .. d041/zz-link is not cut: the first shard
+    // ends before it or after it.
+    let last = want["shards"][0]["range"]["last"].as_str().unwrap();
+    assert!(!("d039/f0500".."d041/zz-link").contains(&last), "{last}");
+
+    for k in 0..2 {
+        let name = format!("s-{k}.sqfs");
+        let (Some(a), Some(b)) = (
+            KernelMount::new(&spilled.join(&name)),
+            KernelMount::new(&whole.join(&name)),
+        ) else {
+            return;
+        };
+        let (g, gl) = entries_under(a.path());
+        let (w, wl) = entries_under(b.path());
+        assert_eq!(g.len(), w.len(), "{name}");
+        for (g, w) in g.iter().zip(&w) {
+            assert_eq!(g, w, "{name}");
+        }
+        assert_eq!(gl, wl, "{name}");
     }
 }

@@ -37,6 +37,7 @@
 //! thread count, and whether read from a file or from stdin.
 
 pub mod decompress;
+mod dir_walk;
 mod parallel;
 mod reader;
 pub mod remote;
@@ -50,7 +51,7 @@ use crate::squashfs::data::{Batch, DataOutput};
 use crate::squashfs::Laid;
 use crate::tree::Tree;
 use crate::{output, PackError, PackOptions, PackSummary};
-use reader::Reader;
+use reader::{DirWalk, Reader};
 use source::Input;
 pub use source::{Source, SourceOptions};
 pub use stage::OnConflict;
@@ -76,31 +77,54 @@ pub(crate) fn pack_sources_recorded(
     opts: &PackOptions,
     so: &SourceOptions,
 ) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
-    packed(sources, out, opts, so, false)
+    packed(sources, out, opts, so, DirWalk::Tree, Instant::now())
 }
 
 /// Packs the directory `src`, whose tree a walk found too large to hold
 /// in memory, through the namespace that spills to disk (as
 /// [`crate::pack_squashfs`] otherwise).
+/// The summary's time counts from `started` (the walk given up included).
 pub(crate) fn pack_large_dir(
     src: &Path,
     out: &Path,
     opts: &PackOptions,
+    started: Instant,
 ) -> Result<PackSummary, PackError> {
     let sources = [Source::Dir(src.to_path_buf())];
-    packed(&sources, out, opts, &SourceOptions::default(), true).map(|(summary, _)| summary)
+    let so = SourceOptions::default();
+    packed(&sources, out, opts, &so, DirWalk::Streamed, started).map(|(summary, _)| summary)
 }
 
-/// [`pack_sources_recorded`]; `stream_dirs`: directories are walked
-/// straight into the namespace (see `reader::walked`).
+/// Packs shard `k` of the split `cut` of the directory `src` (a tree too
+/// large to hold in memory) into `out`; returns its manifest record.
+pub(crate) fn pack_large_shard(
+    src: &Path,
+    out: &Path,
+    opts: &PackOptions,
+    cut: std::sync::Arc<crate::cut::Cut>,
+    k: usize,
+) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
+    let sources = [Source::Dir(src.to_path_buf())];
+    let so = SourceOptions::default();
+    packed(
+        &sources,
+        out,
+        opts,
+        &so,
+        DirWalk::Run(cut, k),
+        Instant::now(),
+    )
+}
+
+/// [`pack_sources_recorded`], with directories walked as `dir_walk` says.
 fn packed(
     sources: &[Source],
     out: &Path,
     opts: &PackOptions,
     so: &SourceOptions,
-    stream_dirs: bool,
+    dir_walk: DirWalk,
+    started: Instant,
 ) -> Result<(PackSummary, packfs_format::shards::Shard), PackError> {
-    let started = Instant::now();
     check(sources, opts)?;
     let dirs: Vec<&Path> = sources
         .iter()
@@ -124,6 +148,7 @@ fn packed(
     target.stripe(&tmp, opts.stripe, known_total);
     let skip = output::identity(&tmp);
     let mut bytes_read = 0u64;
+    let mut run = None;
     let (w, laid) =
         crate::squashfs::write_image_with(tmp.as_file(), target.path(), opts, |img, enc| {
             let bs = opts.block_size as u64;
@@ -134,7 +159,7 @@ fn packed(
                     .spawn_scoped(s, || {
                         let names = sources.iter().map(Source::display).collect();
                         let mut r = Reader::new(opts, so, tx, bs, skip, names, target.path())?;
-                        r.stream_dirs = stream_dirs;
+                        r.dir_walk = dir_walk;
                         r.read_all(sources, inputs)
                     })
                     .map_err(|e| PackError::Threads(format!("the archive reader: {e}")))?;
@@ -151,16 +176,20 @@ fn packed(
                     .join()
                     .unwrap_or_else(|p| std::panic::resume_unwind(p));
                 let data = written?;
-                let read = read?;
+                let mut read = read?;
                 bytes_read = read.input_bytes;
+                run = read.run.take();
                 let root = sources.first().map(Source::display).unwrap_or_default();
                 laid_out(read, data, root, opts)
             })
         })?;
-    let record = match (&laid, &w.record) {
-        (Laid::Tree(tree), _) => tree.whole_record(),
-        (Laid::Spilled(_), Some(r)) => r.clone(),
-        (Laid::Spilled(_), None) => unreachable!("a spilled namespace's pass makes its record"),
+    let record = match (run, &laid, &w.record) {
+        (Some(run), _, _) => run,
+        (None, Laid::Tree(tree), _) => tree.whole_record(),
+        (None, Laid::Spilled(_), Some(r)) => r.clone(),
+        (None, Laid::Spilled(_), None) => {
+            unreachable!("a spilled namespace's pass makes its record")
+        }
     };
     // The runs go before the commit: nothing of the pack is left but the image.
     drop(laid);

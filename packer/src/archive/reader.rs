@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
-mod walked;
+use super::dir_walk::{self, Namespace};
 
 /// Reads the sources in order into the namespace and the data batches.
 pub(super) struct Reader<'a> {
@@ -56,10 +56,23 @@ pub(super) struct Reader<'a> {
     /// The runs spilled so far, once the stage has passed its share of
     /// [`PackOptions::memory`].
     runs: Option<Runs>,
-    /// Directories are walked straight into the stage (see [`walked`]),
-    /// not into a tree first: the caller's own walk already found the
-    /// tree too large.
-    pub(super) stream_dirs: bool,
+    /// How directories are walked.
+    pub(super) dir_walk: DirWalk,
+    /// What a shard's run held (with [`DirWalk::Run`]).
+    pub(super) run: Option<packfs_format::shards::Shard>,
+}
+
+/// How a reader walks a directory.
+pub(crate) enum DirWalk {
+    /// Into a tree first, or when that is too large, again straight into
+    /// the stage.
+    Tree,
+    /// Straight into the stage (see [`dir_walk`]): the caller's own walk
+    /// already found the tree too large.
+    Streamed,
+    /// Shard `k` of a split measured on disk: its run of the tree, with
+    /// the directories leading to it.
+    Run(std::sync::Arc<crate::cut::Cut>, usize),
 }
 
 /// What the reader read: the namespace, and the bytes it took in.
@@ -71,6 +84,8 @@ pub(super) struct SourcesRead {
     pub input_bytes: u64,
     /// Bytes of the files read.
     pub file_bytes: u64,
+    /// A shard's run, as its manifest records it (with [`DirWalk::Run`]).
+    pub run: Option<packfs_format::shards::Shard>,
 }
 
 /// Bytes of a batch read from a stream. A directory's batches hold paths
@@ -231,7 +246,8 @@ impl<'a> Reader<'a> {
             names,
             output: output.to_path_buf(),
             runs: None,
-            stream_dirs: false,
+            dir_walk: DirWalk::Tree,
+            run: None,
             expand: match so.expand_nested.is_empty() {
                 true => None,
                 false => {
@@ -272,6 +288,7 @@ impl<'a> Reader<'a> {
             runs: self.runs,
             input_bytes: self.input_bytes,
             file_bytes: self.file_bytes,
+            run: self.run,
         })
     }
 
@@ -356,10 +373,16 @@ impl<'a> Reader<'a> {
 
     /// A directory among several sources: walked as `pack DIR` walks it,
     /// its files read by path on the pool; a tree too large for memory
-    /// walked again straight into the stage (see [`walked`]).
+    /// walked again straight into the stage (see [`dir_walk`]).
     fn directory(&mut self, k: u16, dir: &Path) -> Result<(), PackError> {
-        if self.stream_dirs {
-            return walked::stream(self, k, dir);
+        match &self.dir_walk {
+            DirWalk::Tree => {}
+            DirWalk::Streamed => return dir_walk::stream(self, k, dir),
+            DirWalk::Run(cut, shard) => {
+                let (cut, shard) = (cut.clone(), *shard);
+                self.run = Some(dir_walk::stream_run(self, k, dir, &cut, shard)?);
+                return Ok(());
+            }
         }
         let Some(tree) = walk::walk_within(dir, self.opts, self.skip, stage_share(self.opts))?
         else {
@@ -368,7 +391,7 @@ impl<'a> Reader<'a> {
                  the namespace that spills to disk",
                 dir.display()
             );
-            return walked::stream(self, k, dir);
+            return dir_walk::stream(self, k, dir);
         };
         let mut stage_of = vec![u32::MAX; tree.inodes.len()];
         // The root's metadata is the directory's.
@@ -508,13 +531,8 @@ impl<'a> Reader<'a> {
                     notes.excluded_link(name, &m.path);
                     continue;
                 }
-                match self.stage.link(&comps, &target, k) {
-                    Err(StageError::LinkTargetMissing { .. }) if self.runs.is_some() => {
-                        cross_link(&mut self.stage, &mut self.runs, &comps, &target, k)
-                            .map_err(member)?
-                    }
-                    r => r.map_err(member)?,
-                };
+                let linked = Namespace::link(self, &comps, &target, k);
+                linked.map_err(|e| stage_error(name, Some(&m.path), e, &self.names))?;
                 continue;
             }
             if m.kind == MemberKind::File && m.sparse.is_none() {
@@ -842,6 +860,56 @@ fn cross_link(
         stage.set_cross_link(si, id);
     }
     Ok(added)
+}
+
+impl<'a> Namespace<'a> for Reader<'a> {
+    fn opts(&self) -> &'a PackOptions {
+        self.opts
+    }
+
+    fn skip(&self) -> Option<(u64, u64)> {
+        self.skip
+    }
+
+    fn stage(&mut self) -> &mut Stage {
+        &mut self.stage
+    }
+
+    fn link(
+        &mut self,
+        comps: &[&[u8]],
+        target: &[&[u8]],
+        source: u16,
+    ) -> Result<Added, StageError> {
+        match self.stage.link(comps, target, source) {
+            Err(StageError::LinkTargetMissing { .. }) if self.runs.is_some() => {
+                cross_link(&mut self.stage, &mut self.runs, comps, target, source)
+            }
+            other => other,
+        }
+    }
+
+    fn file(
+        &mut self,
+        si: u32,
+        path: Arc<Path>,
+        size: u64,
+        maybe_sparse: bool,
+        src_ino: u64,
+    ) -> Result<(), PackError> {
+        let id = self.next_id()?;
+        self.stage.set_data(si, id);
+        self.emit_file(id, path, size, maybe_sparse, src_ino)
+    }
+
+    fn between(&mut self) -> Result<(), PackError> {
+        self.cancelled()?;
+        self.spill_if_full()
+    }
+
+    fn error(&self, path: &Path, e: StageError) -> PackError {
+        stage_error(path, None, e, &self.names)
+    }
 }
 
 /// Things said once per archive.
