@@ -189,12 +189,12 @@ pub fn pack_squashfs(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackS
     // the whole tree, so they keep it in memory whatever its size.
     let bounded = opts.order == order::DataOrder::Path && opts.overlay.is_none();
     let limit = match bounded {
-        true => archive::spill::stage_share(opts),
+        true => walk::tree_share(opts),
         false => u64::MAX,
     };
     let Some(tree) = walk::walk_within(src, opts, output::identity(&tmp), limit)? else {
         log::info!(
-            "{}: more entries than a quarter of --memory holds: walked again into the \
+            "{}: a tree larger than an eighth of --memory: walked again into the \
              namespace that spills to disk",
             src.display()
         );

@@ -374,7 +374,7 @@ pub fn pack_shards(
         && opts.order == crate::order::DataOrder::Path
         && opts.overlay.is_none();
     let limit = match bounded {
-        true => crate::archive::spill::stage_share(opts),
+        true => walk::tree_share(opts),
         false => u64::MAX,
     };
     let Some(tree) = walk::walk_within(src, opts, None, limit)? else {
@@ -412,7 +412,7 @@ fn pack_large_shards(
     begun: std::time::SystemTime,
 ) -> Result<Vec<ShardResult>, PackError> {
     log::info!(
-        "{}: more entries than a quarter of --memory holds: split by a walk that keeps its \
+        "{}: a tree larger than an eighth of --memory: split by a walk that keeps its \
          numbers on disk, each shard walked into the namespace that spills to disk",
         src.display()
     );

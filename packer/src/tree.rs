@@ -130,13 +130,13 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// Bytes the tree holds for its entries: nodes, inodes and the name
-    /// arena (what grows with the entry count; id and xattr tables are
-    /// left out: they grow with the distinct values).
+    /// Bytes the tree has allocated for its entries: nodes, inodes and
+    /// the name arena (what grows with the entry count; id and xattr
+    /// tables are left out: they grow with the distinct values).
     pub fn memory(&self) -> u64 {
-        (self.nodes.len() * std::mem::size_of::<Node>()
-            + self.inodes.len() * std::mem::size_of::<Inode>()
-            + self.arena.len()) as u64
+        (self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.inodes.capacity() * std::mem::size_of::<Inode>()
+            + self.arena.capacity()) as u64
     }
 
     pub fn name(&self, node: u32) -> &[u8] {

@@ -258,6 +258,16 @@ pub fn walk_skipping(
     Ok(walk_within(root, opts, skip, u64::MAX)?.expect("an unbounded walk ends"))
 }
 
+/// How large a tree ([`Tree::memory`]) a walk builds before it gives it up
+/// for the namespace that spills to disk: an eighth of
+/// [`PackOptions::memory`]. The pack of a tree in memory peaks at a few
+/// times its tree (the files' locations, the tables), which stays within
+/// the budget, and the walk given up peaks below what the spilling pack
+/// that follows takes.
+pub(crate) fn tree_share(opts: &PackOptions) -> u64 {
+    opts.memory / 8
+}
+
 /// [`walk_skipping`], giving up (`None`) once the tree takes more than
 /// `limit` bytes ([`Tree::memory`]): a tree that large is packed through
 /// the namespace that spills to disk instead.

@@ -397,8 +397,12 @@ pub struct PackArgs {
     /// file's data went, the dedup index), e.g. 512M or 2G. A namespace
     /// larger than its share goes to sorted temporary files beside the
     /// image, removed when the pack ends; the dedup index stops growing at
-    /// its share (later duplicates are then stored again). Data buffers in
-    /// flight and the codec's state come on top.
+    /// its share (later duplicates are then stored again). A directory
+    /// whose tree passes an eighth of it is walked again straight into
+    /// that namespace (with `--shards`, its split is measured by a walk
+    /// into temporary files), except with `--order` or a Python
+    /// environment, which keep the tree. Data buffers in flight and the
+    /// codec's state come on top.
     #[arg(long, value_name = "SIZE", value_parser = packfs_bench::size::parse_size,
           default_value_t = packer::DEFAULT_MEMORY)]
     pub memory: u64,

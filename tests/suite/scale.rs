@@ -462,7 +462,7 @@ fn file_locations_and_tables_spilled_to_disk_give_the_image_packed_in_memory() {
 }
 
 /// Fills `src` with 80 directories `dNNN` of 1,000 small files `fNNNN`:
-/// more entries than a quarter of the smallest budget holds as a tree.
+/// more entries than an eighth of the smallest budget holds as a tree.
 fn eighty_thousand_files(src: &std::path::Path) {
     for d in 0..80 {
         let dir = src.join(format!("d{d:03}"));
@@ -492,7 +492,7 @@ fn pack_logged(args: &[&std::ffi::OsStr]) -> String {
 #[test]
 fn a_directory_too_large_for_memory_is_walked_into_the_spilled_namespace_and_packs_as_in_memory() {
     use std::os::unix::fs::PermissionsExt;
-    // More entries than a quarter of the smallest budget holds as a tree,
+    // More entries than an eighth of the smallest budget holds as a tree,
     // so the walk gives its tree up and walks again into the stage, which
     // spills between directories; hard links whose first name went to
     // disk with an earlier run than their later names.

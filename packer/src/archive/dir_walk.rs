@@ -3,8 +3,8 @@
 //!
 //! `pack DIR` and a directory among sources first walk into a
 //! [`crate::tree::Tree`], whose layout is what a small tree has always
-//! been packed with. A walk that finds more than the stage's share of
-//! `--memory` gives that tree up and walks again through [`Streamed`]:
+//! been packed with. A walk whose tree outgrows its share of `--memory`
+//! (`walk::tree_share`) gives it up and walks again through [`Streamed`]:
 //! each directory's entries join the stage as they are read, in the same
 //! breadth-first order, their files' data goes to the writer by path, and
 //! the stage spills to sorted runs between directories as an archive's

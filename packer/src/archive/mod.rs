@@ -18,7 +18,9 @@
 //! semantics, at the price of the bytes (rare in practice).
 //!
 //! A directory among several sources is walked as `pack DIR` walks it and
-//! its files are read by path on the pool, as they are for `pack DIR`.
+//! its files are read by path on the pool, as they are for `pack DIR`; a
+//! directory too large for its tree in memory is walked straight into the
+//! namespace ([`dir_walk`]), which then spills as an archive's does.
 //!
 //! Memory: the namespace (names and inodes) plus at most four batches of
 //! data in flight ([`STREAM_BATCH_BYTES`] each: the one being filled, the

@@ -384,10 +384,10 @@ impl<'a> Reader<'a> {
                 return Ok(());
             }
         }
-        let Some(tree) = walk::walk_within(dir, self.opts, self.skip, stage_share(self.opts))?
+        let Some(tree) = walk::walk_within(dir, self.opts, self.skip, walk::tree_share(self.opts))?
         else {
             log::info!(
-                "{}: more entries than a quarter of --memory holds: walked again into \
+                "{}: a tree larger than an eighth of --memory: walked again into \
                  the namespace that spills to disk",
                 dir.display()
             );
