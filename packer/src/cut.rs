@@ -22,6 +22,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -31,9 +32,14 @@ pub(crate) struct Cut {
     dir: tempfile::TempDir,
     /// `m + 1` little-endian `u64`s: the weight of positions `0..p`.
     prefix: File,
-    /// A little-endian `u64` a position; for directories, the position
-    /// after their subtree (others are not written).
+    /// 16 bytes a position, written for directories only: the position
+    /// after their subtree (`u64`) and their subdirectories (`u32`).
     ends: File,
+    /// A little-endian `u64` a position: [`mark`] of the entry there, by
+    /// which a shard's walk knows the tree is the one measured.
+    marks: File,
+    /// The root's subdirectories.
+    pub root_subdirs: u32,
     /// Entries below the root.
     pub m: usize,
     /// Bytes of the files (each inode once).
@@ -91,6 +97,15 @@ pub(crate) fn choose_cuts(
     cuts
 }
 
+/// What a shard's walk checks an entry against: its name, kind and (for
+/// a file) size, hashed.
+pub(crate) fn mark(name: &[u8], kind: Kind, size: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (name, kind as u8, if kind == Kind::File { size } else { 0 }).hash(&mut h);
+    h.finish()
+}
+
 /// The weight of an entry in the split (see `crate::shards`).
 pub(crate) fn weight(kind: Kind, first_name: bool, size: u64, entry_cost: u64) -> u64 {
     match kind {
@@ -127,24 +142,32 @@ impl Cut {
                 .open(&p)?;
             Ok((p, f))
         };
-        let ((_, prefix), (_, ends)) = (
-            file("prefix").map_err(failed)?,
-            file("ends").map_err(failed)?,
-        );
+        let (_, prefix) = file("prefix").map_err(failed)?;
+        let (_, ends) = file("ends").map_err(failed)?;
+        let (_, marks) = file("marks").map_err(failed)?;
         let mut out = BufWriter::with_capacity(1 << 20, &prefix);
+        let mut out_marks = BufWriter::with_capacity(1 << 20, &marks);
         out.write_all(&0u64.to_le_bytes()).map_err(failed)?;
         let (mut pos, mut sum, mut total_bytes) = (0usize, 0u64, 0u64);
-        // Directories whose subtree is still open: (depth, position).
-        let mut open: Vec<(usize, usize)> = Vec::new();
-        // Files with several links: (first, last) position of their names.
-        let mut links: HashMap<(u64, u64), (usize, usize)> = HashMap::new();
-        let close =
-            |p: usize, end: usize| ends.write_all_at(&(end as u64).to_le_bytes(), p as u64 * 8);
+        // Directories whose subtree is still open: (depth, position,
+        // subdirectories so far).
+        let mut open: Vec<(usize, usize, u32)> = Vec::new();
+        let mut root_subdirs = 0u32;
+        // Files with several links: (first, last) position of their names
+        // and the names not met yet; a group met whole is a span at once.
+        let mut links: HashMap<(u64, u64), (usize, usize, u64)> = HashMap::new();
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let close = |(_, p, subdirs): (usize, usize, u32), end: usize| {
+            let mut rec = [0u8; 16];
+            rec[..8].copy_from_slice(&(end as u64).to_le_bytes());
+            rec[8..12].copy_from_slice(&subdirs.to_le_bytes());
+            ends.write_all_at(&rec, p as u64 * 16)
+        };
         let mut io_error = None;
-        walk::depth_first(src, opts, None, &mut |comps, s| {
-            while open.last().is_some_and(|&(d, _)| d >= comps.len()) {
-                let (_, p) = open.pop().expect("checked");
-                if let Err(e) = close(p, pos) {
+        walk::depth_first(src, opts, None, true, &mut |comps, s| {
+            while open.last().is_some_and(|&(d, ..)| d >= comps.len()) {
+                let dir = open.pop().expect("checked");
+                if let Err(e) = close(dir, pos) {
                     io_error = Some(e);
                     return Ok(Step::Stop);
                 }
@@ -152,22 +175,36 @@ impl Cut {
             let kind = walk::kind_of(s.meta.file_type());
             let mut first = true;
             if kind != Kind::Dir && s.meta.nlink() > 1 {
-                let at = links
-                    .entry((s.meta.dev(), s.meta.ino()))
-                    .or_insert((pos, pos));
+                let key = (s.meta.dev(), s.meta.ino());
+                let at = links.entry(key).or_insert((pos, pos, s.meta.nlink()));
                 first = at.0 == pos;
                 at.1 = pos;
+                at.2 -= 1;
+                if at.2 == 0 {
+                    let (a, b, _) = links.remove(&key).expect("just met");
+                    if b > a {
+                        spans.push((a + 1, b));
+                    }
+                }
             }
             if kind == Kind::File && first {
                 total_bytes += s.meta.len();
             }
             sum += weight(kind, first, s.meta.len(), entry_cost);
-            if let Err(e) = out.write_all(&sum.to_le_bytes()) {
+            let m = mark(s.name.as_bytes(), kind, s.meta.len());
+            if let Err(e) = out
+                .write_all(&sum.to_le_bytes())
+                .and_then(|_| out_marks.write_all(&m.to_le_bytes()))
+            {
                 io_error = Some(e);
                 return Ok(Step::Stop);
             }
             if kind == Kind::Dir {
-                open.push((comps.len(), pos));
+                match open.last_mut() {
+                    Some(parent) => parent.2 += 1,
+                    None => root_subdirs += 1,
+                }
+                open.push((comps.len(), pos, 0));
             }
             pos += 1;
             Ok(Step::Enter)
@@ -175,18 +212,21 @@ impl Cut {
         if let Some(e) = io_error {
             return Err(failed(e));
         }
-        for (_, p) in open.drain(..) {
-            close(p, pos).map_err(failed)?;
+        while let Some(dir) = open.pop() {
+            close(dir, pos).map_err(failed)?;
         }
         out.flush().map_err(failed)?;
-        drop(out);
-        ends.set_len(pos as u64 * 8).map_err(failed)?;
-        // A cut before c splits a link group when first < c <= last.
-        let mut spans: Vec<(usize, usize)> = links
-            .into_values()
-            .filter(|&(a, b)| b > a)
-            .map(|(a, b)| (a + 1, b))
-            .collect();
+        out_marks.flush().map_err(failed)?;
+        drop((out, out_marks));
+        ends.set_len(pos as u64 * 16).map_err(failed)?;
+        // A cut before c splits a link group when first < c <= last; the
+        // groups with names outside the tree are still in `links`.
+        spans.extend(
+            links
+                .into_values()
+                .filter(|&(a, b, _)| b > a)
+                .map(|(a, b, _)| (a + 1, b)),
+        );
         spans.sort_unstable();
         let mut blocked: Vec<(usize, usize)> = Vec::new();
         for (a, b) in spans {
@@ -199,6 +239,8 @@ impl Cut {
             dir,
             prefix,
             ends,
+            marks,
+            root_subdirs,
             m: pos,
             total_bytes,
             cuts: Vec::new(),
@@ -224,20 +266,36 @@ impl Cut {
         Ok(cut)
     }
 
-    fn read(&self, f: &File, p: usize, what: &'static str) -> Result<u64, PackError> {
-        let mut b = [0u8; 8];
-        f.read_exact_at(&mut b, p as u64 * 8)
+    fn read<const N: usize>(
+        &self,
+        f: &File,
+        p: usize,
+        what: &'static str,
+    ) -> Result<[u8; N], PackError> {
+        let mut b = [0u8; N];
+        f.read_exact_at(&mut b, (p * N) as u64)
             .map_err(PackError::output(self.dir.path(), what))?;
-        Ok(u64::from_le_bytes(b))
+        Ok(b)
     }
 
     /// The weight of the positions before `p` (`p <= m`).
     pub(crate) fn prefix(&self, p: usize) -> Result<u64, PackError> {
-        self.read(&self.prefix, p, "reading the split's weights")
+        let b = self.read(&self.prefix, p, "reading the split's weights")?;
+        Ok(u64::from_le_bytes(b))
     }
 
-    /// The position after the subtree of the directory at `p`.
-    pub(crate) fn end_of(&self, p: usize) -> Result<usize, PackError> {
-        Ok(self.read(&self.ends, p, "reading the split's subtrees")? as usize)
+    /// The position after the subtree of the directory at `p`, and its
+    /// subdirectories (0 and 0 for a position that is not a directory's).
+    pub(crate) fn dir_at(&self, p: usize) -> Result<(usize, u32), PackError> {
+        let b: [u8; 16] = self.read(&self.ends, p, "reading the split's subtrees")?;
+        let end = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let subdirs = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        Ok((end as usize, subdirs))
+    }
+
+    /// The [`mark`] of the entry measured at `p` (`p < m`).
+    pub(crate) fn mark_at(&self, p: usize) -> Result<u64, PackError> {
+        let b = self.read(&self.marks, p, "reading the split's marks")?;
+        Ok(u64::from_le_bytes(b))
     }
 }

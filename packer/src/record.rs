@@ -51,7 +51,7 @@ pub(crate) struct Rec {
     pub uid: u32,
     pub gid: u32,
     pub mtime: i64,
-    /// Files: their size.
+    /// Files: their size. Directories: the link count at least (`Entry::size`).
     pub size: u64,
     /// Devices: (major, minor).
     pub dev: (u32, u32),

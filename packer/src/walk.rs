@@ -319,11 +319,13 @@ pub(crate) type Visitor<'v> = dyn FnMut(&[&[u8]], &Scanned) -> Result<Step, Pack
 /// `visit` with its path components below the root. Excludes and `skip`
 /// apply as in [`breadth_first`]. Directories are read one at a time (a
 /// large one's entries `lstat`ed on the I/O pool); what is held is the
-/// listing of each directory on the current path.
+/// listing of each directory on the current path. `warn`: a walk that
+/// goes to the end says which `--exclude` patterns matched nothing.
 pub(crate) fn depth_first(
     root: &Path,
     opts: &PackOptions,
     skip: Option<(u64, u64)>,
+    warn: bool,
     visit: &mut Visitor<'_>,
 ) -> Result<(), PackError> {
     let excludes = Excludes::new(&opts.excludes)?;
@@ -361,7 +363,19 @@ pub(crate) fn depth_first(
             Step::Enter | Step::Skip => {}
         }
     }
+    if warn {
+        warn_unmatched(root, &excludes);
+    }
     Ok(())
+}
+
+fn warn_unmatched(root: &Path, excludes: &Excludes) {
+    for p in excludes.unmatched() {
+        log::warn!(
+            "{}: --exclude {p:?} matched nothing (see `packfs pack --help` for how patterns match)",
+            root.display()
+        );
+    }
 }
 
 /// Sets every directory's link count: 2 + its subdirectories.
@@ -497,12 +511,7 @@ pub(crate) fn breadth_first(
         }
     })?;
     if whole {
-        for p in excludes.unmatched() {
-            log::warn!(
-                "{}: --exclude {p:?} matched nothing (see `packfs pack --help` for how patterns match)",
-                root.display()
-            );
-        }
+        warn_unmatched(root, &excludes);
     }
     Ok(whole)
 }

@@ -641,6 +641,12 @@ fn shards_of_a_directory_too_large_for_memory_are_cut_and_recorded_as_in_memory(
         ) else {
             return;
         };
+        // A directory split between shards keeps its source's link count
+        // in each (the root: 2 + its 80 subdirectories).
+        use std::os::unix::fs::MetadataExt;
+        let links = |p: &std::path::Path| std::fs::metadata(p).unwrap().nlink();
+        assert_eq!(links(a.path()), 82, "{name}");
+        assert_eq!(links(a.path()), links(b.path()), "{name}");
         let (g, gl) = entries_under(a.path());
         let (w, wl) = entries_under(b.path());
         assert_eq!(g.len(), w.len(), "{name}");

@@ -16,7 +16,7 @@
 //! [`Namespace`].
 
 use super::stage::{Added, Entry, Stage, StageError};
-use crate::cut::{weight, Cut};
+use crate::cut::{self, weight, Cut};
 use crate::tree::Kind;
 use crate::walk::{self, Scanned, Step, Subdir, Visit};
 use crate::{xattrs, PackError};
@@ -60,8 +60,9 @@ struct Streamed<'r, 'a, N: Namespace<'a>> {
     root: &'r Path,
     source: u16,
     /// The first path (components joined by `/`) of each file with
-    /// several links, by (dev, ino).
-    links: HashMap<(u64, u64), Vec<u8>>,
+    /// several links and how many of its names are still to come, by
+    /// (dev, ino); dropped once the last has come.
+    links: HashMap<(u64, u64), (Vec<u8>, u64)>,
     /// Whether the files' `st_ino` is recorded (see `walk::stable_inodes`).
     stable_ino: bool,
     _opts: std::marker::PhantomData<&'a ()>,
@@ -74,7 +75,7 @@ pub(super) fn stream<'a>(
     root: &Path,
 ) -> Result<(), PackError> {
     let (opts, skip) = (reader.opts(), reader.skip());
-    let mut visit = Streamed::start(reader, source, root)?;
+    let mut visit = Streamed::start(reader, source, root, 0)?;
     walk::breadth_first(root, opts, skip, &mut visit)?;
     Ok(())
 }
@@ -104,11 +105,17 @@ fn entry_of(
 
 impl<'r, 'a, N: Namespace<'a>> Streamed<'r, 'a, N> {
     /// A visitor for the walk of `root` (source number `source`), whose
-    /// own metadata is the root's.
-    fn start(reader: &'r mut N, source: u16, root: &'r Path) -> Result<Self, PackError> {
+    /// own metadata is the root's; `root_links` as `links` in [`Self::add`].
+    fn start(
+        reader: &'r mut N,
+        source: u16,
+        root: &'r Path,
+        root_links: u64,
+    ) -> Result<Self, PackError> {
         let meta = fs::metadata(root).map_err(PackError::io(root))?;
         let xattrs = xattrs::read(root).map_err(PackError::io(root))?;
-        let entry = entry_of(&meta, None, xattrs, source);
+        let mut entry = entry_of(&meta, None, xattrs, source);
+        entry.size = root_links;
         if let Err(e) = reader.stage().add(&[], entry) {
             return Err(reader.error(root, e));
         }
@@ -124,27 +131,48 @@ impl<'r, 'a, N: Namespace<'a>> Streamed<'r, 'a, N> {
 
     /// Adds the entry `s` at `comps` (`path` in the source) to the stage,
     /// its data to the batches; returns whether it was a further name of a
-    /// file already added.
-    fn add(&mut self, comps: &[&[u8]], s: &Scanned, path: &Path) -> Result<bool, PackError> {
+    /// file already added. `links`: for a directory, the link count its
+    /// inode gets at least (see `Entry::size`; 0: as counted).
+    fn add(
+        &mut self,
+        comps: &[&[u8]],
+        s: &Scanned,
+        path: &Path,
+        links: u64,
+    ) -> Result<bool, PackError> {
         let r = &mut *self.reader;
         let k = self.source;
         let key = (s.meta.dev(), s.meta.ino());
         let linked = !s.meta.is_dir() && s.meta.nlink() > 1;
-        if let Some(first) = self.links.get(&key).filter(|_| linked) {
+        if let Some((first, left)) = self.links.get_mut(&key).filter(|_| linked) {
             let target: Vec<&[u8]> = first.split(|&b| b == b'/').collect();
             r.link(comps, &target, k).map_err(|e| r.error(path, e))?;
+            // The last name of the file: nothing will ask for its first.
+            *left -= 1;
+            if *left == 0 {
+                self.links.remove(&key);
+            }
             return Ok(true);
         }
         let target = s.target.as_ref().map(|t| t.as_bytes());
-        let e = entry_of(&s.meta, target, s.xattrs.clone(), k);
+        let mut e = entry_of(&s.meta, target, s.xattrs.clone(), k);
+        if e.kind == Kind::Dir {
+            e.size = links;
+        }
         let kind = e.kind;
         let added = r.stage().add(comps, e).map_err(|e| r.error(path, e))?;
-        if linked {
-            self.links.insert(key, comps.join(&b'/'));
-        }
-        let (Added::Inode(si), Kind::File) = (added, kind) else {
+        let Added::Inode(si) = added else {
+            // Left out (another source's entry kept): a further name
+            // becomes the first.
             return Ok(false);
         };
+        if linked {
+            let left = s.meta.nlink() - 1;
+            self.links.insert(key, (comps.join(&b'/'), left));
+        }
+        if kind != Kind::File {
+            return Ok(false);
+        }
         let size = s.meta.len();
         let maybe_sparse = s.meta.blocks().saturating_mul(512) < size;
         let src_ino = if self.stable_ino { s.meta.ino() } else { 0 };
@@ -167,23 +195,26 @@ impl<'a, N: Namespace<'a>> Visit for Streamed<'_, 'a, N> {
         for s in &entries {
             comps.truncate(depth);
             comps.push(s.name.as_bytes());
-            self.add(&comps, s, &dir.join(&s.name))?;
+            self.add(&comps, s, &dir.join(&s.name), 0)?;
             if s.meta.is_dir() {
                 subdirs.push((0, s.name.clone(), false));
             }
+            // Between entries nothing refers to the stage's inodes (a
+            // further link finds its first name by path), so it may
+            // spill, within a directory of millions of entries too.
+            self.reader.between()?;
         }
-        // Between directories nothing refers to the stage's inodes (a
-        // further link finds its first name by path), so it may spill.
-        self.reader.between()?;
         Ok(Some(subdirs))
     }
 }
 
 /// Walks the run of shard `shard` of `cut` in `root` (source number
 /// `source`) into the reader's namespace, with the directories leading to
-/// it; returns the run's manifest record. Each entry of the run is checked
-/// against the weight measured for it: a tree changed since it was
-/// measured is an error, not a shard that overlaps its neighbours.
+/// it; returns the run's manifest record. Every entry the walk meets is
+/// checked against the mark and weight measured at its position: a tree
+/// changed since it was measured is an error, not a shard that overlaps
+/// its neighbours or misses an entry. Directories get their source's link
+/// count, as a shard packed in memory does (`Tree::subset`).
 pub(super) fn stream_run<'a>(
     reader: &mut impl Namespace<'a>,
     source: u16,
@@ -193,7 +224,8 @@ pub(super) fn stream_run<'a>(
 ) -> Result<Shard, PackError> {
     let (start, end) = (cut.cuts[shard], cut.cuts[shard + 1]);
     let (opts, entry_cost) = (reader.opts(), cut.entry_cost);
-    let mut visit = Streamed::start(reader, source, root)?;
+    let root_links = 2 + cut.root_subdirs as u64;
+    let mut visit = Streamed::start(reader, source, root, root_links)?;
     let mut record = Shard {
         index: shard as u32,
         file: String::new(),
@@ -205,8 +237,9 @@ pub(super) fn stream_run<'a>(
         range: None,
     };
     let mut last = Vec::new();
-    // Directories on the current path before the run: (depth, path, entry).
-    let mut leading: Vec<(usize, Vec<u8>, Scanned)> = Vec::new();
+    // Directories on the current path before the run: (depth, path,
+    // entry, link count).
+    let mut leading: Vec<(usize, Vec<u8>, Scanned, u64)> = Vec::new();
     let mut pos = 0usize;
     let changed = || {
         PackError::Shards(format!(
@@ -214,33 +247,41 @@ pub(super) fn stream_run<'a>(
             root.display()
         ))
     };
-    walk::depth_first(root, opts, None, &mut |comps, s| {
+    let last_shard = end == cut.m;
+    walk::depth_first(root, opts, None, last_shard, &mut |comps, s| {
+        let kind = walk::kind_of(s.meta.file_type());
+        if pos >= cut.m || cut.mark_at(pos)? != cut::mark(s.name.as_bytes(), kind, s.meta.len()) {
+            return Err(changed());
+        }
         if pos >= end {
             return Ok(Step::Stop);
         }
-        let path = root.join(Path::new(OsStr::from_bytes(&comps.join(&b'/'))));
+        let (after, subdirs) = match kind {
+            Kind::Dir => cut.dir_at(pos)?,
+            _ => (pos + 1, 0),
+        };
+        if after <= pos {
+            return Err(changed());
+        }
+        let links = 2 + subdirs as u64;
         if pos < start {
             leading.retain(|(d, ..)| *d < comps.len());
-            if !s.meta.is_dir() {
-                pos += 1;
-                return Ok(Step::Skip);
-            }
-            let after = cut.end_of(pos)?;
             if after <= start {
+                // Wholly before the run: its subtree is not read.
                 pos = after;
                 return Ok(Step::Skip);
             }
-            leading.push((comps.len(), comps.join(&b'/'), s.clone()));
+            leading.push((comps.len(), comps.join(&b'/'), s.clone(), links));
             pos += 1;
             return Ok(Step::Enter);
         }
-        for (_, p, d) in leading.drain(..) {
+        for (_, p, d, links) in leading.drain(..) {
             let comps: Vec<&[u8]> = p.split(|&b| b == b'/').collect();
             let path = root.join(Path::new(OsStr::from_bytes(&p)));
-            visit.add(&comps, &d, &path)?;
+            visit.add(&comps, &d, &path, links)?;
         }
-        let further = visit.add(comps, s, &path)?;
-        let kind = walk::kind_of(s.meta.file_type());
+        let path = root.join(Path::new(OsStr::from_bytes(&comps.join(&b'/'))));
+        let further = visit.add(comps, s, &path, links)?;
         let w = weight(kind, !further, s.meta.len(), entry_cost);
         if cut.prefix(pos)? + w != cut.prefix(pos + 1)? {
             return Err(changed());

@@ -777,7 +777,8 @@ impl<'a> Reader<'a> {
         e.uid = id(m.uid, "uid")?;
         e.gid = id(m.gid, "gid")?;
         e.mtime = m.mtime;
-        e.size = m.size;
+        // A directory's size would be its link count (see `Entry::size`).
+        e.size = if kind == Kind::Dir { 0 } else { m.size };
         e.dev = (m.dev_major, m.dev_minor);
         if kind == Kind::Symlink {
             if m.link.is_empty() {

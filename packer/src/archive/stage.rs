@@ -42,7 +42,10 @@ pub struct Entry {
     pub uid: u32,
     pub gid: u32,
     pub mtime: i64,
-    /// Files: their size.
+    /// Files: their size. Directories: the link count the image gives
+    /// them at least (a shard's directory keeps its source's, see
+    /// `Tree::subset`); 0, as for every archive member: two plus the
+    /// subdirectories found.
     pub size: u64,
     /// Devices: (major, minor).
     pub dev: (u32, u32),
@@ -585,7 +588,10 @@ impl Stage {
                     uid: e.uid,
                     gid: e.gid,
                     mtime: e.mtime,
-                    size: if e.kind == Kind::File { e.size } else { 0 },
+                    size: match e.kind {
+                        Kind::File | Kind::Dir => e.size,
+                        _ => 0,
+                    },
                     dev,
                     target,
                     xattrs,
@@ -680,7 +686,9 @@ impl Stage {
                 }
             }
             b.tree.set_children(tn, first, children.len() as u32);
-            subdirs_of.push((b.tree.nodes[tn as usize].inode, subdirs));
+            let at_least = self.entries[self.nodes[sn as usize].inode as usize].size;
+            let links = (2 + subdirs).max(at_least.min(u32::MAX as u64) as u32);
+            subdirs_of.push((b.tree.nodes[tn as usize].inode, links));
         }
         drop((children, queue, inode_order));
         self.nodes = Vec::new();
@@ -721,8 +729,8 @@ impl Stage {
             return Err(err);
         }
         b.tree.inodes = inodes;
-        for (ti, subdirs) in subdirs_of {
-            b.tree.inodes[ti as usize].nlink = 2 + subdirs;
+        for (ti, links) in subdirs_of {
+            b.tree.inodes[ti as usize].nlink = links;
         }
         Ok(b.finish())
     }

@@ -363,7 +363,8 @@ impl Pass<'_> {
                 start_block: l.start_block,
                 offset: l.offset,
                 file_size: l.size + 3,
-                nlink: 2 + d.subdirs,
+                // At least what a shard keeps of its source (`Entry::size`).
+                nlink: (2 + d.subdirs).max(d.rec.size.min(u32::MAX as u64) as u32),
                 parent,
                 xattr,
                 index: &l.index,
