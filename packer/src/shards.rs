@@ -351,7 +351,8 @@ pub struct ShardResult {
 
 /// Packs shards of `src`: all N when `only` is `None` (then writes the
 /// manifest), else shard `only` alone (then writes the manifest only if the
-/// other N - 1 sidecars are already there). The tree is walked once.
+/// other N - 1 sidecars are already there). The tree is walked once, or,
+/// when too large for memory, measured and walked again (`crate::cut`).
 pub fn pack_shards(
     src: &Path,
     spec: &ShardSpec,
