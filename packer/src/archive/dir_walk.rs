@@ -7,10 +7,11 @@
 //! (`walk::tree_share`) gives it up and walks again through [`Streamed`]:
 //! each directory's entries join the stage as they are read, in the same
 //! breadth-first order, their files' data goes to the writer by path, and
-//! the stage spills to sorted runs between directories as an archive's
-//! does between members. What stays in memory besides the stage is the
-//! walk's queue of directories found and not yet read, and the first path
-//! of each file with several links (its further names are linked to it).
+//! the stage spills to sorted runs between entries as an archive's does
+//! between members. What stays in memory besides the stage is the walk's
+//! queue of directories found and not yet read, the listing being read,
+//! and the first path of each file with several links until its last name
+//! is met (its further names are linked to it by path).
 //!
 //! The reader (`super::reader`) gives the walk what it needs through
 //! [`Namespace`].
@@ -19,7 +20,7 @@ use super::stage::{Added, Entry, Stage, StageError};
 use crate::cut::{self, weight, Cut};
 use crate::tree::Kind;
 use crate::walk::{self, Scanned, Step, Subdir, Visit};
-use crate::{xattrs, PackError};
+use crate::{xattrs, PackError, PackOptions};
 use packfs_format::shards::{encode_path, Range, Shard};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -30,10 +31,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// What a walk into the namespace needs of the reader that owns it.
-pub(super) trait Namespace<'a> {
-    fn opts(&self) -> &'a crate::PackOptions;
-    /// (dev, ino) of the image being written, left out of the walk.
-    fn skip(&self) -> Option<(u64, u64)>;
+pub(super) trait Namespace {
     fn stage(&mut self) -> &mut Stage;
     /// Adds `comps` as a further name of the file at `target`, wherever
     /// that went (the stage, or a run spilled to disk).
@@ -55,7 +53,7 @@ pub(super) trait Namespace<'a> {
 }
 
 /// The visitor of a streamed walk (see the module doc).
-struct Streamed<'r, 'a, N: Namespace<'a>> {
+struct Streamed<'r, N: Namespace> {
     reader: &'r mut N,
     root: &'r Path,
     source: u16,
@@ -65,16 +63,17 @@ struct Streamed<'r, 'a, N: Namespace<'a>> {
     links: HashMap<(u64, u64), (Vec<u8>, u64)>,
     /// Whether the files' `st_ino` is recorded (see `walk::stable_inodes`).
     stable_ino: bool,
-    _opts: std::marker::PhantomData<&'a ()>,
 }
 
-/// Walks `root` (source number `source`) into the reader's namespace.
-pub(super) fn stream<'a>(
-    reader: &mut impl Namespace<'a>,
+/// Walks `root` (source number `source`) into the reader's namespace,
+/// leaving out `skip` ((dev, ino) of the image being written).
+pub(super) fn stream(
+    reader: &mut impl Namespace,
+    opts: &PackOptions,
+    skip: Option<(u64, u64)>,
     source: u16,
     root: &Path,
 ) -> Result<(), PackError> {
-    let (opts, skip) = (reader.opts(), reader.skip());
     let mut visit = Streamed::start(reader, source, root, 0)?;
     walk::breadth_first(root, opts, skip, &mut visit)?;
     Ok(())
@@ -103,7 +102,7 @@ fn entry_of(
     e
 }
 
-impl<'r, 'a, N: Namespace<'a>> Streamed<'r, 'a, N> {
+impl<'r, N: Namespace> Streamed<'r, N> {
     /// A visitor for the walk of `root` (source number `source`), whose
     /// own metadata is the root's; `root_links` as `links` in [`Self::add`].
     fn start(
@@ -125,7 +124,6 @@ impl<'r, 'a, N: Namespace<'a>> Streamed<'r, 'a, N> {
             source,
             links: HashMap::new(),
             stable_ino: walk::stable_inodes(root),
-            _opts: std::marker::PhantomData,
         })
     }
 
@@ -181,7 +179,7 @@ impl<'r, 'a, N: Namespace<'a>> Streamed<'r, 'a, N> {
     }
 }
 
-impl<'a, N: Namespace<'a>> Visit for Streamed<'_, 'a, N> {
+impl<N: Namespace> Visit for Streamed<'_, N> {
     fn entries(
         &mut self,
         _dir: u32,
@@ -211,19 +209,23 @@ impl<'a, N: Namespace<'a>> Visit for Streamed<'_, 'a, N> {
 /// Walks the run of shard `shard` of `cut` in `root` (source number
 /// `source`) into the reader's namespace, with the directories leading to
 /// it; returns the run's manifest record. Every entry the walk meets is
-/// checked against the mark and weight measured at its position: a tree
-/// changed since it was measured is an error, not a shard that overlaps
-/// its neighbours or misses an entry. Directories get their source's link
+/// checked against the mark measured at its position, and the run's
+/// weight against the weight measured for it: a tree changed since it was
+/// measured is an error, not a shard that overlaps its neighbours or
+/// misses an entry. Directories get their source's link
 /// count, as a shard packed in memory does (`Tree::subset`).
-pub(super) fn stream_run<'a>(
-    reader: &mut impl Namespace<'a>,
+pub(super) fn stream_run(
+    reader: &mut impl Namespace,
+    opts: &PackOptions,
     source: u16,
     root: &Path,
     cut: &Cut,
     shard: usize,
 ) -> Result<Shard, PackError> {
     let (start, end) = (cut.cuts[shard], cut.cuts[shard + 1]);
-    let (opts, entry_cost) = (reader.opts(), cut.entry_cost);
+    let entry_cost = cut.entry_cost;
+    // The run's weight, summed as its entries come.
+    let mut weight_seen = 0u64;
     let root_links = 2 + cut.root_subdirs as u64;
     let mut visit = Streamed::start(reader, source, root, root_links)?;
     let mut record = Shard {
@@ -282,10 +284,7 @@ pub(super) fn stream_run<'a>(
         }
         let path = root.join(Path::new(OsStr::from_bytes(&comps.join(&b'/'))));
         let further = visit.add(comps, s, &path, links)?;
-        let w = weight(kind, !further, s.meta.len(), entry_cost);
-        if cut.prefix(pos)? + w != cut.prefix(pos + 1)? {
-            return Err(changed());
-        }
+        weight_seen += weight(kind, !further, s.meta.len(), entry_cost);
         if kind == Kind::File && !further {
             record.files += 1;
             record.bytes += s.meta.len();
@@ -303,7 +302,7 @@ pub(super) fn stream_run<'a>(
         visit.reader.between()?;
         Ok(Step::Enter)
     })?;
-    if pos < end {
+    if pos < end || cut.prefix(start)? + weight_seen != cut.prefix(end)? {
         return Err(changed());
     }
     if let Some(r) = &mut record.range {

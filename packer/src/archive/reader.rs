@@ -10,7 +10,7 @@ use super::stage::{self, stage_error, Added, Entry, Stage, StageError};
 use super::tar::{self, MemberKind, TarError, TarErrorKind, TarStream};
 use super::zip;
 use crate::exclude::Excludes;
-use crate::squashfs::data::{piece_spans, Batch, Piece, PieceData, BATCH_PIECES};
+use crate::squashfs::data::{file_pieces, piece_spans, Batch, Piece, PieceData, BATCH_PIECES};
 use crate::tree::{Kind, Tree};
 use crate::walk;
 use crate::xattrs::Xattr;
@@ -377,10 +377,11 @@ impl<'a> Reader<'a> {
     fn directory(&mut self, k: u16, dir: &Path) -> Result<(), PackError> {
         match &self.dir_walk {
             DirWalk::Tree => {}
-            DirWalk::Streamed => return dir_walk::stream(self, k, dir),
+            DirWalk::Streamed => return dir_walk::stream(self, self.opts, self.skip, k, dir),
             DirWalk::Run(cut, shard) => {
                 let (cut, shard) = (cut.clone(), *shard);
-                self.run = Some(dir_walk::stream_run(self, k, dir, &cut, shard)?);
+                let run = dir_walk::stream_run(self, self.opts, k, dir, &cut, shard)?;
+                self.run = Some(run);
                 return Ok(());
             }
         }
@@ -391,7 +392,7 @@ impl<'a> Reader<'a> {
                  the namespace that spills to disk",
                 dir.display()
             );
-            return dir_walk::stream(self, k, dir);
+            return dir_walk::stream(self, self.opts, self.skip, k, dir);
         };
         let mut stage_of = vec![u32::MAX; tree.inodes.len()];
         // The root's metadata is the directory's.
@@ -440,19 +441,8 @@ impl<'a> Reader<'a> {
         maybe_sparse: bool,
         src_ino: u64,
     ) -> Result<(), PackError> {
-        for (first_block, nblocks, last) in piece_spans(size, self.bs) {
-            self.emit(Piece {
-                ino: id,
-                path: path.clone(),
-                size,
-                first_block,
-                nblocks,
-                last,
-                data: PieceData::File {
-                    maybe_sparse,
-                    src_ino,
-                },
-            })?;
+        for piece in file_pieces(id, path, size, self.bs, (maybe_sparse, src_ino)) {
+            self.emit(piece)?;
         }
         self.file_bytes += size;
         self.unreported += size;
@@ -863,15 +853,7 @@ fn cross_link(
     Ok(added)
 }
 
-impl<'a> Namespace<'a> for Reader<'a> {
-    fn opts(&self) -> &'a PackOptions {
-        self.opts
-    }
-
-    fn skip(&self) -> Option<(u64, u64)> {
-        self.skip
-    }
-
+impl Namespace for Reader<'_> {
     fn stage(&mut self) -> &mut Stage {
         &mut self.stage
     }

@@ -769,19 +769,31 @@ fn pieces<'t>(
     order.iter().flat_map(move |&ino| {
         let i = &tree.inodes[ino as usize];
         let path: Arc<Path> = Arc::from(tree.data_path(ino).as_path());
-        let (size, maybe_sparse, src_ino) = (i.size, i.maybe_sparse, i.src_ino);
-        piece_spans(size, bs).map(move |(first_block, nblocks, last)| Piece {
-            ino,
-            path: path.clone(),
-            size,
-            first_block,
-            nblocks,
-            last,
-            data: PieceData::File {
-                maybe_sparse,
-                src_ino,
-            },
-        })
+        file_pieces(ino, path, i.size, bs, (i.maybe_sparse, i.src_ino))
+    })
+}
+
+/// The pieces of the file at `path` (`size` bytes, read there on the pool
+/// under the number `ino`), blocks of `bs` bytes; `(maybe_sparse,
+/// src_ino)` as in [`PieceData::File`].
+pub(crate) fn file_pieces(
+    ino: u32,
+    path: Arc<Path>,
+    size: u64,
+    bs: u64,
+    (maybe_sparse, src_ino): (bool, u64),
+) -> impl Iterator<Item = Piece> {
+    piece_spans(size, bs).map(move |(first_block, nblocks, last)| Piece {
+        ino,
+        path: path.clone(),
+        size,
+        first_block,
+        nblocks,
+        last,
+        data: PieceData::File {
+            maybe_sparse,
+            src_ino,
+        },
     })
 }
 
